@@ -1,0 +1,136 @@
+"""The operators' console. State changes go through fleet.services.transition, never a form field."""
+
+from django import forms
+from django.contrib import admin, messages
+from django.template.response import TemplateResponse
+
+from fleet import lifecycle
+from fleet.models import GPU, AuditEvent, Node, Pod, Rack
+from fleet.services import ConcurrentTransition, transition
+
+
+class RackInline(admin.TabularInline):
+    model = Rack
+    extra = 0
+    show_change_link = True
+
+
+@admin.register(Pod)
+class PodAdmin(admin.ModelAdmin):
+    list_display = ["name"]
+    inlines = [RackInline]
+
+
+@admin.register(Rack)
+class RackAdmin(admin.ModelAdmin):
+    list_display = ["name", "pod"]
+    list_filter = ["pod"]
+
+
+class GPUInline(admin.TabularInline):
+    model = GPU
+    extra = 0
+    can_delete = False
+    fields = ["index", "uuid", "serial", "model", "health"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class QuarantineForm(forms.Form):
+    reason = forms.CharField(max_length=500, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}))
+
+
+def _apply(modeladmin, request, queryset, event: lifecycle.Event, reason: str = ""):
+    applied = []
+    for node in queryset.order_by("pk"):
+        try:
+            transition(node_id=node.pk, event=event, actor=f"operator:{request.user.get_username()}", reason=reason)
+        except (lifecycle.IllegalTransition, ConcurrentTransition) as exc:
+            modeladmin.message_user(request, f"{node.name}: {exc}", messages.ERROR)
+        else:
+            applied.append(node.name)
+    if applied:
+        modeladmin.message_user(request, f"{event.value} applied to {', '.join(applied)}", messages.SUCCESS)
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "state", "pod_name", "rack", "position", "tenant", "step", "quarantine_reason"]
+    list_filter = ["state", "rack__pod", "rack"]
+    list_select_related = ["rack__pod", "tenant"]
+    search_fields = ["name", "serial", "gpus__uuid"]
+    inlines = [GPUInline]
+    actions = ["quarantine", "return_to_service", "put_into_maintenance"]
+    # The BMC password is never shown; state fields change only through the actions.
+    exclude = ["bmc_password"]
+    readonly_fields = [
+        "name",
+        "rack",
+        "position",
+        "state",
+        "state_since",
+        "tenant",
+        "reservation",
+        "quarantine_reason",
+        "step",
+        "step_since",
+        "lease_owner",
+        "lease_expires_at",
+        "fencing_token",
+    ]
+
+    @admin.display(description="pod", ordering="rack__pod__name")
+    def pod_name(self, node):
+        return node.rack.pod.name
+
+    def has_add_permission(self, request):
+        return False  # nodes are enrolled from the inventory: manage.py seed_fleet
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # a node's audit history outlives it
+
+    @admin.action(description="Quarantine selected nodes (asks a reason)")
+    def quarantine(self, request, queryset):
+        form = QuarantineForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            _apply(self, request, queryset, lifecycle.Event.OPERATOR_QUARANTINE, form.cleaned_data["reason"])
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Quarantine nodes",
+            "opts": self.model._meta,
+            "nodes": queryset.order_by("name"),
+            "form": form,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/fleet/node/quarantine.html", context)
+
+    @admin.action(description="Return selected nodes to service (through wiping and inspection)")
+    def return_to_service(self, request, queryset):
+        _apply(self, request, queryset, lifecycle.Event.OPERATOR_RETURN)
+
+    @admin.action(description="Put selected nodes into maintenance")
+    def put_into_maintenance(self, request, queryset):
+        _apply(self, request, queryset, lifecycle.Event.OPERATOR_MAINTENANCE)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """Read-only: the database refuses to change or delete an audit row anyway."""
+
+    list_display = ["at", "node", "event", "from_state", "to_state", "actor", "reason"]
+    list_filter = ["event", "to_state"]
+    search_fields = ["node__name", "actor", "reason"]
+    list_select_related = ["node"]
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

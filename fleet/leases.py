@@ -1,0 +1,101 @@
+"""Leases with fencing: how workers share the nodes that owe work.
+
+A worker claims nodes with SELECT ... FOR UPDATE SKIP LOCKED, so two workers never claim the
+same node and neither waits on the other. Each claim sets the owner, an expiry from the
+database's clock, and a fencing token that grows on every claim. The worker heartbeats to
+extend its lease and writes every result through a conditional update on its token and an
+unexpired lease: a stalled worker whose lease a successor took over cannot overwrite the
+successor's work; its result is discarded and the discard audited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from fleet import lifecycle
+from fleet.models import AuditEvent, AuditOnlyEvent, Node
+from fleet.services import LeaseLost, fenced, record_discarded_result, transition
+
+
+@dataclass(frozen=True)
+class Lease:
+    node_id: int
+    owner: str
+    token: int
+
+
+def _duration(seconds: float | None) -> timedelta:
+    return timedelta(seconds=settings.LEASE_SECONDS if seconds is None else seconds)
+
+
+def claim(
+    *,
+    owner: str,
+    states: Iterable[lifecycle.State] = lifecycle.WORK_STATES,
+    limit: int = 1,
+    seconds: float | None = None,
+) -> list[Lease]:
+    """Claim up to `limit` nodes in `states` whose lease is free or expired, longest waiting first."""
+    if not owner:
+        raise ValueError("a lease needs an owner")
+    with transaction.atomic():
+        free = Q(lease_owner="") | Q(lease_expires_at__lte=Now())
+        candidates = (
+            Node.objects.filter(free, state__in=sorted(lifecycle.State(s).value for s in states))
+            .order_by("state_since", "pk")
+            .select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)
+        )
+        ids = list(candidates[:limit])
+        Node.objects.filter(pk__in=ids).update(
+            lease_owner=owner, lease_expires_at=Now() + _duration(seconds), fencing_token=F("fencing_token") + 1
+        )
+        claimed = Node.objects.filter(pk__in=ids).order_by("pk").values_list("pk", "fencing_token")
+        return [Lease(node_id=pk, owner=owner, token=token) for pk, token in claimed]
+
+
+def heartbeat(lease: Lease, *, seconds: float | None = None) -> None:
+    """Extend a live lease; LeaseLost if it expired or a successor took the node."""
+    extended = fenced(Node.objects.filter(pk=lease.node_id), lease).update(lease_expires_at=Now() + _duration(seconds))
+    if not extended:
+        raise LeaseLost(f"lease {lease.token} of {lease.owner} on node {lease.node_id} no longer holds")
+
+
+def release(lease: Lease) -> bool:
+    """Give the node back without a result; False if the lease had already gone."""
+    return bool(fenced(Node.objects.filter(pk=lease.node_id), lease).update(lease_owner="", lease_expires_at=None))
+
+
+def complete(lease: Lease, *, event: lifecycle.Event | str, actor: str, reason: str = "", **kwargs) -> Node | None:
+    """Apply a worker's result as a lifecycle event under its lease; None if it was discarded."""
+    try:
+        return transition(node_id=lease.node_id, event=event, actor=actor, reason=reason, lease=lease, **kwargs)
+    except LeaseLost:
+        return None
+
+
+def set_step(lease: Lease, *, step: str, actor: str) -> bool:
+    """Record the workflow step the worker is on; False (and an audited discard) if the lease is gone."""
+    with transaction.atomic():
+        node = Node.objects.get(pk=lease.node_id)
+        moved = fenced(Node.objects.filter(pk=lease.node_id), lease).update(step=step, step_since=Now())
+        if moved:
+            AuditEvent.objects.create(
+                node_id=node.pk,
+                actor=actor,
+                event=AuditOnlyEvent.STEP_CHANGED,
+                from_state=node.state,
+                to_state=node.state,
+                reason=step,
+                detail={"from_step": node.step, "token": lease.token},
+            )
+    if not moved:
+        record_discarded_result(lease=lease, attempted=f"step {step}", actor=actor)
+    return bool(moved)

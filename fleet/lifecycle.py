@@ -1,0 +1,100 @@
+"""The node lifecycle: a pure state machine, `(state, event) -> state`.
+
+No Django import, so it can be read, tested and reused on its own. The database repeats the
+invariants below as CHECK constraints (see fleet/models.py).
+
+Main path: enrolled -> inspecting -> available -> provisioning -> active -> wiping ->
+inspecting -> available. Inspection ends with attestation, so the only way into `available`
+is `attestation_passed`, and the only way into `inspecting` after a tenant is
+`wipe_succeeded`: no node serves a second tenant without a wipe and a passing attestation.
+A quarantined node comes back only by an operator, and then only through wiping.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class State(enum.StrEnum):
+    ENROLLED = "enrolled"
+    INSPECTING = "inspecting"
+    AVAILABLE = "available"
+    PROVISIONING = "provisioning"
+    ACTIVE = "active"
+    WIPING = "wiping"
+    QUARANTINED = "quarantined"
+    MAINTENANCE = "maintenance"
+
+
+class Event(enum.StrEnum):
+    INSPECTION_STARTED = "inspection_started"
+    INSPECTION_PASSED = "inspection_passed"
+    INSPECTION_FAILED = "inspection_failed"
+    ATTESTATION_PASSED = "attestation_passed"
+    ATTESTATION_FAILED = "attestation_failed"
+    PROVISION_REQUESTED = "provision_requested"
+    PROVISION_SUCCEEDED = "provision_succeeded"
+    PROVISION_FAILED = "provision_failed"
+    RELEASED = "released"
+    WIPE_SUCCEEDED = "wipe_succeeded"
+    WIPE_FAILED = "wipe_failed"
+    HARDWARE_FAULT = "hardware_fault"
+    OPERATOR_QUARANTINE = "operator_quarantine"
+    OPERATOR_MAINTENANCE = "operator_maintenance"
+    OPERATOR_RETURN = "operator_return"
+
+
+class IllegalTransition(ValueError):
+    def __init__(self, state: State, event: Event):
+        self.state = state
+        self.event = event
+        super().__init__(f"event {event.value!r} is not allowed in state {state.value!r}")
+
+
+S, E = State, Event
+_NOT_QUARANTINED = frozenset(State) - {S.QUARANTINED}
+
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    (S.ENROLLED, E.INSPECTION_STARTED): S.INSPECTING,
+    # Inventory matched; the node stays in inspecting until attestation decides.
+    (S.INSPECTING, E.INSPECTION_PASSED): S.INSPECTING,
+    (S.INSPECTING, E.INSPECTION_FAILED): S.QUARANTINED,
+    (S.INSPECTING, E.ATTESTATION_PASSED): S.AVAILABLE,
+    (S.INSPECTING, E.ATTESTATION_FAILED): S.QUARANTINED,
+    (S.AVAILABLE, E.PROVISION_REQUESTED): S.PROVISIONING,
+    (S.PROVISIONING, E.PROVISION_SUCCEEDED): S.ACTIVE,
+    # A half-provisioned node may already hold tenant data: it is wiped, never reused as is.
+    (S.PROVISIONING, E.PROVISION_FAILED): S.WIPING,
+    (S.PROVISIONING, E.RELEASED): S.WIPING,
+    (S.ACTIVE, E.RELEASED): S.WIPING,
+    (S.WIPING, E.WIPE_SUCCEEDED): S.INSPECTING,
+    (S.WIPING, E.WIPE_FAILED): S.QUARANTINED,
+    **{(state, E.HARDWARE_FAULT): S.QUARANTINED for state in _NOT_QUARANTINED},
+    **{(state, E.OPERATOR_QUARANTINE): S.QUARANTINED for state in _NOT_QUARANTINED},
+    (S.ENROLLED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
+    (S.AVAILABLE, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
+    (S.QUARANTINED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
+    (S.QUARANTINED, E.OPERATOR_RETURN): S.WIPING,
+    (S.MAINTENANCE, E.OPERATOR_RETURN): S.WIPING,
+}
+
+# Invariants the database repeats as CHECK constraints.
+TENANT_REQUIRED = frozenset({S.PROVISIONING, S.ACTIVE})
+TENANT_FORBIDDEN = frozenset({S.ENROLLED, S.INSPECTING, S.AVAILABLE})
+REASON_REQUIRED = frozenset({S.QUARANTINED})
+# States in which a workflow owes the node work; workers claim nodes in these.
+WORK_STATES = frozenset({S.INSPECTING, S.PROVISIONING, S.WIPING})
+
+
+def next_state(state: State | str, event: Event | str) -> State:
+    """The state a node in `state` enters on `event`; IllegalTransition if it may not."""
+    state, event = State(state), Event(event)
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalTransition(state, event) from None
+
+
+def allowed_events(state: State | str) -> list[Event]:
+    state = State(state)
+    return [event for (from_state, event) in TRANSITIONS if from_state is state]

@@ -1,0 +1,53 @@
+import requests
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from fleet.inventory import InventoryError, parse_inventory, records_from_layout
+from fleet.services import enrol_nodes
+from fleet.topology import DEFAULT_NODE_COUNT, default_layout
+
+PROGRESS_FROM_NODES = 500
+
+
+class Command(BaseCommand):
+    help = (
+        "Enrol the fleet: from bmcsim's inventory (GET {BMCSIM_URL}/bmcsim/v1/inventory), or with "
+        "--topology default from the default layout without asking bmcsim. Idempotent."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--topology", choices=["inventory", "default"], default="inventory")
+        parser.add_argument(
+            "--nodes", type=int, default=DEFAULT_NODE_COUNT, help="Fleet size with --topology default."
+        )
+        parser.add_argument("--bmcsim-url", default=settings.BMCSIM_URL)
+
+    def handle(self, *args, topology, nodes, bmcsim_url, verbosity, **options):
+        if topology == "default":
+            if not 1 <= nodes <= 100_000:
+                raise CommandError("--nodes must be between 1 and 100000")
+            records = records_from_layout(default_layout(nodes), bmcsim_url)
+        else:
+            records = self.fetch_inventory(bmcsim_url)
+        show_progress = verbosity > 0 and len(records) >= PROGRESS_FROM_NODES
+        with tqdm(total=len(records), desc="enrolling", unit="node", disable=not show_progress) as bar:
+            result = enrol_nodes(records=records, actor="operator:seed_fleet", progress=bar.update)
+        self.stdout.write(
+            f"fleet of {len(records)} nodes: {result.created} enrolled, {result.updated} updated, "
+            f"{len(records) - result.created - result.updated} unchanged"
+        )
+
+    def fetch_inventory(self, bmcsim_url: str):
+        url = f"{bmcsim_url.rstrip('/')}/bmcsim/v1/inventory"
+        try:
+            answer = requests.get(url, timeout=30)
+            answer.raise_for_status()
+            return parse_inventory(answer.json())
+        # requests' JSON decode error is also a RequestException: test for bad content first.
+        except (ValueError, InventoryError) as exc:
+            raise CommandError(f"the inventory at {url} is not usable: {exc}") from exc
+        except requests.RequestException as exc:
+            raise CommandError(
+                f"cannot read the inventory at {url} ({exc}); start bmcsim, or use --topology default"
+            ) from exc

@@ -1,0 +1,182 @@
+"""Topology (Pod, Rack, Node, GPU) and the append-only audit log.
+
+Every invariant of the node lifecycle is repeated here as a named CHECK constraint, so a bug
+anywhere else cannot store a broken row. Two more rules live in triggers (migration 0002):
+the audit log refuses UPDATE and DELETE, and a node's state cannot change, nor a node be
+created, without an audit row written in the same transaction.
+"""
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Now
+
+from fleet import lifecycle
+
+NodeState = models.TextChoices("NodeState", [(s.name, s.value) for s in lifecycle.State])
+NodeEvent = models.TextChoices("NodeEvent", [(e.name, e.value) for e in lifecycle.Event])
+
+
+class AuditOnlyEvent(models.TextChoices):
+    """Audited happenings that are not lifecycle transitions."""
+
+    ENROLLED = "enrolled"
+    STEP_CHANGED = "step_changed"
+    RESULT_DISCARDED = "result_discarded"
+
+
+class GPUHealth(models.TextChoices):
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+    UNKNOWN = "unknown"
+
+
+def _in(states) -> Q:
+    return Q(state__in=sorted(s.value for s in states))
+
+
+class Pod(models.Model):
+    name = models.SlugField(max_length=32, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Rack(models.Model):
+    pod = models.ForeignKey(Pod, on_delete=models.PROTECT, related_name="racks")
+    name = models.SlugField(max_length=32, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Node(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    rack = models.ForeignKey(Rack, on_delete=models.PROTECT, related_name="nodes")
+    position = models.PositiveSmallIntegerField(help_text="Slot in the rack, from 1.")
+    serial = models.CharField(max_length=64)
+
+    # BMC access. The credentials never appear in a listing, an API answer or a log line.
+    redfish_url = models.URLField(help_text="Base URL of the Redfish service.")
+    system_id = models.CharField(max_length=64, help_text="Id of the node's System in that service.")
+    bmc_username = models.CharField(max_length=64)
+    bmc_password = models.CharField(max_length=128)
+    agent_url = models.URLField(blank=True, help_text="The node's in-band agent.")
+
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.ENROLLED)
+    state_since = models.DateTimeField(db_default=Now())
+    tenant = models.ForeignKey("reservations.Tenant", null=True, blank=True, on_delete=models.PROTECT)
+    reservation = models.ForeignKey("reservations.Reservation", null=True, blank=True, on_delete=models.PROTECT)
+    quarantine_reason = models.TextField(blank=True)
+    step = models.CharField(max_length=64, blank=True, help_text="Current workflow step.")
+    step_since = models.DateTimeField(null=True, blank=True)
+
+    # Lease with fencing (fleet/leases.py): the token grows on every claim.
+    lease_owner = models.CharField(max_length=128, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fencing_token = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["rack", "position"], name="node_one_per_rack_slot"),
+            models.CheckConstraint(condition=Q(position__gte=1), name="node_position_from_1"),
+            models.CheckConstraint(condition=_in(lifecycle.State), name="node_state_known"),
+            models.CheckConstraint(
+                condition=~_in(lifecycle.TENANT_REQUIRED) | Q(tenant__isnull=False, reservation__isnull=False),
+                name="node_provisioning_or_active_has_tenant_and_reservation",
+            ),
+            models.CheckConstraint(
+                condition=~_in(lifecycle.TENANT_FORBIDDEN) | Q(tenant__isnull=True, reservation__isnull=True),
+                name="node_enrolled_inspecting_available_have_no_tenant",
+            ),
+            models.CheckConstraint(
+                condition=Q(reservation__isnull=True) | Q(tenant__isnull=False),
+                name="node_reservation_comes_with_tenant",
+            ),
+            models.CheckConstraint(
+                condition=~_in(lifecycle.REASON_REQUIRED) | ~Q(quarantine_reason=""),
+                name="node_quarantined_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=_in(lifecycle.REASON_REQUIRED) | Q(quarantine_reason=""),
+                name="node_reason_only_when_quarantined",
+            ),
+            models.CheckConstraint(
+                condition=Q(lease_owner="", lease_expires_at__isnull=True)
+                | (~Q(lease_owner="") & Q(lease_expires_at__isnull=False, fencing_token__gt=0)),
+                name="node_lease_owner_has_expiry_and_token",
+            ),
+            models.CheckConstraint(condition=Q(fencing_token__gte=0), name="node_fencing_token_not_negative"),
+            models.CheckConstraint(
+                condition=Q(step="", step_since__isnull=True) | (~Q(step="") & Q(step_since__isnull=False)),
+                name="node_step_has_since",
+            ),
+        ]
+        indexes = [
+            # The claim query of fleet/leases.py: nodes owing work, longest waiting first.
+            models.Index(
+                fields=["state_since", "id"], name="node_owing_work_idx", condition=_in(lifecycle.WORK_STATES)
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def pod(self) -> Pod:
+        return self.rack.pod
+
+
+class GPU(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True)
+    serial = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=128)
+    health = models.CharField(max_length=16, choices=GPUHealth.choices, default=GPUHealth.UNKNOWN)
+
+    class Meta:
+        ordering = ["node", "index"]
+        verbose_name = "GPU"
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_one_per_node_index"),
+            models.CheckConstraint(condition=Q(health__in=GPUHealth.values), name="gpu_health_known"),
+        ]
+
+    def __str__(self):
+        return f"{self.node_id}/gpu{self.index}"
+
+
+class AuditEvent(models.Model):
+    """One row per lifecycle transition and per audited happening. Append-only (a trigger)."""
+
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="audit_events")
+    at = models.DateTimeField(db_default=Now(), db_index=True)
+    actor = models.CharField(max_length=128)
+    event = models.CharField(max_length=32, choices=NodeEvent.choices + AuditOnlyEvent.choices)
+    from_state = models.CharField(max_length=16, choices=NodeState.choices, blank=True)
+    to_state = models.CharField(max_length=16, choices=NodeState.choices, blank=True)
+    reason = models.TextField(blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    # The writing transaction, so a trigger can tell that a state change brought its row.
+    txid = models.BigIntegerField(db_default=RawSQL("pg_current_xact_id()::text::bigint", ()), editable=False)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(actor=""), name="audit_has_actor"),
+            models.CheckConstraint(
+                condition=Q(event__in=NodeEvent.values + AuditOnlyEvent.values), name="audit_event_known"
+            ),
+        ]
+        indexes = [models.Index(fields=["node", "txid"], name="audit_node_txid_idx")]
+
+    def __str__(self):
+        return f"{self.node_id} {self.event} {self.from_state}->{self.to_state}"

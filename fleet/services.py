@@ -1,0 +1,190 @@
+"""Writes to the fleet: enrolment and lifecycle transitions.
+
+`transition` is the only code that changes a node's state. It applies the pure state machine
+of fleet/lifecycle.py with a compare-and-set on the old state (and, for a worker, on its
+lease's fencing token) and writes the audit row in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from fleet import lifecycle
+from fleet.inventory import NodeRecord
+from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node, NodeState, Pod, Rack
+
+if TYPE_CHECKING:
+    from fleet.leases import Lease
+
+ENROLMENT_BATCH = 500
+
+
+class ConcurrentTransition(Exception):
+    """Another writer changed the node between our read and our compare-and-set."""
+
+    def __init__(self, node: str, expected_state: str):
+        super().__init__(f"node {node} left state {expected_state!r} before this transition could apply")
+
+
+class LeaseLost(Exception):
+    """The worker's lease no longer holds: its result was discarded (and audited)."""
+
+
+def _state_fields(node: Node, new_state: lifecycle.State, event: lifecycle.Event, reason: str, reservation) -> dict:
+    fields = {"state": new_state.value}
+    if new_state != node.state:
+        # A new state starts afresh: no step yet, and whatever lease was held is over.
+        fields.update(state_since=Now(), step="", step_since=None, lease_owner="", lease_expires_at=None)
+    if new_state in lifecycle.TENANT_FORBIDDEN:
+        fields.update(tenant=None, reservation=None)
+    if event is lifecycle.Event.PROVISION_REQUESTED:
+        if reservation is None:
+            raise ValueError(f"{event.value} for node {node.name} needs the reservation it serves")
+        fields.update(tenant_id=reservation.tenant_id, reservation=reservation)
+    if new_state is lifecycle.State.QUARANTINED:
+        fields["quarantine_reason"] = f"{event.value}: {reason}" if reason else event.value
+    elif node.state == NodeState.QUARANTINED:
+        fields["quarantine_reason"] = ""
+    return fields
+
+
+def transition(
+    *,
+    node_id: int,
+    event: lifecycle.Event | str,
+    actor: str,
+    reason: str = "",
+    reservation=None,
+    lease: Lease | None = None,
+    detail: dict | None = None,
+) -> Node:
+    """Apply `event` to the node and audit it; returns the updated node.
+
+    Raises lifecycle.IllegalTransition if the state machine refuses the event,
+    ConcurrentTransition if someone else changed the node first, and, with a `lease`,
+    LeaseLost if the lease is no longer the node's current one (the discard is audited).
+    A change of state ends any lease on the node: the new state's work is claimed afresh.
+    """
+    event = lifecycle.Event(event)
+    applied = False
+    with transaction.atomic():
+        node = Node.objects.get(pk=node_id)
+        try:
+            new_state = lifecycle.next_state(node.state, event)
+        except lifecycle.IllegalTransition:
+            # A worker whose lease has gone reports on a node that has moved on: a discard, not a bug.
+            if lease is None or fenced(Node.objects.filter(pk=node_id), lease).exists():
+                raise
+            new_state = None
+        if new_state is not None:
+            fields = _state_fields(node, new_state, event, reason, reservation)
+            target = Node.objects.filter(pk=node_id, state=node.state)
+            if lease is not None:
+                target = fenced(target, lease)
+            applied = target.update(**fields) == 1
+        if applied:
+            AuditEvent.objects.create(
+                node_id=node_id,
+                actor=actor,
+                event=event.value,
+                from_state=node.state,
+                to_state=new_state.value,
+                reason=reason,
+                detail=detail or {},
+            )
+    if applied:
+        return Node.objects.get(pk=node_id)
+    if lease is not None:
+        record_discarded_result(lease=lease, attempted=event.value, actor=actor)
+        raise LeaseLost(f"node {node.name}: lease token {lease.token} no longer holds; {event.value} discarded")
+    raise ConcurrentTransition(node.name, node.state)
+
+
+def fenced(queryset, lease: Lease):
+    return queryset.filter(fencing_token=lease.token, lease_owner=lease.owner, lease_expires_at__gt=Now())
+
+
+def record_discarded_result(*, lease: Lease, attempted: str, actor: str) -> AuditEvent:
+    node = Node.objects.get(pk=lease.node_id)
+    return AuditEvent.objects.create(
+        node_id=node.pk,
+        actor=actor,
+        event=AuditOnlyEvent.RESULT_DISCARDED,
+        from_state=node.state,
+        to_state=node.state,
+        reason=f"{attempted} from {lease.owner} with fencing token {lease.token} discarded: "
+        f"the node's token is {node.fencing_token} and its lease owner {node.lease_owner or 'nobody'}",
+        detail={"attempted": attempted, "token": lease.token, "current_token": node.fencing_token},
+    )
+
+
+@dataclass(frozen=True)
+class EnrolmentResult:
+    created: int
+    updated: int
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> EnrolmentResult:
+    """Enrol new nodes (state `enrolled`, one audit row each); refresh BMC access of known ones.
+
+    Idempotent: a node already enrolled keeps its state, position and GPUs. `progress`, if
+    given, is called with the number of records handled after each batch.
+    """
+    records = list(records)
+    pods = {name: Pod.objects.get_or_create(name=name)[0] for name in sorted({r.pod for r in records})}
+    racks = {rack.name: rack for rack in Rack.objects.filter(name__in={r.rack for r in records})}
+    for record in records:
+        if record.rack not in racks:
+            racks[record.rack] = Rack.objects.create(name=record.rack, pod=pods[record.pod])
+    created = updated = 0
+    access_fields = ["redfish_url", "system_id", "bmc_username", "bmc_password", "agent_url"]
+    for batch in _batches(records, ENROLMENT_BATCH):
+        with transaction.atomic():
+            known = {n.name: n for n in Node.objects.filter(name__in=[r.name for r in batch])}
+            new = [r for r in batch if r.name not in known]
+            nodes = Node.objects.bulk_create(
+                Node(
+                    name=r.name,
+                    rack=racks[r.rack],
+                    position=r.position,
+                    serial=r.serial,
+                    redfish_url=r.redfish_url,
+                    system_id=r.system_id,
+                    bmc_username=r.bmc_username,
+                    bmc_password=r.bmc_password,
+                    agent_url=r.agent_url,
+                )
+                for r in new
+            )
+            AuditEvent.objects.bulk_create(
+                AuditEvent(node=n, actor=actor, event=AuditOnlyEvent.ENROLLED, to_state=NodeState.ENROLLED)
+                for n in nodes
+            )
+            GPU.objects.bulk_create(
+                GPU(node=node, index=g.index, uuid=g.uuid, serial=g.serial, model=g.model)
+                for node, r in zip(nodes, new, strict=True)
+                for g in r.gpus
+            )
+            changed = []
+            for r in batch:
+                node = known.get(r.name)
+                if node and any(getattr(node, f) != getattr(r, f) for f in access_fields):
+                    for f in access_fields:
+                        setattr(node, f, getattr(r, f))
+                    changed.append(node)
+            Node.objects.bulk_update(changed, access_fields)
+        created += len(nodes)
+        updated += len(changed)
+        if progress:
+            progress(len(batch))
+    return EnrolmentResult(created=created, updated=updated)

@@ -1,0 +1,45 @@
+"""GET /healthz: is the control plane able to work? It needs its database and its broker."""
+
+import redis
+from django.conf import settings
+from django.db import Error as DatabaseError
+from django.db import connection
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+CHECK_TIMEOUT_SECONDS = 2
+
+
+def database_status() -> str:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except DatabaseError as exc:
+        return f"down: {type(exc).__name__}"
+    return "ok"
+
+
+def broker_status() -> str:
+    client = redis.Redis.from_url(
+        settings.REDIS_URL, socket_timeout=CHECK_TIMEOUT_SECONDS, socket_connect_timeout=CHECK_TIMEOUT_SECONDS
+    )
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return f"down: {type(exc).__name__}"
+    finally:
+        client.close()
+    return "ok"
+
+
+class HealthzView(APIView):
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    def get(self, request):
+        checks = {"database": database_status(), "broker": broker_status()}
+        down = [name for name, status in checks.items() if status != "ok"]
+        if down:
+            return Response({"status": "down", **checks, "detail": f"{' and '.join(down)} down"}, status=503)
+        return Response({"status": "ok", **checks})

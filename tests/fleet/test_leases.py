@@ -1,0 +1,163 @@
+"""Leases with fencing, with real concurrent connections to PostgreSQL."""
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from fleet import leases
+from fleet.models import AuditEvent, Node
+from fleet.services import LeaseLost
+from tests.conftest import drive, enrol_default_fleet
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wiping_fleet(count: int) -> list[Node]:
+    return [drive(node, "operator_quarantine", "operator_return") for node in enrol_default_fleet(count)]
+
+
+def test_claim_sets_owner_expiry_and_a_growing_token():
+    node = wiping_fleet(1)[0]
+    first = leases.claim(owner="worker-a", seconds=0)[0]  # expires at once
+    second = leases.claim(owner="worker-b", seconds=60)[0]
+    assert (first.node_id, second.node_id) == (node.pk, node.pk)
+    assert second.token == first.token + 1
+    node.refresh_from_db()
+    assert (node.lease_owner, node.fencing_token) == ("worker-b", second.token)
+    assert node.lease_expires_at is not None
+    assert leases.claim(owner="worker-c") == []  # held
+
+
+def test_only_nodes_owing_work_are_claimed():
+    nodes = enrol_default_fleet(3)
+    assert leases.claim(owner="w", limit=10) == []  # enrolled: nothing to do yet
+    drive(nodes[1], "inspection_started")
+    assert [lease.node_id for lease in leases.claim(owner="w", limit=10)] == [nodes[1].pk]
+
+
+def test_two_claimers_never_get_the_same_node():
+    nodes = wiping_fleet(12)
+    claimed = {"a": [], "b": []}
+    barrier = threading.Barrier(2)
+
+    def worker(name):
+        barrier.wait()
+        try:
+            while got := leases.claim(owner=f"worker-{name}", limit=2, seconds=60):
+                claimed[name].extend(lease.node_id for lease in got)
+                time.sleep(0.01)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in claimed]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not set(claimed["a"]) & set(claimed["b"])
+    assert sorted(claimed["a"] + claimed["b"]) == sorted(n.pk for n in nodes)
+
+
+def test_claim_skips_rows_another_transaction_holds_without_waiting():
+    nodes = wiping_fleet(2)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_first_row():
+        from django.db import transaction
+
+        try:
+            with transaction.atomic():
+                Node.objects.select_for_update().get(pk=nodes[0].pk)
+                locked.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_first_row)
+    holder.start()
+    locked.wait(10)
+    started = time.monotonic()
+    got = leases.claim(owner="w", limit=2)
+    waited = time.monotonic() - started
+    release.set()
+    holder.join()
+    assert [lease.node_id for lease in got] == [nodes[1].pk]
+    assert waited < 5
+
+
+def test_heartbeat_extends_a_live_lease_and_fails_once_a_successor_claimed():
+    wiping_fleet(1)
+    lease = leases.claim(owner="worker-a", seconds=60)[0]
+    before = Node.objects.get(pk=lease.node_id).lease_expires_at
+    leases.heartbeat(lease, seconds=600)
+    assert Node.objects.get(pk=lease.node_id).lease_expires_at > before
+
+    leases.heartbeat(lease, seconds=0)  # let it lapse
+    successor = leases.claim(owner="worker-b")[0]
+    with pytest.raises(LeaseLost):
+        leases.heartbeat(lease)
+    assert Node.objects.get(pk=lease.node_id).lease_owner == "worker-b"
+    assert successor.token > lease.token
+
+
+def test_stalled_workers_late_result_is_discarded_and_audited():
+    node = wiping_fleet(1)[0]
+    stalled = leases.claim(owner="worker-a", seconds=0)[0]
+    successor = leases.claim(owner="worker-b", seconds=60)[0]
+
+    assert leases.complete(stalled, event="wipe_failed", actor="worker-a", reason="late") is None
+    assert Node.objects.get(pk=node.pk).state == "wiping"
+    discard = AuditEvent.objects.filter(node=node, event="result_discarded").get()
+    assert discard.detail == {"attempted": "wipe_failed", "token": stalled.token, "current_token": successor.token}
+    assert "worker-a" in discard.reason and "worker-b" in discard.reason
+
+    done = leases.complete(successor, event="wipe_succeeded", actor="worker-b")
+    assert (done.state, done.lease_owner, done.lease_expires_at) == ("inspecting", "", None)
+
+
+def test_an_expired_lease_writes_nothing_even_without_a_successor():
+    node = wiping_fleet(1)[0]
+    lease = leases.claim(owner="worker-a", seconds=0)[0]
+    assert leases.complete(lease, event="wipe_succeeded", actor="worker-a") is None
+    assert leases.set_step(lease, step="secure_erase", actor="worker-a") is False
+    node.refresh_from_db()
+    assert (node.state, node.step) == ("wiping", "")
+    assert AuditEvent.objects.filter(node=node, event="result_discarded").count() == 2
+
+
+def test_a_result_after_the_node_changed_state_is_discarded():
+    node = wiping_fleet(1)[0]
+    lease = leases.claim(owner="worker-a", seconds=60)[0]
+    node = drive(node, "hardware_fault")  # an alert's quarantine wins, and ends the lease
+    assert (node.lease_owner, node.lease_expires_at) == ("", None)
+    assert leases.complete(lease, event="wipe_succeeded", actor="worker-a") is None
+    assert Node.objects.get(pk=node.pk).state == "quarantined"
+    assert AuditEvent.objects.filter(node=node, event="result_discarded").exists()
+
+
+def test_a_same_state_result_keeps_the_lease():
+    node = drive(enrol_default_fleet(1)[0], "inspection_started")
+    lease = leases.claim(owner="worker-a", seconds=60)[0]
+    node = leases.complete(lease, event="inspection_passed", actor="worker-a")
+    assert (node.state, node.lease_owner) == ("inspecting", "worker-a")
+    node = leases.complete(lease, event="attestation_passed", actor="worker-a")
+    assert (node.state, node.lease_owner) == ("available", "")
+
+
+def test_steps_are_recorded_under_the_lease_and_audited():
+    node = wiping_fleet(1)[0]
+    lease = leases.claim(owner="worker-a", seconds=60)[0]
+    assert leases.set_step(lease, step="secure_erase", actor="worker-a")
+    node.refresh_from_db()
+    assert node.step == "secure_erase" and node.step_since is not None
+    assert AuditEvent.objects.filter(node=node, event="step_changed", reason="secure_erase").exists()
+
+
+def test_release_gives_the_node_back_for_the_next_claim():
+    wiping_fleet(1)
+    lease = leases.claim(owner="worker-a", seconds=60)[0]
+    assert leases.release(lease)
+    assert not leases.release(lease)
+    assert leases.claim(owner="worker-b")[0].token == lease.token + 1

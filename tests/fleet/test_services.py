@@ -1,0 +1,86 @@
+"""fleet.services.transition: compare-and-set, audit, and the fields each state implies."""
+
+import threading
+
+import pytest
+from django.db import connection
+
+from fleet.lifecycle import IllegalTransition
+from fleet.models import AuditEvent, Node
+from fleet.services import ConcurrentTransition, transition
+from tests.conftest import drive, enrol_default_fleet
+
+
+def test_illegal_event_raises_and_writes_nothing(node):
+    rows = AuditEvent.objects.count()
+    with pytest.raises(IllegalTransition, match="'released' is not allowed in state 'enrolled'"):
+        transition(node_id=node.pk, event="released", actor="test")
+    assert Node.objects.get(pk=node.pk).state == "enrolled"
+    assert AuditEvent.objects.count() == rows
+
+
+def test_provisioning_needs_the_reservation_and_takes_its_tenant(available_node, alices_reservation):
+    with pytest.raises(ValueError, match="needs the reservation"):
+        transition(node_id=available_node.pk, event="provision_requested", actor="test")
+    node = drive(available_node, "provision_requested", reservation=alices_reservation)
+    assert (node.state, node.tenant, node.reservation) == (
+        "provisioning",
+        alices_reservation.tenant,
+        alices_reservation,
+    )
+
+
+def test_a_wiped_node_comes_back_without_its_tenant(active_node):
+    node = drive(active_node, "released")
+    assert node.tenant_id and node.state == "wiping"
+    node = drive(node, "wipe_succeeded")
+    assert (node.state, node.tenant, node.reservation) == ("inspecting", None, None)
+
+
+def test_leaving_quarantine_clears_the_reason_and_goes_through_wiping(node):
+    node = drive(node, "operator_quarantine", reason="fan noise")
+    assert node.quarantine_reason == "operator_quarantine: fan noise"
+    node = drive(node, "operator_return")
+    assert (node.state, node.quarantine_reason) == ("wiping", "")
+
+
+def test_a_new_state_starts_without_a_step(node):
+    Node.objects.filter(pk=node.pk).update(step="power_on", step_since=node.state_since)
+    node = drive(node, "inspection_started")
+    assert (node.step, node.step_since) == ("", None)
+    assert node.state_since > AuditEvent.objects.filter(node=node, event="enrolled").get().at
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_transitions_apply_exactly_one_and_audit_exactly_one():
+    nodes = enrol_default_fleet(10)
+    for node in nodes:
+        drive(node, "inspection_started")
+    outcomes = []
+
+    def race(node_id, event, barrier):
+        barrier.wait()
+        try:
+            transition(node_id=node_id, event=event, actor=f"racer:{event}", reason="race")
+            outcomes.append((node_id, event))
+        except (ConcurrentTransition, IllegalTransition):
+            pass
+        finally:
+            connection.close()
+
+    for node in nodes:
+        barrier = threading.Barrier(2)
+        racers = [
+            threading.Thread(target=race, args=(node.pk, event, barrier))
+            for event in ("attestation_passed", "attestation_failed")
+        ]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join()
+
+    assert sorted(node_id for node_id, _ in outcomes) == sorted(n.pk for n in nodes)
+    for node_id, event in outcomes:
+        audited = AuditEvent.objects.filter(node_id=node_id, from_state="inspecting").values_list("event", flat=True)
+        assert list(audited) == [event]
+        assert Node.objects.get(pk=node_id).state == {"attestation_passed": "available"}.get(event, "quarantined")
