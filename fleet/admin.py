@@ -2,6 +2,7 @@
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.template.response import TemplateResponse
 
 from fleet import lifecycle
@@ -52,7 +53,7 @@ def _apply(modeladmin, request, queryset, event: lifecycle.Event, reason: str = 
         else:
             applied.append(node.name)
     if applied:
-        modeladmin.message_user(request, f"{event.value} applied to {', '.join(applied)}", messages.SUCCESS)
+        modeladmin.message_user(request, f"Applied {event.value} to {', '.join(applied)}", messages.SUCCESS)
 
 
 @admin.register(Node)
@@ -63,6 +64,8 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ["name", "serial", "gpus__uuid"]
     inlines = [GPUInline]
     actions = ["quarantine", "return_to_service", "put_into_maintenance"]
+    # BMCs on a management network commonly speak plain http.
+    formfield_overrides = {models.URLField: {"form_class": forms.URLField, "assume_scheme": "http"}}
     # The BMC password is never shown; state fields change only through the actions.
     exclude = ["bmc_password"]
     readonly_fields = [

@@ -142,10 +142,10 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
     """
     records = list(records)
     pods = {name: Pod.objects.get_or_create(name=name)[0] for name in sorted({r.pod for r in records})}
-    racks = {rack.name: rack for rack in Rack.objects.filter(name__in={r.rack for r in records})}
-    for record in records:
-        if record.rack not in racks:
-            racks[record.rack] = Rack.objects.create(name=record.rack, pod=pods[record.pod])
+    rack_pods = {r.rack: pods[r.pod] for r in records}
+    known_racks = set(Rack.objects.filter(name__in=rack_pods).values_list("name", flat=True))
+    Rack.objects.bulk_create(Rack(name=name, pod=pod) for name, pod in rack_pods.items() if name not in known_racks)
+    racks = Rack.objects.in_bulk(list(rack_pods), field_name="name")
     created = updated = 0
     access_fields = ["redfish_url", "system_id", "bmc_username", "bmc_password", "agent_url"]
     for batch in _batches(records, ENROLMENT_BATCH):

@@ -1,0 +1,121 @@
+"""manage.py seed_fleet: the default topology, bmcsim-style inventories, idempotence, clear errors."""
+
+import json
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from fleet.models import GPU, AuditEvent, Node, Pod, Rack
+from fleet.topology import bmc_password, default_layout
+
+
+def seed(*args) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command("seed_fleet", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def test_default_topology_is_fifty_nodes_in_two_pods_and_seven_racks(db):
+    assert "50 enrolled" in seed("--topology", "default")
+    assert list(Pod.objects.values_list("name", flat=True)) == ["p1", "p2"]
+    assert Rack.objects.count() == 7
+    per_pod = Counter(Node.objects.values_list("rack__pod__name", flat=True))
+    assert per_pod == {"p1": 32, "p2": 18}
+    assert GPU.objects.count() == 400
+    assert set(Node.objects.values_list("state", flat=True)) == {"enrolled"}
+    assert AuditEvent.objects.filter(event="enrolled").count() == 50
+    node = Node.objects.get(name="node-001")
+    assert (node.rack.name, node.position, node.system_id) == ("r01", 1, "node-001")
+    assert node.bmc_password == bmc_password("node-001")
+    assert [g.uuid for g in node.gpus.all()] == [g.uuid for g in default_layout(1)[0].gpus]
+
+
+def test_seeding_twice_changes_nothing(db):
+    seed("--topology", "default")
+    assert "0 enrolled, 0 updated, 50 unchanged" in seed("--topology", "default")
+    assert Node.objects.count() == 50 and AuditEvent.objects.count() == 50
+
+
+def test_a_big_fleet_is_enrolled_in_batches(db):
+    assert "10000 enrolled" in seed("--topology", "default", "--nodes", "10000")
+    assert Node.objects.count() == 10000 and GPU.objects.count() == 80000
+    assert Rack.objects.count() == 1250
+    assert Node.objects.filter(name="node-10000", rack__name="r1250").exists()
+
+
+@pytest.fixture
+def inventory_server():
+    """A data-center inventory on loopback that answers whatever the test sets."""
+    answer = {"status": 200, "body": b"{}", "content_type": "application/json"}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(answer["status"])
+            self.send_header("Content-Type", answer["content_type"])
+            self.end_headers()
+            self.wfile.write(answer["body"])
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", answer
+    server.shutdown()
+    server.server_close()
+
+
+def inventory(**overrides) -> dict:
+    base = "http://127.0.0.1:8100"
+    nodes = []
+    for spec in default_layout(3):
+        entry = {
+            "name": spec.name,
+            "pod": spec.pod,
+            "rack": spec.rack,
+            "position": spec.position,
+            "serial": spec.serial,
+            "redfish_url": base,
+            "system_id": spec.name,
+            "credentials": {"username": "admin", "password": spec.bmc_password},
+            "agent_url": f"{base}/agent/{spec.name}",
+            "gpus": [{"index": g.index, "uuid": g.uuid, "serial": g.serial, "model": g.model} for g in spec.gpus],
+        }
+        nodes.append({**entry, **overrides})
+    return {"nodes": nodes}
+
+
+def test_enrols_from_an_inventory_and_refreshes_bmc_access(db, inventory_server):
+    url, answer = inventory_server
+    answer["body"] = json.dumps(inventory()).encode()
+    assert "3 enrolled" in seed("--bmcsim-url", url)
+    answer["body"] = json.dumps(inventory(credentials={"username": "admin", "password": "rotated"})).encode()
+    assert "0 enrolled, 3 updated" in seed("--bmcsim-url", url)
+    assert set(Node.objects.values_list("bmc_password", flat=True)) == {"rotated"}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (200, b"<html>not json</html>", "not usable"),
+        (200, b'{"nodes": [{"name": "node-001"}]}', "'credentials' must be dict"),
+        (200, b'{"nodes": "all of them"}', "'nodes' list"),
+        (500, b"{}", "cannot read the inventory"),
+    ],
+)
+def test_a_bad_inventory_is_refused_with_a_clear_error(db, inventory_server, status, body, message):
+    url, answer = inventory_server
+    answer.update(status=status, body=body)
+    with pytest.raises(CommandError, match=message):
+        seed("--bmcsim-url", url)
+    assert not Node.objects.exists()
+
+
+def test_an_unreachable_bmcsim_says_what_to_do(db):
+    with pytest.raises(CommandError, match="start bmcsim, or use --topology default"):
+        seed("--bmcsim-url", "http://127.0.0.1:9")
