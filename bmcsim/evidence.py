@@ -1,0 +1,110 @@
+"""Attestation evidence of one node, bound to a verifier's nonce.
+
+POST {agent_url}/evidence {"nonce": hex} returns::
+
+    {"quote": {"attest": b64 TPMS_ATTEST, "signature": b64, "ak_cert": PEM},
+     "event_log": [{"pcr", "digest", "component", "description"}, ...],
+     "gpus": [{"index", "uuid", "nonce", "measurements": {"vbios", "driver"}, "cc_mode",
+               "signature", "cert_chain": [device PEM, vendor device CA PEM]}, ...]}
+
+- `attest` is a TPM 2.0 TPMS_ATTEST (TPM_ST_ATTEST_QUOTE) whose extraData is the nonce and
+  whose pcrDigest is SHA-256 over the SHA-256 bank PCRs 0, 4, 8, 9 concatenated in that order.
+- `signature` is an ECDSA P-256 signature, DER-encoded (RFC 3279 Ecdsa-Sig-Value), over
+  SHA-256 of the attest bytes, by the attestation key certified in `ak_cert` (issued by the
+  manufacturer CA, subject CN = node name, serialNumber = node serial).
+- Replaying the event log, `PCR = SHA256(PCR || bytes.fromhex(digest))` from 32 zero bytes per
+  PCR, gives the quoted PCR values.
+- A GPU report's `signature` is ECDSA P-384 over SHA-384, DER-encoded then base64, of the
+  report's canonical encoding: the report without `signature` and `cert_chain`, as JSON with
+  sorted keys, separators (",", ":"), UTF-8 (`canonical_gpu_report`). Its chain ends at the
+  GPU-vendor root served by GET /bmcsim/v1/roots. Measurements are SHA-384 hex digests.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from . import releases, tpm
+from .pki import PKI
+from .state import NodeState
+
+TPM_FIRMWARE_VERSION = 0x0007_0055_0000_0000
+DESCRIPTIONS = {
+    "firmware": "EV_EFI_PLATFORM_FIRMWARE_BLOB2 {release}",
+    "bootloader": "EV_EFI_BOOT_SERVICES_APPLICATION {release}",
+    "kernel": "EV_IPL kernel {release}",
+    "initrd": "EV_IPL initrd {release}",
+    "cmdline": "EV_IPL kernel command line {release}",
+}
+
+
+def canonical_gpu_report(report: dict) -> bytes:
+    unsigned = {k: v for k, v in report.items() if k not in ("signature", "cert_chain")}
+    return json.dumps(unsigned, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _release_of(component: str, digest: str) -> str:
+    for release in releases.BOOT_RELEASES[component]:
+        if releases.boot_digest(component, release) == digest:
+            return release
+    return "unknown image"
+
+
+def event_log(node: NodeState) -> list[dict]:
+    return [
+        {
+            "pcr": releases.PCR_OF[component],
+            "digest": digest,
+            "component": component,
+            "description": DESCRIPTIONS[component].format(release=_release_of(component, digest)),
+        }
+        for component, digest in node.measured_boot()
+    ]
+
+
+def replay(log: list[dict]) -> dict[int, bytes]:
+    pcrs = {i: tpm.ZERO_PCR for i in releases.QUOTED_PCRS}
+    for event in log:
+        pcrs[event["pcr"]] = tpm.extend(pcrs[event["pcr"]], bytes.fromhex(event["digest"]))
+    return pcrs
+
+
+def collect(node: NodeState, pki: PKI, nonce: bytes, now: float) -> dict:
+    ak, ak_cert = pki.attestation_key(node.name, node.spec.serial)
+    log = event_log(node)
+    attest = tpm.quote_attest(
+        signer_name=tpm.object_name(ak.public_key()),
+        nonce=nonce,
+        clock_ms=int(max(0.0, now - node.booted_at) * 1000),
+        reset_count=node.boot_count,
+        restart_count=0,
+        firmware_version=TPM_FIRMWARE_VERSION,
+        pcrs=replay(log),
+    )
+    signature = ak.sign(attest, ec.ECDSA(hashes.SHA256()))
+    return {
+        "quote": {
+            "attest": base64.b64encode(attest).decode(),
+            "signature": base64.b64encode(signature).decode(),
+            "ak_cert": ak_cert,
+        },
+        "event_log": log,
+        "gpus": [_gpu_report(node, gpu, pki, nonce) for gpu in node.spec.gpus],
+    }
+
+
+def _gpu_report(node: NodeState, gpu, pki: PKI, nonce: bytes) -> dict:
+    key, chain = pki.gpu_key(gpu.uuid, gpu.serial)
+    report = {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "nonce": nonce.hex(),
+        "measurements": releases.factory_gpu_measurements(),
+        "cc_mode": node.cc_mode,
+    }
+    signature = key.sign(canonical_gpu_report(report), ec.ECDSA(hashes.SHA384()))
+    return {**report, "signature": base64.b64encode(signature).decode(), "cert_chain": chain}

@@ -1,0 +1,78 @@
+"""Fault injection: parse a request, apply it to a node, clear it.
+
+Kinds (POST /bmcsim/v1/faults with {"node", "kind", ...}):
+- xid {"gpu", "xid"}: the GPU reports that XID; it counts in the metrics and the GPU turns unhealthy.
+- implant: the node's kernel image is replaced by a tampered one; the next boot measures it,
+  a disk secure erase does not remove it, clearing the fault (the operator's reflash) does.
+- bmc_error: the node's BMC answers 500.
+- bmc_timeout: the node's BMC does not answer until the fault is cleared (at most HANG_S seconds).
+- erase_hang / erase_fail: a drive secure erase or GPU memory wipe started while set never
+  ends / ends in failure.
+- agent_down: the node's in-band agent answers 503.
+"""
+
+from __future__ import annotations
+
+from .state import Fleet, NodeState
+
+KINDS = ("xid", "implant", "bmc_error", "bmc_timeout", "erase_hang", "erase_fail", "agent_down")
+HANG_S = 120.0
+
+
+class FaultError(Exception):
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def inject(fleet: Fleet, payload: object) -> tuple[NodeState, dict]:
+    """Validate a fault request and apply it; returns the node and the fault as stored."""
+    if not isinstance(payload, dict):
+        raise FaultError(400, "body must be a JSON object with 'node' and 'kind'")
+    name, kind = payload.get("node"), payload.get("kind")
+    if not isinstance(name, str) or not name:
+        raise FaultError(400, "'node' is required")
+    if kind not in KINDS:
+        raise FaultError(400, f"'kind' must be one of {', '.join(KINDS)}")
+    node = fleet.nodes.get(name)
+    if node is None:
+        raise FaultError(404, f"no node named {name!r}")
+    if kind == "xid":
+        gpu, xid = payload.get("gpu"), payload.get("xid")
+        gpus = len(node.spec.gpus)
+        if not _is_int(gpu) or not 0 <= gpu < gpus:
+            raise FaultError(400, f"'gpu' must be an integer from 0 to {gpus - 1}")
+        if not _is_int(xid) or not 1 <= xid <= 65535:
+            raise FaultError(400, "'xid' must be an integer from 1 to 65535")
+        fault = {"kind": "xid", "gpu": gpu, "xid": xid}
+        per_gpu = node.xid_counts.setdefault(str(gpu), {})
+        per_gpu[str(xid)] = per_gpu.get(str(xid), 0) + 1
+        node.faults.append(fault)
+    else:
+        fault = {"kind": kind}
+        if not node.has_fault(kind):
+            node.faults.append(fault)
+    fleet.touch(node)
+    return node, fault
+
+
+def clear(fleet: Fleet, name: str | None) -> int:
+    """Clear every fault, or one node's; returns how many were cleared."""
+    if name is not None and name not in fleet.nodes:
+        raise FaultError(404, f"no node named {name!r}")
+    nodes = [fleet.nodes[name]] if name is not None else [n for n in fleet.nodes.values() if n.faults]
+    cleared = 0
+    for node in nodes:
+        cleared += len(node.faults)
+        node.faults = []
+        fleet.touch(node)
+    return cleared
+
+
+def listing(fleet: Fleet) -> list[dict]:
+    return [{"node": n.name, **f} for n in fleet.nodes.values() for f in n.faults]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,79 @@
+"""The aiohttp application: routes, JSON errors outside Redfish, the state flusher, start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+
+from . import admin, agent, redfish
+from .redfish import SIM
+from .settings import Settings
+from .sim import Simulator
+
+FLUSH_INTERVAL_S = 0.2
+log = logging.getLogger("bmcsim")
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler):
+    """Outside /redfish: 404, 405 and any crash become {"detail": ...}, never a traceback."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return web.json_response({"detail": exc.reason}, status=exc.status, headers=_allow(exc))
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return web.json_response({"detail": "internal error"}, status=500)
+
+
+def _allow(exc: web.HTTPException) -> dict:
+    return {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else {}
+
+
+@web.middleware
+async def route_redfish(request: web.Request, handler):
+    if request.path == "/redfish" or request.path.startswith("/redfish/"):
+        return await redfish.redfish_middleware(request, handler)
+    return await handler(request)
+
+
+async def _flusher(app: web.Application):
+    """Write changed nodes every FLUSH_INTERVAL_S: one SQLite commit per burst, and a last one at exit."""
+    sim = app[SIM]
+
+    async def loop():
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            sim.fleet.flush()
+
+    task = asyncio.create_task(loop())
+    yield
+    task.cancel()
+    sim.close()
+
+
+def make_app(settings: Settings) -> web.Application:
+    app = web.Application(middlewares=[json_errors, route_redfish])
+    app[SIM] = Simulator(settings)
+    redfish.add_routes(app.router)
+    agent.add_routes(app.router)
+    admin.add_routes(app.router)
+    app.cleanup_ctx.append(_flusher)
+    return app
+
+
+def run(settings: Settings) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = make_app(settings)
+    log.info(
+        "%d nodes on %s, data in %s, time scale %s",
+        len(app[SIM].fleet.nodes),
+        settings.base_url,
+        settings.data_dir,
+        settings.scale,
+    )
+    web.run_app(app, host=settings.host, port=settings.port, access_log=None, print=None)

@@ -1,0 +1,86 @@
+"""bmcsim's settings, from the command line and the environment, and the fleet layout they name."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet.topology import NodeSpec, default_layout
+
+MAX_NODES = 10_000
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str
+    port: int
+    nodes: int
+    topology: Path | None
+    data_dir: Path
+    scale: float
+    username: str
+    password: str
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def parse(argv: list[str] | None = None) -> Settings:
+    env = os.environ
+    parser = argparse.ArgumentParser(
+        prog="python -m bmcsim", description="Simulated GPU fleet: Redfish BMCs and node agents."
+    )
+    parser.add_argument("--host", default=env.get("BMCSIM_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(env.get("BMCSIM_PORT", "8100")))
+    parser.add_argument("--nodes", type=int, default=int(env.get("BMCSIM_NODES", "50")), help="fleet size, default 50")
+    parser.add_argument(
+        "--topology",
+        type=Path,
+        default=env.get("BMCSIM_TOPOLOGY") or None,
+        help='JSON file {"nodes": N, "nodes_per_rack"?, "pods"?, "gpus_per_node"?} for other fleet shapes',
+    )
+    parser.add_argument("--data-dir", type=Path, default=Path(env.get("BMCSIM_DATA_DIR", REPO_ROOT / "var" / "bmcsim")))
+    parser.add_argument("--time-scale", type=float, default=float(env.get("SIM_TIME_SCALE", "1")))
+    args = parser.parse_args(argv)
+    if not 1 <= args.nodes <= MAX_NODES:
+        parser.error(f"--nodes must be from 1 to {MAX_NODES}")
+    if args.time_scale < 0:
+        parser.error("SIM_TIME_SCALE must not be negative")
+    return Settings(
+        host=args.host,
+        port=args.port,
+        nodes=args.nodes,
+        topology=Path(args.topology) if args.topology else None,
+        data_dir=args.data_dir,
+        scale=args.time_scale,
+        username=env.get("BMCSIM_USERNAME", "root"),
+        password=env.get("BMCSIM_PASSWORD", "calvin"),
+    )
+
+
+def layout(settings: Settings) -> list[NodeSpec]:
+    """The fleet from fleet.topology, so the control plane's seed_fleet names the same hardware."""
+    if settings.topology is None:
+        return default_layout(settings.nodes)
+    shape = json.loads(settings.topology.read_text())
+    unknown = set(shape) - {"nodes", "nodes_per_rack", "pods", "gpus_per_node"}
+    if unknown:
+        raise ValueError(f"unknown keys in {settings.topology}: {', '.join(sorted(unknown))}")
+    count = shape.get("nodes", settings.nodes)
+    if not isinstance(count, int) or not 1 <= count <= MAX_NODES:
+        raise ValueError(f"'nodes' in {settings.topology} must be an integer from 1 to {MAX_NODES}")
+    kwargs = {
+        key: shape[src]
+        for key, src in (
+            ("nodes_per_rack", "nodes_per_rack"),
+            ("pod_count", "pods"),
+            ("gpus_per_node", "gpus_per_node"),
+        )
+        if src in shape
+    }
+    return default_layout(count, **kwargs)
