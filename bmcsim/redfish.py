@@ -86,7 +86,10 @@ async def redfish_middleware(request: web.Request, handler):
                     headers={"WWW-Authenticate": 'Basic realm="bmcsim"'},
                 )
             request["principal"] = principal
-        return await handler(request)
+        response = await handler(request)
+        if request.method == "GET" and response.status == 200:
+            response.headers["Allow"] = _allowed(request.match_info.route.resource)
+        return response
     except RedfishError as err:
         return error_response(err)
     except web.HTTPMethodNotAllowed as exc:
@@ -100,6 +103,11 @@ async def redfish_middleware(request: web.Request, handler):
         )
     except web.HTTPNotFound:
         return error_response(not_found(request.path))
+
+
+@functools.cache
+def _allowed(resource: web.AbstractResource) -> str:
+    return ", ".join(sorted({route.method for route in resource}))
 
 
 def _is_sessions(path: str) -> bool:
@@ -358,6 +366,64 @@ async def get_controller(request: web.Request, sim: Simulator, node: NodeState) 
 @node_scoped
 async def get_volumes(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
     return reply(resources.volumes(node))
+
+
+@node_scoped
+async def create_volume(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    """A RAID volume over the node's drives, as Ironic's RAID configuration creates one."""
+    body = await read_json(request)
+    raid_type = body.get("RAIDType", "RAID1")
+    if raid_type not in state.RAID_TYPES:
+        raise RedfishError(
+            400,
+            "PropertyValueNotInList",
+            f"The value {raid_type!r} for RAIDType is not supported.",
+            json.dumps(raid_type),
+            "RAIDType",
+        )
+    storage_path = f"/redfish/v1/Systems/{node.name}/Storage/1"
+    links = (body.get("Links") or {}).get("Drives") or [
+        resources.ref(f"{storage_path}/Drives/{d}") for d in state.DRIVES
+    ]
+    drives = [link.get("@odata.id", "").rpartition("/")[2] if isinstance(link, dict) else "" for link in links]
+    if any(d not in state.DRIVES for d in drives) or len(set(drives)) != len(drives):
+        raise RedfishError(
+            400,
+            "PropertyValueIncorrect",
+            "Links/Drives must name distinct drives of this storage.",
+            json.dumps(links),
+            "Links/Drives",
+        )
+    volume_id = str(max((int(v["id"]) for v in node.volumes), default=0) + 1)
+    record = {
+        "id": volume_id,
+        "name": str(body.get("Name") or f"Volume {volume_id}"),
+        "raid_type": raid_type,
+        "drives": drives,
+    }
+    node.volumes.append(record)
+    sim.fleet.touch(node)
+    body = resources.volume(node, record)
+    return reply(body, status=201, headers={"Location": body["@odata.id"]})
+
+
+def _volume(request: web.Request, node: NodeState) -> dict:
+    record = next((v for v in node.volumes if v["id"] == request.match_info["volume"]), None)
+    if record is None:
+        raise not_found(request.path)
+    return record
+
+
+@node_scoped
+async def get_volume(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    return reply(resources.volume(node, _volume(request, node)))
+
+
+@node_scoped
+async def delete_volume(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    node.volumes.remove(_volume(request, node))
+    sim.fleet.touch(node)
+    return no_content()
 
 
 def _drive_id(request: web.Request) -> str:
@@ -643,6 +709,9 @@ ROUTES = [
     ("GET", "/redfish/v1/Systems/{node}/Storage/1/Controllers", get_controllers),
     ("GET", "/redfish/v1/Systems/{node}/Storage/1/Controllers/0", get_controller),
     ("GET", "/redfish/v1/Systems/{node}/Storage/1/Volumes", get_volumes),
+    ("POST", "/redfish/v1/Systems/{node}/Storage/1/Volumes", create_volume),
+    ("GET", "/redfish/v1/Systems/{node}/Storage/1/Volumes/{volume}", get_volume),
+    ("DELETE", "/redfish/v1/Systems/{node}/Storage/1/Volumes/{volume}", delete_volume),
     ("GET", "/redfish/v1/Systems/{node}/Storage/1/Drives/{drive}", get_drive),
     ("POST", "/redfish/v1/Systems/{node}/Storage/1/Drives/{drive}/Actions/Drive.SecureErase", secure_erase),
     ("GET", "/redfish/v1/Managers", get_managers),
@@ -674,7 +743,13 @@ ROUTES = [
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
-    """Each path also answers with a trailing slash, as Redfish clients use both."""
+    """One resource per path, so that its Allow header lists every method; each path also answers
+    with a trailing slash, as Redfish clients use both."""
+    by_path: dict[str, list] = {}
     for method, path, handler in ROUTES:
+        by_path.setdefault(path, []).append((method, handler))
+    for path, routes in by_path.items():
         for variant in (path, path + "/"):
-            router.add_route(method, variant, handler)
+            resource = router.add_resource(variant)
+            for method, handler in routes:
+                resource.add_route(method, handler)

@@ -33,6 +33,7 @@ TYPES = {
     "EthernetInterface": "v1_12_4",
     "Storage": "v1_21_0",
     "StorageController": "v1_11_0",
+    "Volume": "v1_10_2",
     "Drive": "v1_22_0",
     "VirtualMedia": "v1_6_5",
     "TaskService": "v1_3_0",
@@ -202,9 +203,8 @@ def system(node: NodeState, now: float) -> dict:
             "CoreCount": CPU_COUNT * CPU_CORES,
             "LogicalProcessorCount": CPU_COUNT * CPU_THREADS,
             "Model": CPU_MODEL,
-            "Status": OK,
         },
-        "MemorySummary": {"TotalSystemMemoryGiB": MEMORY_GIB, "Status": OK},
+        "MemorySummary": {"TotalSystemMemoryGiB": MEMORY_GIB},
         "Processors": ref(f"{base}/Processors"),
         "EthernetInterfaces": ref(f"{base}/EthernetInterfaces"),
         "Storage": ref(f"{base}/Storage"),
@@ -304,17 +304,36 @@ def storage_controller(node: NodeState) -> dict:
         "Status": OK,
         "SupportedControllerProtocols": ["PCIe"],
         "SupportedDeviceProtocols": ["NVMe"],
-        "SupportedRAIDTypes": ["None"],
+        "SupportedRAIDTypes": list(state.RAID_TYPES),
     }
 
 
 def volumes(node: NodeState) -> dict:
-    body = collection("VolumeCollection", f"/redfish/v1/Systems/{node.name}/Storage/1/Volumes", "Volumes", [])
+    base = f"/redfish/v1/Systems/{node.name}/Storage/1/Volumes"
+    body = collection("VolumeCollection", base, "Volumes", [f"{base}/{v['id']}" for v in node.volumes])
     body["@Redfish.OperationApplyTimeSupport"] = {
         "@odata.type": "#Settings.v1_4_0.OperationApplyTimeSupport",
         "SupportedValues": ["Immediate"],
     }
     return body
+
+
+def volume_capacity(raid_type: str, drives: list[str]) -> int:
+    return state.DRIVE_CAPACITY_BYTES * (len(drives) if raid_type == "RAID0" else 1)
+
+
+def volume(node: NodeState, record: dict) -> dict:
+    storage_path = f"/redfish/v1/Systems/{node.name}/Storage/1"
+    return {
+        "@odata.type": odata_type("Volume"),
+        "@odata.id": f"{storage_path}/Volumes/{record['id']}",
+        "Id": record["id"],
+        "Name": record["name"],
+        "RAIDType": record["raid_type"],
+        "CapacityBytes": volume_capacity(record["raid_type"], record["drives"]),
+        "Status": OK,
+        "Links": {"Drives": [ref(f"{storage_path}/Drives/{d}") for d in record["drives"]]},
+    }
 
 
 def drive(node: NodeState, drive_id: str, now: float) -> dict:

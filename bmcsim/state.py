@@ -28,6 +28,7 @@ MEDIA_SLOTS = {"Cd": ("CD", "DVD"), "Floppy": ("Floppy", "USBStick")}
 BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "Usb", "UefiHttp", "BiosSetup")
 BOOT_ENABLED = ("Disabled", "Once", "Continuous")
 BOOT_MODES = ("UEFI", "Legacy")
+RAID_TYPES = ("RAID0", "RAID1")
 RESET_TYPES = ("On", "ForceOn", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle", "Nmi")
 INDICATOR_LEDS = ("Lit", "Blinking", "Off")
 TASKS_KEPT = 16
@@ -60,6 +61,7 @@ class NodeState:
         "task_seq",
         "tasks",
         "transition_end",
+        "volumes",
         "xid_counts",
     )
     PERSISTED = tuple(name for name in __slots__ if name != "spec")
@@ -84,6 +86,7 @@ class NodeState:
         self.task_seq = 0
         self.gpu_wipe: dict | None = None
         self.cc_mode = "on"
+        self.volumes: list[dict] = []
 
     @property
     def name(self) -> str:
