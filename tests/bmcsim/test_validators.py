@@ -1,0 +1,87 @@
+"""DMTF's Redfish Service Validator and Interop Validator, run as their own commands against bmcsim."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import OPERATOR, SHARED
+
+BIN = Path(sys.executable).parent
+# The table both validators print last: | PASS | WARN | FAIL | NOT TESTED |, a rule, then the counts.
+SUMMARY = re.compile(
+    r"\|\s*PASS\s*\|\s*WARN\s*\|\s*FAIL\s*\|\s*NOT TESTED\s*\|\s*\n"
+    r"\+[-+]+\+\s*\n\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|"
+)
+
+
+def run_validator(command: list[str], logdir: Path) -> tuple[int, int, str]:
+    """Run a validator; return (passed, failed) from its summary table and its debug log."""
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    output = result.stdout + result.stderr
+    match = SUMMARY.search(output)
+    assert match, f"no summary table in the validator's output:\n{output[-3000:]}"
+    logs = list(logdir.glob("*/*.log"))
+    assert logs, "the validator wrote no debug log"
+    return int(match.group(1)), int(match.group(3)), logs[0].read_text()
+
+
+def test_service_validator_finds_no_failure(bmcsim, tmp_path):
+    passed, failed, log = run_validator(
+        [
+            str(BIN / "rf_service_validator"),
+            "--rhost",
+            bmcsim.url,
+            "--user",
+            OPERATOR[0],
+            "--password",
+            OPERATOR[1],
+            "--authtype",
+            "Basic",
+            "--skipschema",
+            "--schema_directory",
+            str(SHARED / "redfish" / "csdl"),
+            "--logdir",
+            str(tmp_path),
+        ],
+        tmp_path,
+    )
+    failures = [line for line in log.splitlines() if " - ERROR - " in line]
+    assert failed == 0 and not failures, "\n".join(failures)
+    assert passed > 1000  # it walked the whole service, every node
+    for resource in (
+        "Systems/node-004",
+        "Systems/node-004/Storage/1/Drives/1",
+        "Managers/node-004/VirtualMedia/Cd",
+        "Chassis/node-004/Thermal",
+        "SessionService",
+    ):
+        assert f"Validating /redfish/v1/{resource}..." in log
+
+
+def test_interop_validator_finds_no_failed_mandatory_requirement(bmcsim, tmp_path):
+    profile = SHARED / "redfish" / "profiles" / "OpenStackIronicProfile.v1_2_0.json"
+    passed, failed, log = run_validator(
+        [
+            str(BIN / "rf_interop_validator"),
+            "--rhost",
+            bmcsim.url,
+            "--user",
+            OPERATOR[0],
+            "--password",
+            OPERATOR[1],
+            "--authtype",
+            "Basic",
+            "--logdir",
+            str(tmp_path),
+            str(profile),
+        ],
+        tmp_path,
+    )
+    failures = [line for line in log.splitlines() if "FAIL - " in line]
+    assert failed == 0 and not failures, "\n".join(failures)
+    assert passed > 100
+    for requirement in ("/Boot/BootSourceOverrideTarget", "/Actions/#ComputerSystem.Reset", "/MACAddress", "/Volumes"):
+        assert f"PASS - {requirement} (" in log, requirement
