@@ -135,6 +135,9 @@ class NodeState:
         self.booted_at = self.transition_end + BOOT_S * scale
         self.boot_count += 1
         self.boot_implanted = self.has_fault("implant")
+        if operation_state(self.gpu_wipe, now) == "running":
+            # The reboot kills the wipe: it ends failed and a new one may start.
+            self.gpu_wipe = {**self.gpu_wipe, "end": now, "ok": False}
 
     def measured_boot(self) -> list[tuple[str, str]]:
         """(component, digest) in boot order, as measured by the last boot."""
