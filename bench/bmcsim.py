@@ -1,0 +1,125 @@
+"""Benchmark bmcsim: memory of a 10,000-node fleet, System GETs per second, metrics render time.
+
+Starts bmcsim as a subprocess on a free loopback port with a throw-away data directory, loads it
+from this process for a bounded time, and prints one table. Targets from issue 3: < 500 MB RSS,
+>= 1,000 GET/s with 8 concurrent clients, < 5 ms per node's metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NODES = 10_000
+CLIENTS = 8
+LOAD_SECONDS = 5.0
+METRICS_SAMPLES = 200
+AUTH = {"Authorization": "Basic " + base64.b64encode(b"root:calvin").decode()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+async def wait_ready(session: aiohttp.ClientSession, url: str, process: subprocess.Popen) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < 60:
+        if process.poll() is not None:
+            raise RuntimeError(f"bmcsim exited with {process.returncode}")
+        try:
+            async with session.get(url + "/redfish/v1/") as r:
+                if r.status == 200:
+                    return time.monotonic() - started
+        except aiohttp.ClientConnectionError:
+            await asyncio.sleep(0.05)
+    raise RuntimeError("bmcsim did not start within 60 s")
+
+
+async def system_gets(session: aiohttp.ClientSession, url: str, names: list[str]) -> tuple[float, int]:
+    """CLIENTS workers GET random Systems for LOAD_SECONDS; returns (requests/s, errors)."""
+    done = errors = 0
+    deadline = time.monotonic() + LOAD_SECONDS
+
+    async def worker():
+        nonlocal done, errors
+        rng = random.Random()
+        while time.monotonic() < deadline:
+            async with session.get(f"{url}/redfish/v1/Systems/{rng.choice(names)}", headers=AUTH) as r:
+                await r.read()
+                done += 1
+                errors += r.status != 200
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(CLIENTS)))
+    return done / (time.monotonic() - started), errors
+
+
+async def metrics_latency(session: aiohttp.ClientSession, url: str, names: list[str]) -> tuple[float, float]:
+    """Sequential metrics scrapes of different nodes: (mean ms, p95 ms), HTTP round trip included."""
+    timings = []
+    for name in random.Random(1).sample(names, METRICS_SAMPLES):
+        started = time.perf_counter()
+        async with session.get(f"{url}/agent/{name}/metrics") as r:
+            await r.read()
+            assert r.status == 200, r.status
+        timings.append((time.perf_counter() - started) * 1000)
+    timings.sort()
+    return sum(timings) / len(timings), timings[int(0.95 * len(timings))]
+
+
+async def main() -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as data_dir:
+        env = {**os.environ, "SIM_TIME_SCALE": "0", "BMCSIM_DATA_DIR": data_dir, "BMCSIM_NODES": str(NODES)}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bmcsim", "--port", str(port)], cwd=REPO_ROOT, env=env, stderr=subprocess.DEVNULL
+        )
+        try:
+            connector = aiohttp.TCPConnector(limit=CLIENTS)
+            async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session:
+                startup = await wait_ready(session, url, process)
+                async with session.get(url + "/bmcsim/v1/inventory") as r:
+                    names = [n["name"] for n in (await r.json())["nodes"]]
+                rate, errors = await system_gets(session, url, names)
+                mean_ms, p95_ms = await metrics_latency(session, url, names)
+                rss = rss_mb(process.pid)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    rows = [
+        ("nodes", f"{len(names):,}", ""),
+        ("start-up to first answer", f"{startup:.2f} s", ""),
+        ("RSS after the load", f"{rss:.0f} MB", "< 500 MB"),
+        (f"System GETs/s, {CLIENTS} concurrent clients", f"{rate:,.0f} ({errors} errors)", ">= 1,000"),
+        ("metrics of one node, mean", f"{mean_ms:.2f} ms", "< 5 ms"),
+        ("metrics of one node, p95", f"{p95_ms:.2f} ms", ""),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'bmcsim':<{width}}  {'measured':>22}  target")
+    for name, measured, target in rows:
+        print(f"{name:<{width}}  {measured:>22}  {target}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
