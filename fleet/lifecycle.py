@@ -79,8 +79,10 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
 }
 
 # Invariants the database repeats as CHECK constraints.
-TENANT_REQUIRED = frozenset({S.PROVISIONING, S.ACTIVE})
-TENANT_FORBIDDEN = frozenset({S.ENROLLED, S.INSPECTING, S.AVAILABLE})
+# A node serves a reservation (and has its tenant) exactly in these states.
+SERVING_STATES = frozenset({S.PROVISIONING, S.ACTIVE})
+# A node in these states is clean: no tenant, and no tenant's data on it.
+CLEAN_STATES = frozenset({S.ENROLLED, S.INSPECTING, S.AVAILABLE})
 REASON_REQUIRED = frozenset({S.QUARANTINED})
 # States in which a workflow owes the node work; workers claim nodes in these.
 WORK_STATES = frozenset({S.INSPECTING, S.PROVISIONING, S.WIPING})

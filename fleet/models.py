@@ -89,16 +89,16 @@ class Node(models.Model):
             models.CheckConstraint(condition=Q(position__gte=1), name="node_position_from_1"),
             models.CheckConstraint(condition=_in(lifecycle.State), name="node_state_known"),
             models.CheckConstraint(
-                condition=~_in(lifecycle.TENANT_REQUIRED) | Q(tenant__isnull=False, reservation__isnull=False),
+                condition=~_in(lifecycle.SERVING_STATES) | Q(tenant__isnull=False, reservation__isnull=False),
                 name="node_provisioning_or_active_has_tenant_and_reservation",
             ),
             models.CheckConstraint(
-                condition=~_in(lifecycle.TENANT_FORBIDDEN) | Q(tenant__isnull=True, reservation__isnull=True),
-                name="node_enrolled_inspecting_available_have_no_tenant",
+                condition=_in(lifecycle.SERVING_STATES) | Q(reservation__isnull=True),
+                name="node_reservation_only_while_provisioning_or_active",
             ),
             models.CheckConstraint(
-                condition=Q(reservation__isnull=True) | Q(tenant__isnull=False),
-                name="node_reservation_comes_with_tenant",
+                condition=~_in(lifecycle.CLEAN_STATES) | Q(tenant__isnull=True),
+                name="node_enrolled_inspecting_available_have_no_tenant",
             ),
             models.CheckConstraint(
                 condition=~_in(lifecycle.REASON_REQUIRED) | ~Q(quarantine_reason=""),

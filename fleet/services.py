@@ -17,6 +17,7 @@ from django.db.models.functions import Now
 from fleet import lifecycle
 from fleet.inventory import NodeRecord
 from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node, NodeState, Pod, Rack
+from fleet.signals import node_transitioned
 
 if TYPE_CHECKING:
     from fleet.leases import Lease
@@ -40,8 +41,10 @@ def _state_fields(node: Node, new_state: lifecycle.State, event: lifecycle.Event
     if new_state != node.state:
         # A new state starts afresh: no step yet, and whatever lease was held is over.
         fields.update(state_since=Now(), step="", step_since=None, lease_owner="", lease_expires_at=None)
-    if new_state in lifecycle.TENANT_FORBIDDEN:
-        fields.update(tenant=None, reservation=None)
+    if new_state not in lifecycle.SERVING_STATES:
+        fields["reservation"] = None
+    if new_state in lifecycle.CLEAN_STATES:
+        fields["tenant"] = None  # only a wipe makes a node clean; the tenant stays until then
     if event is lifecycle.Event.PROVISION_REQUESTED:
         if reservation is None:
             raise ValueError(f"{event.value} for node {node.name} needs the reservation it serves")
@@ -96,6 +99,15 @@ def transition(
                 to_state=new_state.value,
                 reason=reason,
                 detail=detail or {},
+            )
+            node_transitioned.send(
+                sender=Node,
+                node_id=node_id,
+                event=event,
+                actor=actor,
+                from_state=lifecycle.State(node.state),
+                to_state=new_state,
+                reservation_id=node.reservation_id,
             )
     if applied:
         return Node.objects.get(pk=node_id)

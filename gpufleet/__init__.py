@@ -1,0 +1,3 @@
+from gpufleet.celery import app as celery_app
+
+__all__ = ["celery_app"]

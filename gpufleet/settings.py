@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
+    "rest_framework.authtoken",
     "fleet",
     "reservations",
     "attestation",
@@ -88,8 +89,33 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["gpufleet.api.SizeLimitedJSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "EXCEPTION_HANDLER": "gpufleet.api.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
+}
+API_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_API_MAX_BODY_BYTES", str(256 * 1024)))
+
+# Celery: Redis is the broker; results are not kept (the database records every outcome).
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+# Publishing gives up fast: the reconciler enqueues again whatever a lost message was for.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+RECONCILE_SECONDS = float(os.environ.get("GPUFLEET_RECONCILE_SECONDS", "5"))
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-reservations": {
+        "task": "reservations.tasks.reconcile_reservations",
+        "schedule": RECONCILE_SECONDS,
+        "options": {"expires": RECONCILE_SECONDS},
+    },
 }
 
 # How long a worker's claim on a node lasts without a heartbeat.

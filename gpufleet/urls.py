@@ -1,11 +1,15 @@
 """URLs of the private listener."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from gpufleet.healthz import HealthzView
 
 urlpatterns = [
     path("healthz", HealthzView.as_view(), name="healthz"),
+    path("v1/", include("reservations.api.urls")),
     path("admin/", admin.site.urls),
 ]
+
+handler404 = "gpufleet.api.json_not_found"
+handler500 = "gpufleet.api.json_server_error"

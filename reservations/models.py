@@ -1,6 +1,12 @@
-"""Tenants and their reservations. Placement and the API arrive with the reservations issue;
-the models exist now because a node's tenant and reservation constraints bind already."""
+"""Tenants, their reservations, and the allocations that bind nodes to them for a period.
 
+No node is ever booked twice for overlapping periods: the exclusion constraint on Allocation
+refuses it in PostgreSQL itself, whatever the code above it does.
+"""
+
+from django.conf import settings
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Now
@@ -16,8 +22,31 @@ class ReservationState(models.TextChoices):
     FAILED = "failed"
 
 
+class ReservationEventKind(models.TextChoices):
+    CREATED = "created"
+    STARTED = "started"
+    ACTIVE = "active"
+    NODE_LOST = "node_lost"
+    REPLACEMENT_PLACED = "replacement_placed"
+    RELEASING = "releasing"
+    RELEASED = "released"
+
+
+# Reservations whose nodes are (or will be) held for the tenant.
+LIVE_STATES = [
+    ReservationState.PENDING,
+    ReservationState.PROVISIONING,
+    ReservationState.ACTIVE,
+    ReservationState.DEGRADED,
+]
+
+
 class Tenant(models.Model):
     name = models.SlugField(max_length=64, unique=True)
+    # The tenant's login: its API token (DRF authtoken) and the reservations page hang on it.
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="tenant"
+    )
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -36,6 +65,7 @@ class Reservation(models.Model):
     starts_at = models.DateTimeField(db_default=Now())
     ends_at = models.DateTimeField(null=True, blank=True, help_text="Empty: open-ended.")
     reason = models.TextField(blank=True, help_text="Why it failed or is degraded.")
+    placement = models.TextField(blank=True, help_text="Where placement put it, and why.")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -47,9 +77,55 @@ class Reservation(models.Model):
                 condition=Q(ends_at__isnull=True) | Q(ends_at__gt=F("starts_at")), name="reservation_ends_after_start"
             ),
             models.CheckConstraint(
-                condition=~Q(state=ReservationState.FAILED) | ~Q(reason=""), name="reservation_failed_has_reason"
+                condition=~Q(state__in=[ReservationState.FAILED, ReservationState.DEGRADED]) | ~Q(reason=""),
+                name="reservation_failed_or_degraded_has_reason",
             ),
+        ]
+        indexes = [
+            # The reconciler's sweep: reservations that are not over yet.
+            models.Index(fields=["starts_at"], name="reservation_live_idx", condition=Q(state__in=LIVE_STATES)),
         ]
 
     def __str__(self):
-        return f"reservation {self.pk} ({self.tenant_id})"
+        return f"reservation {self.pk} ({self.tenant})"
+
+
+class Allocation(models.Model):
+    """A node held for a reservation over a period; the period is cut short when the node leaves."""
+
+    reservation = models.ForeignKey(Reservation, on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey("fleet.Node", on_delete=models.PROTECT, related_name="allocations")
+    period = DateTimeRangeField()
+    ended_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["reservation", "node"]
+        constraints = [
+            ExclusionConstraint(
+                name="allocation_no_double_booking",
+                expressions=[("node", RangeOperators.EQUAL), ("period", RangeOperators.OVERLAPS)],
+            ),
+            models.CheckConstraint(condition=Q(period__startswith__isnull=False), name="allocation_period_has_start"),
+        ]
+
+    def __str__(self):
+        return f"{self.node} for reservation {self.reservation_id}"
+
+
+class ReservationEvent(models.Model):
+    """A reservation's history, append-only like the node audit log."""
+
+    reservation = models.ForeignKey(Reservation, on_delete=models.PROTECT, related_name="events")
+    at = models.DateTimeField(db_default=Now())
+    actor = models.CharField(max_length=128)
+    event = models.CharField(max_length=32, choices=ReservationEventKind.choices)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(event__in=ReservationEventKind.values), name="reservation_event_known"),
+        ]
+
+    def __str__(self):
+        return f"{self.reservation_id} {self.event}"

@@ -48,6 +48,16 @@ def drive(node: Node, *events: str, reservation=None, reason="test") -> Node:
     return node
 
 
+def make_available(nodes: list[Node]) -> list[Node]:
+    return [drive(node, "inspection_started", "inspection_passed", "attestation_passed") for node in nodes]
+
+
+@pytest.fixture
+def available_fleet(fleet) -> list[Node]:
+    """The 12-node fleet, inspected and attested: p1 is rack r01 (8 nodes), p2 is r02 (4 nodes)."""
+    return make_available(fleet)
+
+
 @pytest.fixture
 def available_node(node) -> Node:
     return drive(node, "inspection_started", "inspection_passed", "attestation_passed")

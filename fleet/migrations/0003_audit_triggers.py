@@ -11,7 +11,7 @@ from django.db import migrations
 AUDIT_APPEND_ONLY = """
 CREATE FUNCTION fleet_audit_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'the audit log is append-only: % refused on fleet_auditevent', TG_OP
+    RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP
         USING ERRCODE = 'restrict_violation';
 END $$;
 CREATE TRIGGER fleet_audit_append_only BEFORE UPDATE OR DELETE ON fleet_auditevent

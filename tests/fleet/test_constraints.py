@@ -53,10 +53,13 @@ def test_enrolled_inspecting_available_have_no_tenant(node, alice, alices_reserv
     )
 
 
-def test_reservation_comes_with_its_tenant(active_node):
-    node = drive(active_node, "released")  # wiping may keep the tenant whose data it holds
-    assert node.tenant_id and node.reservation_id
-    assert_refused_three_ways(node, {"tenant": None}, {"tenant_id": None})
+@pytest.mark.parametrize("events", [("released",), ("hardware_fault",)], ids=str)
+def test_only_a_provisioning_or_active_node_serves_a_reservation(active_node, events):
+    node = drive(active_node, *events)
+    assert node.tenant_id and not node.reservation_id  # it keeps the tenant whose data it holds
+    assert_refused_three_ways(
+        node, {"reservation": node.tenant.reservations.get()}, {"reservation_id": node.tenant.reservations.get().pk}
+    )
 
 
 def test_quarantined_has_a_reason(node):

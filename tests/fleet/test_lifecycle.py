@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from fleet.lifecycle import (
+    CLEAN_STATES,
     REASON_REQUIRED,
-    TENANT_FORBIDDEN,
-    TENANT_REQUIRED,
+    SERVING_STATES,
     TRANSITIONS,
     Event,
     IllegalTransition,
@@ -111,7 +111,7 @@ def test_quarantine_is_left_only_by_an_operator_and_only_towards_wiping_or_maint
 
 
 def test_invariant_sets_do_not_contradict():
-    assert not TENANT_REQUIRED & TENANT_FORBIDDEN
+    assert not SERVING_STATES & CLEAN_STATES
     assert {S.QUARANTINED} == REASON_REQUIRED
 
 

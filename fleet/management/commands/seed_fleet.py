@@ -18,9 +18,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--topology", choices=["inventory", "default"], default="inventory")
-        parser.add_argument(
-            "--nodes", type=int, default=DEFAULT_NODE_COUNT, help="Fleet size with --topology default."
-        )
+        parser.add_argument("--nodes", type=int, default=DEFAULT_NODE_COUNT, help="Fleet size with --topology default.")
         parser.add_argument("--bmcsim-url", default=settings.BMCSIM_URL)
 
     def handle(self, *args, topology, nodes, bmcsim_url, verbosity, **options):

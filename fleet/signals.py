@@ -1,0 +1,8 @@
+"""Signals other apps listen to, so the fleet app need not know them."""
+
+from django.dispatch import Signal
+
+# Sent by fleet.services.transition inside the transaction that applied it, with keyword
+# arguments node_id, event, actor, from_state, to_state and reservation_id (the reservation the node
+# served before the transition, or None).
+node_transitioned = Signal()

@@ -1,0 +1,98 @@
+"""What every API view shares: errors as JSON `{"detail": ...}`, a body size cap, strict input."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import JsonResponse
+from rest_framework import exceptions, serializers, status
+from rest_framework.parsers import JSONParser
+from rest_framework.utils import json
+from rest_framework.views import exception_handler
+
+from fleet.lifecycle import IllegalTransition
+from reservations.placement import PlacementRefused
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "request body too large"
+    default_code = "payload_too_large"
+
+
+class SizeLimitedJSONParser(JSONParser):
+    """JSON bodies up to API_MAX_BODY_BYTES; DRF reads the raw stream, past Django's own cap."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = settings.API_MAX_BODY_BYTES
+        request = (parser_context or {}).get("request")
+        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"request body of {declared} bytes is over the limit of {limit}")
+        body = stream.read(limit + 1) if stream is not None else b""
+        if len(body) > limit:
+            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            return json.loads(body.decode(encoding), parse_constant=json.strict_constant)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise exceptions.ParseError(f"malformed JSON: {error}") from error
+
+
+def _first_error(errors, prefix: str = "") -> str:
+    """The first message of a DRF error tree, named by its field path."""
+    if isinstance(errors, dict):
+        key, value = next(iter(errors.items()))
+        field = "" if key == "non_field_errors" else f"{prefix}{key}"
+        return _first_error(value, f"{field}." if field else "")
+    if isinstance(errors, list) and errors:
+        return _first_error(errors[0], prefix)
+    return f"{prefix.rstrip('.')}: {errors}" if prefix else str(errors)
+
+
+def api_exception_handler(error, context):
+    if isinstance(error, PlacementRefused):
+        error = exceptions.APIException(error.reason)
+        error.status_code = status.HTTP_409_CONFLICT
+    elif isinstance(error, IllegalTransition):
+        error = exceptions.APIException(str(error))
+        error.status_code = status.HTTP_409_CONFLICT
+    response = exception_handler(error, context)
+    if response is not None and isinstance(error, exceptions.ValidationError):
+        response.data = {"detail": _first_error(response.data), "errors": response.data}
+    return response
+
+
+class StrictInputSerializer(serializers.Serializer):
+    """Refuses a body that is not an object, or that names a field the serializer does not know."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["unknown field"] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON number, not a string or a boolean that looks like one."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+def json_not_found(request, exception=None):
+    return JsonResponse({"detail": "not found"}, status=404)
+
+
+def json_server_error(request):
+    return JsonResponse({"detail": "internal error; it has been logged"}, status=500)

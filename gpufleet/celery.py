@@ -1,0 +1,12 @@
+"""The Celery app. Messages are only triggers: the database says what work is owed, and the
+reconciler (beat) enqueues it again if a message is lost."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
+
+app = Celery("gpufleet")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

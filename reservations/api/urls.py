@@ -1,0 +1,10 @@
+from django.urls import path
+
+from reservations.api import views
+
+urlpatterns = [
+    path("capacity", views.CapacityView.as_view(), name="capacity"),
+    path("reservations", views.ReservationListView.as_view(), name="reservation-list"),
+    path("reservations/<int:pk>", views.ReservationDetailView.as_view(), name="reservation-detail"),
+    path("reservations/<int:pk>/release", views.ReservationReleaseView.as_view(), name="reservation-release"),
+]

@@ -1,0 +1,22 @@
+"""Reservations follow their nodes: settle when one comes up, degrade and heal when one is lost."""
+
+from django.db import transaction
+from django.dispatch import receiver
+
+from fleet import lifecycle
+from fleet.models import Node
+from fleet.signals import node_transitioned
+from reservations import services, tasks
+
+
+@receiver(node_transitioned, dispatch_uid="reservations.follow_node")
+def follow_node(sender, *, node_id, event, actor, to_state, reservation_id, **kwargs):
+    if reservation_id is None:
+        return
+    if to_state is lifecycle.State.ACTIVE:
+        transaction.on_commit(lambda: services.settle_reservation(reservation_id=reservation_id), robust=True)
+    elif to_state not in lifecycle.SERVING_STATES:
+        reason = f"{Node.objects.get(pk=node_id).name} lost ({event.value})"
+        if services.let_node_go(node_id=node_id, reservation_id=reservation_id, reason=reason, actor=actor):
+            # At once, not at the next reconciler pass; the reconciler is the fallback if this is lost.
+            transaction.on_commit(lambda: tasks.heal_reservation.delay(reservation_id), robust=True)

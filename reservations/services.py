@@ -1,0 +1,310 @@
+"""Writes to reservations: create, release, expire, start, heal and settle.
+
+Placement is decided by the pure reservations/placement.py; PostgreSQL's exclusion constraint
+on Allocation is the last word on double booking. A placement that loses a race to a
+concurrent one is placed again on fresh capacity, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Func
+from django.db.models.functions import Greatest, Now
+from django.utils import timezone
+
+from fleet import lifecycle
+from fleet.models import Node, Pod
+from fleet.services import ConcurrentTransition, transition
+from reservations.models import (
+    LIVE_STATES,
+    Allocation,
+    Reservation,
+    ReservationEvent,
+    ReservationEventKind,
+    ReservationState,
+    Tenant,
+)
+from reservations.placement import PlacementRefused, PlacementRequest, place
+from reservations.selectors import live_allocations, period, rack_capacity
+
+log = logging.getLogger(__name__)
+
+PLACEMENT_ATTEMPTS = 8
+OUT_OF_SERVICE = (lifecycle.State.QUARANTINED, lifecycle.State.MAINTENANCE, lifecycle.State.ENROLLED)
+EXCLUSION_VIOLATION = "23P01"
+RS = ReservationState
+
+
+class LostPlacementRace(Exception):
+    pass
+
+
+def _record(reservation: Reservation, event: ReservationEventKind, actor: str, detail: str = "") -> None:
+    ReservationEvent.objects.create(reservation=reservation, event=event, actor=actor, detail=detail)
+
+
+def _is_exclusion_violation(error: IntegrityError) -> bool:
+    return getattr(error.__cause__, "sqlstate", None) == EXCLUSION_VIOLATION
+
+
+def _allocate(reservation: Reservation, *, count: int, pod: str | None, rack_scale: bool, actor: str) -> list[str]:
+    """Place `count` nodes for the reservation's period and hold them; provision them if it has started.
+
+    Runs inside the caller's transaction. Raises PlacementRefused, or LostPlacementRace when a
+    concurrent placement took a chosen node first.
+    """
+    # A replacement is held from now on: the node may have served someone else before.
+    starts_at = max(reservation.starts_at, timezone.now())
+    racks = rack_capacity(starts_at=starts_at, ends_at=reservation.ends_at, pod=pod)
+    chosen = place(PlacementRequest(node_count=count, pod=pod, rack_scale=rack_scale), racks)
+    nodes = Node.objects.in_bulk(chosen, field_name="name")
+    held_for = period(starts_at, reservation.ends_at)
+    try:
+        with transaction.atomic():
+            Allocation.objects.bulk_create(
+                Allocation(reservation=reservation, node=nodes[name], period=held_for) for name in chosen
+            )
+    except IntegrityError as error:
+        if _is_exclusion_violation(error):
+            raise LostPlacementRace from error
+        raise
+    if reservation.starts_at <= timezone.now():
+        for name in chosen:
+            try:
+                transition(
+                    node_id=nodes[name].pk,
+                    event=lifecycle.Event.PROVISION_REQUESTED,
+                    actor=actor,
+                    reservation=reservation,
+                )
+            except (ConcurrentTransition, lifecycle.IllegalTransition) as error:
+                raise LostPlacementRace from error
+    return chosen
+
+
+def _with_retries(attempt):
+    """Run `attempt` in a transaction, again on fresh capacity after each lost race."""
+    for _ in range(PLACEMENT_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                return attempt()
+        except LostPlacementRace:
+            continue
+    raise PlacementRefused(
+        f"the free nodes were taken by concurrent reservations {PLACEMENT_ATTEMPTS} times; try again"
+    )
+
+
+def create_reservation(
+    *,
+    tenant: Tenant,
+    node_count: int,
+    pod: Pod | None = None,
+    rack_scale: bool = False,
+    starts_at: datetime | None = None,
+    ends_at: datetime | None = None,
+    actor: str,
+) -> Reservation:
+    """Place and hold the nodes, or raise PlacementRefused with the reason; nothing is kept then."""
+    now = timezone.now()
+    starts_at = max(starts_at or now, now)
+    if ends_at is not None and ends_at <= starts_at:
+        raise ValueError("ends_at must be after starts_at")
+
+    def attempt() -> Reservation:
+        reservation = Reservation.objects.create(
+            tenant=tenant,
+            node_count=node_count,
+            pod=pod,
+            rack_scale=rack_scale,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            state=RS.PROVISIONING if starts_at <= timezone.now() else RS.PENDING,
+        )
+        chosen = _allocate(
+            reservation, count=node_count, pod=pod.name if pod else None, rack_scale=rack_scale, actor=actor
+        )
+        reservation.placement = _describe(chosen)
+        reservation.save(update_fields=["placement"])
+        _record(reservation, ReservationEventKind.CREATED, actor, reservation.placement)
+        return reservation
+
+    return _with_retries(attempt)
+
+
+def _describe(chosen: list[str]) -> str:
+    placed = Node.objects.filter(name__in=chosen).values_list("rack__pod__name", "rack__name", "name")
+    by_rack: dict[tuple[str, str], list[str]] = {}
+    for pod, rack, name in placed.order_by("rack__name", "position"):
+        by_rack.setdefault((pod, rack), []).append(name)
+    return "; ".join(f"{pod}/{rack}: {', '.join(names)}" for (pod, rack), names in by_rack.items())
+
+
+def _end_allocations(allocations, reason: str) -> int:
+    """Cut live allocations short at now (a future one becomes empty): their nodes are free after."""
+    lower = Func(F("period"), function="lower")
+    return allocations.update(
+        period=Func(lower, Greatest(lower, Now()), function="tstzrange"),
+        ended_reason=reason,
+    )
+
+
+def release_reservation(*, reservation_id: int, actor: str, reason: str = "released") -> Reservation:
+    """End the reservation now; its nodes go to wiping. Idempotent, and resumable if interrupted."""
+    started = Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(state=RS.RELEASING, reason="")
+    reservation = Reservation.objects.get(pk=reservation_id)
+    if started:
+        _record(reservation, ReservationEventKind.RELEASING, actor, reason)
+    if reservation.state != RS.RELEASING:
+        return reservation
+    # One transaction per node: a node's release must not wait on, or roll back, another's.
+    for node_id in Node.objects.filter(reservation=reservation).order_by("pk").values_list("pk", flat=True):
+        try:
+            transition(node_id=node_id, event=lifecycle.Event.RELEASED, actor=actor, reason=reason)
+        except (ConcurrentTransition, lifecycle.IllegalTransition):
+            log.info("node %s left reservation %s on its own while it was released", node_id, reservation_id)
+    with transaction.atomic():
+        _end_allocations(live_allocations().filter(reservation=reservation), reason)
+        Reservation.objects.filter(pk=reservation_id, state=RS.RELEASING).update(state=RS.RELEASED)
+        _record(reservation, ReservationEventKind.RELEASED, actor, reason)
+    return Reservation.objects.get(pk=reservation_id)
+
+
+def let_node_go(*, node_id: int, reservation_id: int, reason: str, actor: str) -> bool:
+    """A node can no longer serve a live reservation: end its allocation and degrade the reservation.
+
+    Returns whether the reservation needs a replacement (heal_reservation places it). A
+    reservation that has not started yet stays pending; one being released needs nothing.
+    """
+    _end_allocations(live_allocations().filter(reservation_id=reservation_id, node_id=node_id), reason)
+    reservation = Reservation.objects.get(pk=reservation_id)
+    if reservation.state not in LIVE_STATES:
+        return False
+    if reservation.state != RS.PENDING:
+        Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
+            state=RS.DEGRADED, reason=f"{reason}; placing a replacement"
+        )
+    _record(reservation, ReservationEventKind.NODE_LOST, actor, reason)
+    return True
+
+
+def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Reservation:
+    """Place replacements for the nodes a live reservation lost, in its pod; say why if none is free."""
+    reservation = Reservation.objects.get(pk=reservation_id)
+    if reservation.state not in LIVE_STATES:
+        return reservation
+    held = live_allocations().filter(reservation=reservation)
+    missing = reservation.node_count - held.count()
+    if missing > 0:
+        pod = reservation.pod.name if reservation.pod_id else _pod_of(held)
+        try:
+            chosen = _with_retries(
+                lambda: _allocate(reservation, count=missing, pod=pod, rack_scale=False, actor=actor)
+            )
+        except PlacementRefused as refused:
+            Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
+                state=RS.DEGRADED, reason=f"waiting for capacity to replace {missing} node(s): {refused.reason}"
+            )
+        else:
+            _record(reservation, ReservationEventKind.REPLACEMENT_PLACED, actor, ", ".join(chosen))
+    return settle_reservation(reservation_id=reservation_id, actor=actor)
+
+
+def _pod_of(allocations) -> str | None:
+    return allocations.values_list("node__rack__pod__name", flat=True).first()
+
+
+def settle_reservation(*, reservation_id: int, actor: str = "system:reconciler") -> Reservation:
+    """Active once every node it holds serves it and is up, and none is missing."""
+    reservation = Reservation.objects.get(pk=reservation_id)
+    if reservation.state in (RS.PROVISIONING, RS.DEGRADED):
+        up = Node.objects.filter(reservation=reservation, state=lifecycle.State.ACTIVE).count()
+        held = live_allocations().filter(reservation=reservation).count()
+        if up == held == reservation.node_count:
+            if Reservation.objects.filter(pk=reservation_id, state=reservation.state).update(
+                state=RS.ACTIVE, reason=""
+            ):
+                _record(reservation, ReservationEventKind.ACTIVE, actor)
+            reservation.refresh_from_db()
+    return reservation
+
+
+def start_due_reservations(*, actor: str = "system:reconciler", limit: int = 100) -> int:
+    """Provision the held nodes of pending reservations whose period has begun."""
+    started = 0
+    due = Reservation.objects.filter(state=RS.PENDING, starts_at__lte=Now()).order_by("starts_at")[:limit]
+    for reservation in due:
+        Reservation.objects.filter(pk=reservation.pk, state=RS.PENDING).update(state=RS.PROVISIONING)
+        _record(reservation, ReservationEventKind.STARTED, actor)
+        started += 1
+    return started + provision_held_nodes(actor=actor, limit=limit)
+
+
+def provision_held_nodes(*, actor: str = "system:reconciler", limit: int = 100) -> int:
+    """Send each held node of a started reservation to provisioning as soon as it is available.
+
+    A held node that fell out of service before its reservation started is let go and replaced.
+    """
+    count = 0
+    held = (
+        live_allocations()
+        .filter(reservation__state__in=[RS.PROVISIONING, RS.DEGRADED], period__startswith__lte=Now())
+        .exclude(node__reservation_id=F("reservation_id"))
+        .select_related("node", "reservation")[:limit]
+    )
+    for allocation in held:
+        node = allocation.node
+        if node.state in OUT_OF_SERVICE:
+            with transaction.atomic():
+                let_node_go(
+                    node_id=node.pk,
+                    reservation_id=allocation.reservation_id,
+                    reason=f"{node.name} is {node.state} {node.quarantine_reason}".strip(),
+                    actor=actor,
+                )
+        elif node.state == lifecycle.State.AVAILABLE:
+            try:
+                transition(
+                    node_id=node.pk,
+                    event=lifecycle.Event.PROVISION_REQUESTED,
+                    actor=actor,
+                    reservation=allocation.reservation,
+                )
+                count += 1
+            except (ConcurrentTransition, lifecycle.IllegalTransition):
+                continue
+        # Otherwise the node is still finishing with its previous tenant: wait for it.
+    return count
+
+
+def reconcile_reservations(*, limit: int = 100) -> dict[str, int]:
+    """One pass of the reconciler over every reservation that owes work; each step is idempotent."""
+    done = {
+        "expired": expire_reservations(limit=limit),
+        "started": start_due_reservations(limit=limit),
+        "released": 0,
+        "healed": 0,
+    }
+    for reservation_id in _ids(Reservation.objects.filter(state=RS.RELEASING), limit):
+        release_reservation(reservation_id=reservation_id, actor="system:reconciler")
+        done["released"] += 1
+    for reservation_id in _ids(Reservation.objects.filter(state__in=[RS.DEGRADED, RS.PROVISIONING, RS.PENDING]), limit):
+        before = Reservation.objects.values_list("state", flat=True).get(pk=reservation_id)
+        after = heal_reservation(reservation_id=reservation_id, actor="system:reconciler").state
+        done["healed"] += before == RS.DEGRADED and after == RS.ACTIVE
+    return done
+
+
+def _ids(queryset, limit: int) -> list[int]:
+    return list(queryset.order_by("pk").values_list("pk", flat=True)[:limit])
+
+
+def expire_reservations(*, actor: str = "system:expiry", limit: int = 100) -> int:
+    """Release live reservations whose period has ended."""
+    ended = _ids(Reservation.objects.filter(state__in=LIVE_STATES, ends_at__lte=Now()), limit)
+    for reservation_id in ended:
+        release_reservation(reservation_id=reservation_id, actor=actor, reason="period ended")
+    return len(ended)

@@ -1,0 +1,188 @@
+"""reservations.services against the real PostgreSQL: place, hold, provision, release, heal, expire."""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from fleet.models import Node, Pod
+from reservations import services
+from reservations.models import Allocation, Reservation, ReservationEvent
+from reservations.placement import PlacementRefused
+from tests.conftest import drive, enrol_default_fleet, make_available
+
+
+def reserve(tenant, count, **kwargs) -> Reservation:
+    return services.create_reservation(tenant=tenant, node_count=count, actor="test", **kwargs)
+
+
+def held(reservation) -> list[str]:
+    return sorted(services.live_allocations().filter(reservation=reservation).values_list("node__name", flat=True))
+
+
+def bring_up(reservation) -> Reservation:
+    """Do what the provisioning workflow does for each node: provision_succeeded."""
+    for node in Node.objects.filter(reservation=reservation, state="provisioning"):
+        drive(node, "provision_succeeded")
+    return services.settle_reservation(reservation_id=reservation.pk)
+
+
+def test_an_immediate_reservation_holds_and_provisions_its_nodes(alice, available_fleet):
+    reservation = reserve(alice, 3)
+    assert reservation.state == "provisioning"
+    nodes = Node.objects.filter(reservation=reservation)
+    assert {n.state for n in nodes} == {"provisioning"} and {n.tenant_id for n in nodes} == {alice.pk}
+    assert held(reservation) == sorted(n.name for n in nodes)
+    # best fit: p2 (4 free nodes) fits 3 more tightly than p1 (8)
+    assert {n.rack.pod.name for n in nodes} == {"p2"}
+    assert reservation.placement.startswith("p2/r02: ")
+    assert ReservationEvent.objects.filter(reservation=reservation, event="created").exists()
+
+
+def test_it_becomes_active_when_every_node_is_up(alice, available_fleet):
+    reservation = reserve(alice, 2)
+    assert bring_up(reservation).state == "active"
+
+
+def test_a_refusal_keeps_nothing(alice, available_fleet):
+    with pytest.raises(PlacementRefused, match="9"):
+        reserve(alice, 9)
+    assert not Reservation.objects.exists() and not Allocation.objects.exists()
+    assert not Node.objects.exclude(state="available").exists()
+
+
+def test_a_pod_can_be_asked_for(alice, available_fleet):
+    reservation = reserve(alice, 2, pod=Pod.objects.get(name="p1"))
+    assert {n.rack.pod.name for n in Node.objects.filter(reservation=reservation)} == {"p1"}
+
+
+def test_release_sends_the_nodes_to_wiping_and_frees_them(alice, bob, available_fleet):
+    reservation = bring_up(reserve(alice, 4))
+    released = services.release_reservation(reservation_id=reservation.pk, actor="test")
+    assert released.state == "released"
+    nodes = Node.objects.filter(tenant=alice)
+    assert {n.state for n in nodes} == {"wiping"} and not nodes.filter(reservation__isnull=False).exists()
+    assert held(reservation) == []
+    # idempotent
+    assert services.release_reservation(reservation_id=reservation.pk, actor="test").state == "released"
+    # the nodes are not free until wiped and attested
+    with pytest.raises(PlacementRefused):
+        reserve(bob, 4, pod=Pod.objects.get(name="p2"))
+
+
+def test_a_lost_node_degrades_the_reservation_and_is_replaced_in_the_same_pod(alice, available_fleet):
+    reservation = bring_up(reserve(alice, 3))
+    lost = Node.objects.filter(reservation=reservation).first()
+    drive(lost, "hardware_fault", reason="XID 79 on GPU 3")
+    reservation.refresh_from_db()
+    assert reservation.state == "degraded" and lost.name in reservation.reason
+    assert lost.name not in held(reservation)
+
+    healed = services.heal_reservation(reservation_id=reservation.pk)
+    assert healed.state == "degraded"  # the replacement is provisioning
+    replacement = Node.objects.get(reservation=reservation, state="provisioning")
+    assert replacement.rack.pod == lost.rack.pod and replacement != lost
+    assert bring_up(reservation).state == "active"
+    assert len(held(reservation)) == 3
+
+
+def test_with_no_free_node_it_stays_degraded_says_why_and_heals_when_capacity_appears(alice, bob, available_fleet):
+    p2 = Pod.objects.get(name="p2")
+    reservation = bring_up(reserve(alice, 3, pod=p2))
+    blocker = bring_up(reserve(bob, 1, pod=p2))
+    drive(Node.objects.filter(reservation=reservation).first(), "hardware_fault", reason="XID 79")
+    healed = services.heal_reservation(reservation_id=reservation.pk)
+    assert healed.state == "degraded" and "waiting for capacity" in healed.reason
+
+    services.release_reservation(reservation_id=blocker.pk, actor="test")
+    freed = Node.objects.get(tenant=bob)
+    drive(freed, "wipe_succeeded", "inspection_passed", "attestation_passed")
+    services.reconcile_reservations()
+    assert Node.objects.get(pk=freed.pk).reservation_id == reservation.pk
+    assert bring_up(reservation).state == "active"
+
+
+def test_an_advance_reservation_holds_nodes_for_later_and_shares_them_before(alice, bob, available_fleet):
+    p2 = Pod.objects.get(name="p2")
+    later = timezone.now() + timedelta(hours=2)
+    future = reserve(alice, 4, pod=p2, starts_at=later, ends_at=later + timedelta(hours=1))
+    assert future.state == "pending" and len(held(future)) == 4
+    assert not Node.objects.filter(reservation=future).exists()  # nothing provisioned yet
+
+    with pytest.raises(PlacementRefused):
+        reserve(bob, 1, pod=p2)  # open-ended: would overlap
+    before = reserve(bob, 4, pod=p2, ends_at=later - timedelta(minutes=1))
+    assert sorted(held(before)) == sorted(held(future))
+
+
+def test_provisioning_starts_at_starts_at(alice, available_fleet):
+    soon = timezone.now() + timedelta(seconds=1)
+    reservation = reserve(alice, 2, starts_at=soon)
+    assert services.start_due_reservations() == 0
+    time.sleep(max(0.0, (soon - timezone.now()).total_seconds()) + 0.05)
+    assert services.start_due_reservations() >= 1
+    reservation.refresh_from_db()
+    assert reservation.state == "provisioning"
+    assert Node.objects.filter(reservation=reservation, state="provisioning").count() == 2
+
+
+def test_an_ended_period_releases_the_reservation(alice, available_fleet):
+    reservation = bring_up(reserve(alice, 1, ends_at=timezone.now() + timedelta(milliseconds=300)))
+    time.sleep(0.4)
+    assert services.expire_reservations() == 1
+    reservation.refresh_from_db()
+    assert reservation.state == "released"
+    assert Node.objects.get(tenant=alice).state == "wiping"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_reservations_never_double_book():
+    import threading
+
+    from reservations.models import Tenant
+
+    make_available(enrol_default_fleet(12))
+    tenants = [Tenant.objects.create(name=f"t{i}") for i in range(20)]
+    p2 = Pod.objects.get(name="p2")
+    outcomes = []
+    barrier = threading.Barrier(len(tenants))
+
+    def client(tenant):
+        barrier.wait()
+        try:
+            outcomes.append(("placed", reserve(tenant, 1, pod=p2).pk))
+        except PlacementRefused as refused:
+            outcomes.append(("refused", refused.reason))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in tenants]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert len(outcomes) == 20
+    assert sum(kind == "placed" for kind, _ in outcomes) == 4  # p2 has 4 nodes
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM reservations_allocation a JOIN reservations_allocation b"
+            " ON a.node_id = b.node_id AND a.id < b.id AND a.period && b.period"
+        )
+        assert cursor.fetchone()[0] == 0
+
+
+def test_the_admin_shows_allocations_and_history_and_releases(admin_client, alice, available_fleet):
+    reservation = reserve(alice, 2)
+    page = admin_client.get(f"/admin/reservations/reservation/{reservation.pk}/change/")
+    assert page.status_code == 200
+    for name in held(reservation):
+        assert name.encode() in page.content
+    assert b"created" in page.content and reservation.placement.encode() in page.content
+    admin_client.post(
+        "/admin/reservations/reservation/", {"action": "release", "_selected_action": [reservation.pk]}, follow=True
+    )
+    reservation.refresh_from_db()
+    assert reservation.state == "released"
