@@ -68,7 +68,10 @@ def make_app(settings: Settings) -> web.Application:
 
 def run(settings: Settings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = make_app(settings)
+    try:
+        app = make_app(settings)
+    except (OSError, ValueError) as err:  # an unreadable data dir or topology file: say so, no traceback
+        raise SystemExit(f"bmcsim: {err}") from None
     log.info(
         "%d nodes on %s, data in %s, time scale %s",
         len(app[SIM].fleet.nodes),

@@ -36,8 +36,9 @@ def parse(argv: list[str] | None = None) -> Settings:
         prog="python -m bmcsim", description="Simulated GPU fleet: Redfish BMCs and node agents."
     )
     parser.add_argument("--host", default=env.get("BMCSIM_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(env.get("BMCSIM_PORT", "8100")))
-    parser.add_argument("--nodes", type=int, default=int(env.get("BMCSIM_NODES", "50")), help="fleet size, default 50")
+    # String defaults go through `type` too, so a bad environment value is a usage error, not a traceback.
+    parser.add_argument("--port", type=int, default=env.get("BMCSIM_PORT", "8100"))
+    parser.add_argument("--nodes", type=int, default=env.get("BMCSIM_NODES", "50"), help="fleet size, default 50")
     parser.add_argument(
         "--topology",
         type=Path,
@@ -45,7 +46,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         help='JSON file {"nodes": N, "nodes_per_rack"?, "pods"?, "gpus_per_node"?} for other fleet shapes',
     )
     parser.add_argument("--data-dir", type=Path, default=Path(env.get("BMCSIM_DATA_DIR", REPO_ROOT / "var" / "bmcsim")))
-    parser.add_argument("--time-scale", type=float, default=float(env.get("SIM_TIME_SCALE", "1")))
+    parser.add_argument("--time-scale", type=float, default=env.get("SIM_TIME_SCALE", "1"))
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= MAX_NODES:
         parser.error(f"--nodes must be from 1 to {MAX_NODES}")
@@ -68,6 +69,8 @@ def layout(settings: Settings) -> list[NodeSpec]:
     if settings.topology is None:
         return default_layout(settings.nodes)
     shape = json.loads(settings.topology.read_text())
+    if not isinstance(shape, dict):
+        raise ValueError(f"{settings.topology} must hold a JSON object")
     unknown = set(shape) - {"nodes", "nodes_per_rack", "pods", "gpus_per_node"}
     if unknown:
         raise ValueError(f"unknown keys in {settings.topology}: {', '.join(sorted(unknown))}")

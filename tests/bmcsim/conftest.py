@@ -57,12 +57,12 @@ class Bmcsim:
         self.process.wait(timeout=15)
 
 
-def start_bmcsim(data_dir: Path, nodes: int = FLEET_NODES, scale: str = "0") -> Bmcsim:
+def start_bmcsim(data_dir: Path, nodes: int = FLEET_NODES, scale: str = "0", args: tuple[str, ...] = ()) -> Bmcsim:
     port = free_port()
     env = {**os.environ, "SIM_TIME_SCALE": scale, "BMCSIM_DATA_DIR": str(data_dir), "BMCSIM_NODES": str(nodes)}
     env.pop("BMCSIM_PORT", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "bmcsim", "--port", str(port)],
+        [sys.executable, "-m", "bmcsim", "--port", str(port), *args],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
