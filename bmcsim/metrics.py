@@ -14,7 +14,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from .state import NodeState
 
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
-FB_TOTAL_MIB = 81559
 
 
 class NodeCollector:

@@ -23,19 +23,18 @@ log = logging.getLogger(__name__)
 
 
 class RedfishError(Exception):
+    """A Redfish error: one status, one or more Base registry messages (MessageId, Message, MessageArgs)."""
+
     def __init__(self, status: int, message_id: str, message: str, *args: str, headers: dict | None = None):
         super().__init__(message)
-        self.status, self.message_id, self.message, self.args_, self.headers = (
-            status,
-            message_id,
-            message,
-            args,
-            headers,
-        )
+        self.status = status
+        self.messages = [(message_id, message, args)]
+        self.headers = headers or {}
 
 
 def error_response(err: RedfishError) -> web.Response:
     severity = "Critical" if err.status >= 500 or err.status in (401, 403) else "Warning"
+    resolution = "Correct the request and resubmit it." if err.status < 500 else "Retry the operation."
     body = {
         "error": {
             "code": f"{REGISTRY}.GeneralError",
@@ -43,19 +42,18 @@ def error_response(err: RedfishError) -> web.Response:
             "@Message.ExtendedInfo": [
                 {
                     "@odata.type": "#Message.v1_2_0.Message",
-                    "MessageId": f"{REGISTRY}.{err.message_id}",
-                    "Message": err.message,
-                    "MessageArgs": list(err.args_),
+                    "MessageId": f"{REGISTRY}.{message_id}",
+                    "Message": message,
+                    "MessageArgs": list(args),
                     "Severity": severity,
                     "MessageSeverity": severity,
-                    "Resolution": "Correct the request and resubmit it."
-                    if err.status < 500
-                    else "Retry the operation.",
+                    "Resolution": resolution,
                 }
+                for message_id, message, args in err.messages
             ],
         }
     }
-    return web.json_response(body, status=err.status, headers={**ODATA_HEADERS, **(err.headers or {})})
+    return web.json_response(body, status=err.status, headers={**ODATA_HEADERS, **err.headers})
 
 
 def reply(body: dict, status: int = 200, headers: dict | None = None) -> web.Response:
@@ -254,12 +252,12 @@ def _check_writes(body: dict, current: dict, writable: dict, prefix: str = "") -
     return errors
 
 
-def _raise_first(errors: list[RedfishError]) -> None:
-    """Reject a PATCH whole, listing every problem in ExtendedInfo messages of one error."""
+def _reject(errors: list[RedfishError]) -> None:
+    """Reject a PATCH whole, with one ExtendedInfo message per problem."""
     if errors:
-        first = errors[0]
-        if len(errors) > 1:
-            first.message = " ".join(e.message for e in errors)
+        first, *rest = errors
+        for err in rest:
+            first.messages += err.messages
         raise first
 
 
@@ -267,7 +265,7 @@ def _raise_first(errors: list[RedfishError]) -> None:
 async def patch_system(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
     body = await read_json(request)
     current = resources.system(node, sim.now())
-    _raise_first(_check_writes(body, current, {"Boot": BOOT_WRITABLE, "IndicatorLED": state.INDICATOR_LEDS}))
+    _reject(_check_writes(body, current, {"Boot": BOOT_WRITABLE, "IndicatorLED": state.INDICATOR_LEDS}))
     boot = body.get("Boot", {})
     node.boot_target = boot.get("BootSourceOverrideTarget", node.boot_target)
     node.boot_enabled = boot.get("BootSourceOverrideEnabled", node.boot_enabled)
@@ -535,7 +533,7 @@ async def patch_media(request: web.Request, sim: Simulator, node: NodeState) -> 
     """Insert or eject by PATCH, which sushy falls back to when a BMC lacks the actions."""
     slot = _slot(request)
     body = await read_json(request)
-    _raise_first(_check_writes(body, resources.virtual_media(node, slot), MEDIA_WRITABLE))
+    _reject(_check_writes(body, resources.virtual_media(node, slot), MEDIA_WRITABLE))
     media = node.media.get(slot) or {}
     image = body.get("Image", media.get("image"))
     if image is None:

@@ -515,10 +515,8 @@ TASK_STATES = {"running": ("Running", "OK"), "succeeded": ("Completed", "OK"), "
 def task(node: NodeState, record: dict, now: float) -> dict:
     outcome = state.operation_state(record, now)
     task_state, status = TASK_STATES[outcome]
-    span = record["end"] - record["start"]
-    percent = (
-        100 if outcome != "running" else (int(100 * (now - record["start"]) / span) if span != float("inf") else 0)
-    )
+    # A hung task (end = inf) stays at 0 %; a running one never shows 100 %.
+    done = (now - record["start"]) / (record["end"] - record["start"]) if outcome == "running" else 1.0
     body = {
         "@odata.type": odata_type("Task"),
         "@odata.id": f"/redfish/v1/TaskService/Tasks/{record['id']}",
@@ -526,7 +524,7 @@ def task(node: NodeState, record: dict, now: float) -> dict:
         "Name": f"Secure erase of {node.name} drive {record['drive']}",
         "TaskState": task_state,
         "TaskStatus": status,
-        "PercentComplete": min(percent, 99) if outcome == "running" else 100,
+        "PercentComplete": min(int(100 * done), 99) if outcome == "running" else 100,
         "StartTime": iso(record["start"]),
         "TaskMonitor": f"/redfish/v1/TaskService/TaskMonitors/{record['id']}",
         "Messages": [

@@ -98,8 +98,10 @@ def test_bad_requests_get_redfish_error_bodies(bmcsim, method, path, body, statu
 
 
 def test_a_rejected_patch_changes_nothing(bmcsim):
-    r = bmcsim.patch(SYSTEM, json={"Boot": {"BootSourceOverrideTarget": "Pxe"}, "UUID": "x"})
+    r = bmcsim.patch(SYSTEM, json={"Boot": {"BootSourceOverrideTarget": "Pxe"}, "UUID": "x", "Frob": 1})
     assert r.status_code == 400
+    messages = [m["MessageId"] for m in r.json()["error"]["@Message.ExtendedInfo"]]
+    assert messages == ["Base.1.18.PropertyNotWritable", "Base.1.18.PropertyUnknown"]
     assert bmcsim.get(SYSTEM).json()["Boot"]["BootSourceOverrideTarget"] == "None"
 
 
