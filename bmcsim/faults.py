@@ -9,13 +9,16 @@ Kinds (POST /bmcsim/v1/faults with {"node", "kind", ...}):
 - erase_hang / erase_fail: a drive secure erase or GPU memory wipe started while set never
   ends / ends in failure.
 - agent_down: the node's in-band agent answers 503.
+- cc_mode {"mode": "off" or "devtools"}: the GPUs report that confidential-computing mode
+  instead of "on" (an extension, so attestation can be shown refusing it).
 """
 
 from __future__ import annotations
 
 from .state import Fleet, NodeState
 
-KINDS = ("xid", "implant", "bmc_error", "bmc_timeout", "erase_hang", "erase_fail", "agent_down")
+KINDS = ("xid", "implant", "bmc_error", "bmc_timeout", "erase_hang", "erase_fail", "agent_down", "cc_mode")
+CC_MODES = ("on", "off", "devtools")
 HANG_S = 120.0
 
 
@@ -49,6 +52,12 @@ def inject(fleet: Fleet, payload: object) -> tuple[NodeState, dict]:
         per_gpu = node.xid_counts.setdefault(str(gpu), {})
         per_gpu[str(xid)] = per_gpu.get(str(xid), 0) + 1
         node.faults.append(fault)
+    elif kind == "cc_mode":
+        mode = payload.get("mode")
+        if mode not in CC_MODES:
+            raise FaultError(400, f"'mode' must be one of {', '.join(CC_MODES)}")
+        fault = {"kind": "cc_mode", "mode": mode}
+        node.faults = [f for f in node.faults if f["kind"] != "cc_mode"] + [fault]
     else:
         fault = {"kind": kind}
         if not node.has_fault(kind):

@@ -51,7 +51,6 @@ class NodeState:
         "boot_source",
         "boot_target",
         "booted_at",
-        "cc_mode",
         "faults",
         "gpu_wipe",
         "indicator_led",
@@ -85,7 +84,6 @@ class NodeState:
         self.tasks: list[dict] = []
         self.task_seq = 0
         self.gpu_wipe: dict | None = None
-        self.cc_mode = "on"
         self.volumes: list[dict] = []
 
     @property
@@ -150,6 +148,12 @@ class NodeState:
 
     def has_fault(self, kind: str) -> bool:
         return any(f["kind"] == kind for f in self.faults)
+
+    @property
+    def cc_mode(self) -> str:
+        """The GPUs' confidential-computing mode: "on" unless a `cc_mode` fault says otherwise."""
+        modes = [f["mode"] for f in self.faults if f["kind"] == "cc_mode"]
+        return modes[-1] if modes else "on"
 
     def last_xid(self, gpu: int) -> int:
         xids = [f["xid"] for f in self.faults if f["kind"] == "xid" and f["gpu"] == gpu]

@@ -189,6 +189,18 @@ def test_implant_is_measured_at_boot_survives_secure_erase_and_goes_with_the_ref
     assert kernel_digest(bmcsim) == clean
 
 
+def test_cc_mode_fault_changes_what_the_gpus_report(bmcsim):
+    r = bmcsim.post("/bmcsim/v1/faults", json={"node": NODE, "kind": "cc_mode", "mode": "devtools"})
+    assert r.status_code == 201
+    _, body = evidence(bmcsim)
+    assert {g["cc_mode"] for g in body["gpus"]} == {"devtools"}
+    bad = bmcsim.post("/bmcsim/v1/faults", json={"node": NODE, "kind": "cc_mode", "mode": "maybe"})
+    assert bad.status_code == 400
+    bmcsim.delete("/bmcsim/v1/faults", params={"node": NODE})
+    _, body = evidence(bmcsim)
+    assert {g["cc_mode"] for g in body["gpus"]} == {"on"}
+
+
 def test_evidence_needs_a_hex_nonce(bmcsim):
     for body in ({"nonce": "xyz"}, {"nonce": ""}, {}, {"nonce": "ab" * 65}, {"nonce": 12}):
         r = bmcsim.post(f"/agent/{NODE}/evidence", json=body)
