@@ -101,6 +101,11 @@ async def redfish_middleware(request: web.Request, handler):
         )
     except web.HTTPNotFound:
         return error_response(not_found(request.path))
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(
+            RedfishError(500, "InternalError", "The request failed due to an internal service error.")
+        )
 
 
 @functools.cache

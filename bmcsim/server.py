@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 
 from aiohttp import web
 
@@ -70,7 +71,7 @@ def run(settings: Settings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         app = make_app(settings)
-    except (OSError, ValueError) as err:  # an unreadable data dir or topology file: say so, no traceback
+    except (OSError, ValueError, sqlite3.Error) as err:  # a bad data dir or topology file: say so, no traceback
         raise SystemExit(f"bmcsim: {err}") from None
     log.info(
         "%d nodes on %s, data in %s, time scale %s",

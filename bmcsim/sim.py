@@ -14,10 +14,12 @@ from .store import Store
 
 
 class Simulator:
+    """Everything a request may touch; the clock and time scale live here so handlers stay thin."""
+
     def __init__(self, settings: Settings):
         self.settings = settings
         self.store = Store(settings.data_dir)
-        self.fleet = Fleet(layout(settings), self.store, settings.scale)
+        self.fleet = Fleet(layout(settings), self.store)
         self.pki = PKI(settings.data_dir, self.store)
         self.auth = Auth(self.fleet, settings.username, settings.password)
         self._faults_cleared = asyncio.Event()

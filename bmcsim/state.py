@@ -195,8 +195,7 @@ def operation_state(operation: dict | None, now: float) -> str:
 class Fleet:
     """Every node, its persistence, and the lookups the HTTP layer needs."""
 
-    def __init__(self, specs: list[NodeSpec], store: Store, scale: float):
-        self.scale = scale
+    def __init__(self, specs: list[NodeSpec], store: Store):
         self.store = store
         self.nodes: dict[str, NodeState] = {spec.name: NodeState(spec) for spec in specs}
         self.by_password = {spec.bmc_password: spec.name for spec in specs}
