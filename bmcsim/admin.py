@@ -12,7 +12,7 @@ from aiohttp import web
 
 from . import faults, releases, state
 from .agent import detail
-from .redfish import SIM
+from .sim import SIM
 
 
 async def get_inventory(request: web.Request) -> web.Response:

@@ -12,8 +12,7 @@ import json
 from aiohttp import web
 
 from . import evidence, metrics, state
-from .redfish import SIM
-from .sim import Simulator
+from .sim import SIM, Simulator
 from .state import NodeState
 
 MAX_NONCE_BYTES = 64  # TPM2B_DATA holds at most one SHA-512 digest

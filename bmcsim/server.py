@@ -9,9 +9,8 @@ import sqlite3
 from aiohttp import web
 
 from . import admin, agent, redfish
-from .redfish import SIM
 from .settings import Settings
-from .sim import Simulator
+from .sim import SIM, Simulator
 
 FLUSH_INTERVAL_S = 0.2
 log = logging.getLogger("bmcsim")

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import time
 
+from aiohttp import web
+
 from .auth import Auth
 from .pki import PKI
 from .settings import Settings, layout
@@ -44,3 +46,6 @@ class Simulator:
     def close(self) -> None:
         self.fleet.flush()
         self.store.close()
+
+
+SIM = web.AppKey("sim", Simulator)

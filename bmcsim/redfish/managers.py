@@ -1,0 +1,173 @@
+"""Managers, one BMC per node, with VirtualMedia slots (InsertMedia / EjectMedia, or PATCH)."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from .. import releases, state
+from ..sim import Simulator
+from ..state import NodeState
+from .access import node_members, node_scoped
+from .errors import RedfishError, check_writes, no_content, not_found, read_json, reject, reply
+from .schema import MANUFACTURER, OK, collection, odata_type, ref, uuid_of
+
+
+def manager_body(node: NodeState) -> dict:
+    return {
+        "@odata.type": odata_type("Manager"),
+        "@odata.id": f"/redfish/v1/Managers/{node.name}",
+        "Id": node.name,
+        "Name": f"BMC of {node.name}",
+        "ManagerType": "BMC",
+        "Manufacturer": MANUFACTURER,
+        "Model": "bmcsim BMC",
+        "FirmwareVersion": releases.BMC_FIRMWARE_VERSION,
+        "UUID": uuid_of("manager", node.name),
+        "PowerState": "On",
+        "Status": OK,
+        "VirtualMedia": ref(f"/redfish/v1/Managers/{node.name}/VirtualMedia"),
+        "Links": {
+            "ManagerForServers": [ref(f"/redfish/v1/Systems/{node.name}")],
+            "ManagerForChassis": [ref(f"/redfish/v1/Chassis/{node.name}")],
+        },
+    }
+
+
+def media_body(node: NodeState, slot: str) -> dict:
+    base = f"/redfish/v1/Managers/{node.name}/VirtualMedia/{slot}"
+    media = node.media.get(slot) or {}
+    image = media.get("image")
+    return {
+        "@odata.type": odata_type("VirtualMedia"),
+        "@odata.id": base,
+        "Id": slot,
+        "Name": f"Virtual {slot}",
+        "MediaTypes": list(state.MEDIA_SLOTS[slot]),
+        "Image": image,
+        "ImageName": image.rsplit("/", 1)[-1] if image else None,
+        "Inserted": bool(media.get("inserted")),
+        "WriteProtected": media.get("write_protected", True),
+        "ConnectedVia": "URI" if image else "NotConnected",
+        "TransferMethod": "Stream",
+        "TransferProtocolType": media.get("protocol"),
+        "Actions": {
+            "#VirtualMedia.InsertMedia": {"target": f"{base}/Actions/VirtualMedia.InsertMedia"},
+            "#VirtualMedia.EjectMedia": {"target": f"{base}/Actions/VirtualMedia.EjectMedia"},
+        },
+    }
+
+
+async def get_managers(request: web.Request) -> web.Response:
+    return node_members(request, "Managers", "ManagerCollection", "Manager Collection")
+
+
+@node_scoped
+async def get_manager(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    return reply(manager_body(node))
+
+
+@node_scoped
+async def get_media_collection(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    base = f"/redfish/v1/Managers/{node.name}/VirtualMedia"
+    members = [f"{base}/{slot}" for slot in state.MEDIA_SLOTS]
+    return reply(collection("VirtualMediaCollection", base, "Virtual Media Collection", members))
+
+
+def _slot(request: web.Request) -> str:
+    slot = request.match_info["slot"]
+    if slot not in state.MEDIA_SLOTS:
+        raise not_found(request.path)
+    return slot
+
+
+@node_scoped
+async def get_media(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    return reply(media_body(node, _slot(request)))
+
+
+def _insert(
+    node: NodeState, slot: str, image: object, inserted: object, write_protected: object, protocol: object
+) -> None:
+    if not isinstance(image, str) or not image:
+        raise RedfishError(
+            400,
+            "ActionParameterMissing",
+            "The action VirtualMedia.InsertMedia requires the parameter Image.",
+            "VirtualMedia.InsertMedia",
+            "Image",
+        )
+    for name, value in (("Inserted", inserted), ("WriteProtected", write_protected)):
+        if not isinstance(value, bool):
+            raise RedfishError(
+                400,
+                "ActionParameterValueTypeError",
+                f"The value for the parameter {name} must be a boolean.",
+                json.dumps(value),
+                name,
+                "VirtualMedia.InsertMedia",
+            )
+    node.media[slot] = {"image": image, "inserted": inserted, "write_protected": write_protected, "protocol": protocol}
+
+
+@node_scoped
+async def insert_media(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    slot = _slot(request)
+    body = await read_json(request)
+    _insert(
+        node,
+        slot,
+        body.get("Image"),
+        body.get("Inserted", True),
+        body.get("WriteProtected", True),
+        body.get("TransferProtocolType"),
+    )
+    sim.fleet.touch(node)
+    return no_content()
+
+
+@node_scoped
+async def eject_media(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    slot = _slot(request)
+    await read_json(request, empty_ok=True)
+    node.media.pop(slot, None)
+    sim.fleet.touch(node)
+    return no_content()
+
+
+MEDIA_WRITABLE = {"Image": None, "Inserted": (True, False), "WriteProtected": (True, False)}
+
+
+@node_scoped
+async def patch_media(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    """Insert or eject by PATCH, which sushy falls back to when a BMC lacks the actions."""
+    slot = _slot(request)
+    body = await read_json(request)
+    reject(check_writes(body, media_body(node, slot), MEDIA_WRITABLE))
+    media = node.media.get(slot) or {}
+    image = body.get("Image", media.get("image"))
+    if image is None:
+        node.media.pop(slot, None)
+    else:
+        _insert(
+            node,
+            slot,
+            image,
+            body.get("Inserted", True),
+            body.get("WriteProtected", media.get("write_protected", True)),
+            media.get("protocol"),
+        )
+    sim.fleet.touch(node)
+    return reply(media_body(node, slot))
+
+
+ROUTES = [
+    ("GET", "/redfish/v1/Managers", get_managers),
+    ("GET", "/redfish/v1/Managers/{node}", get_manager),
+    ("GET", "/redfish/v1/Managers/{node}/VirtualMedia", get_media_collection),
+    ("GET", "/redfish/v1/Managers/{node}/VirtualMedia/{slot}", get_media),
+    ("PATCH", "/redfish/v1/Managers/{node}/VirtualMedia/{slot}", patch_media),
+    ("POST", "/redfish/v1/Managers/{node}/VirtualMedia/{slot}/Actions/VirtualMedia.InsertMedia", insert_media),
+    ("POST", "/redfish/v1/Managers/{node}/VirtualMedia/{slot}/Actions/VirtualMedia.EjectMedia", eject_media),
+]
