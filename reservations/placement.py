@@ -144,6 +144,7 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
         raise PlacementRefused(f"pod {request.pod} does not exist")
     model = request.gpu_model
     pods: dict[str, list[_Rack]] = defaultdict(list)
+    model_present = model is None
     for r in sorted(racks, key=lambda r: (r.pod, r.rack)):
         # A rack with no nodes can hold nothing and is no NVLink domain to keep whole.
         if not r.nodes or request.pod not in (None, r.pod):
@@ -151,6 +152,7 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
         free = set(r.free)
         models = r.gpu_models or {}
         usable = tuple(n for n in r.nodes if n in free and (model is None or models.get(n) == model))
+        model_present = model_present or any(models.get(n) == model for n in r.nodes)
         whole = len(free) == len(r.nodes)
         pods[r.pod].append(
             _Rack(
@@ -164,9 +166,7 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
         )
     if not pods:
         raise PlacementRefused("no rack is known to placement")
-    if model is not None and not any(
-        model in (r.gpu_models or {}).values() for r in racks if request.pod in (None, r.pod)
-    ):
+    if not model_present:
         where = f"in pod {request.pod} " if request.pod else ""
         raise PlacementRefused(f"no node {where}has GPU model {model}")
     return dict(sorted(pods.items()))
