@@ -6,8 +6,8 @@ otherwise 503 with a JSON detail. Errors are JSON {"detail": ...}.
 
 from __future__ import annotations
 
-import binascii
 import json
+import re
 
 from aiohttp import web
 
@@ -16,10 +16,21 @@ from .sim import SIM, Simulator
 from .state import NodeState
 
 MAX_NONCE_BYTES = 64  # TPM2B_DATA holds at most one SHA-512 digest
+HEX_BYTES = re.compile(r"(?:[0-9a-fA-F]{2})+")
 
 
 def detail(status: int, message: str) -> web.Response:
     return web.json_response({"detail": message}, status=status)
+
+
+def _not_answering(node: NodeState, now: float) -> str | None:
+    if not node.power_on:
+        return f"{node.name} is powered off"
+    if not node.is_booted(now):
+        return f"{node.name} is still booting"
+    if node.has_fault("agent_down"):
+        return f"the agent of {node.name} is down"
+    return None
 
 
 def running_agent(handler):
@@ -28,12 +39,9 @@ def running_agent(handler):
         node = sim.fleet.nodes.get(request.match_info["node"])
         if node is None:
             return detail(404, f"no node named {request.match_info['node']!r}")
-        if node.has_fault("agent_down") or not node.is_booted(sim.now()):
-            return detail(
-                503,
-                f"the agent of {node.name} is not answering: node {node.power_state(sim.now()).lower()}"
-                f"{', agent down' if node.has_fault('agent_down') else ''}",
-            )
+        reason = _not_answering(node, sim.now())
+        if reason:
+            return detail(503, reason)
         return await handler(request, sim, node)
 
     return wrapper
@@ -53,12 +61,9 @@ async def post_evidence(request: web.Request, sim: Simulator, node: NodeState) -
     except (ValueError, UnicodeDecodeError):
         return detail(400, 'body must be JSON: {"nonce": hex}')
     nonce = body.get("nonce") if isinstance(body, dict) else None
-    try:
-        raw = bytes.fromhex(nonce) if isinstance(nonce, str) else b""
-    except ValueError:
-        raw = b""
-    if not 1 <= len(raw) <= MAX_NONCE_BYTES or binascii.hexlify(raw).decode() != nonce.lower():
+    if not isinstance(nonce, str) or not HEX_BYTES.fullmatch(nonce) or len(nonce) > 2 * MAX_NONCE_BYTES:
         return detail(400, f"'nonce' must be 1 to {MAX_NONCE_BYTES} bytes in hex")
+    raw = bytes.fromhex(nonce)
     return web.json_response(evidence.collect(node, sim.pki, raw, sim.now()))
 
 
@@ -80,9 +85,7 @@ async def get_inventory(request: web.Request, sim: Simulator, node: NodeState) -
                 {
                     "id": d,
                     "capacity_bytes": state.DRIVE_CAPACITY_BYTES,
-                    "last_erased_at": max(
-                        (t["end"] for t in node.tasks if t["drive"] == d and t["ok"] and t["end"] <= now), default=None
-                    ),
+                    "last_erased_at": node.last_erased(d, now),
                 }
                 for d in state.DRIVES
             ],

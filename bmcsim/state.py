@@ -176,6 +176,14 @@ class NodeState:
         self.tasks = [*self.tasks[-(TASKS_KEPT - 1) :], task]
         return task
 
+    def is_erasing(self, drive: str, now: float) -> bool:
+        return any(t["drive"] == drive and operation_state(t, now) == "running" for t in self.tasks)
+
+    def last_erased(self, drive: str, now: float) -> float | None:
+        """When the drive's last successful secure erase finished, if it ever had one."""
+        done = [t["end"] for t in self.tasks if t["drive"] == drive and operation_state(t, now) == "succeeded"]
+        return max(done, default=None)
+
     def find_task(self, task_id: str) -> dict | None:
         return next((t for t in self.tasks if t["id"] == task_id), None)
 

@@ -73,7 +73,6 @@ def volume_body(node: NodeState, record: dict) -> dict:
 
 def drive_body(node: NodeState, drive_id: str, now: float) -> dict:
     base = f"/redfish/v1/Systems/{node.name}/Storage/1/Drives/{drive_id}"
-    erasing = any(t["drive"] == drive_id and now < t["end"] for t in node.tasks)
     return {
         "@odata.type": odata_type("Drive"),
         "@odata.id": base,
@@ -85,7 +84,7 @@ def drive_body(node: NodeState, drive_id: str, now: float) -> dict:
         "CapacityBytes": state.DRIVE_CAPACITY_BYTES,
         "MediaType": "SSD",
         "Protocol": "NVMe",
-        "Status": {"State": "Updating" if erasing else "Enabled", "Health": "OK"},
+        "Status": {"State": "Updating" if node.is_erasing(drive_id, now) else "Enabled", "Health": "OK"},
         "Actions": {"#Drive.SecureErase": {"target": f"{base}/Actions/Drive.SecureErase"}},
     }
 
@@ -190,7 +189,7 @@ async def secure_erase(request: web.Request, sim: Simulator, node: NodeState) ->
     drive = _drive_id(request)
     await read_json(request, empty_ok=True)
     now = sim.now()
-    if any(t["drive"] == drive and now < t["end"] for t in node.tasks):
+    if node.is_erasing(drive, now):
         raise RedfishError(409, "ResourceInUse", f"Drive {drive} of {node.name} is already being erased.")
     task = node.start_erase(drive, now, sim.scale)
     sim.fleet.touch(node)
