@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from fleet.topology import default_layout
 
@@ -31,7 +32,8 @@ def test_power_boot_erase_and_wipe_take_scaled_time(tmp_path):
         sim.reset("node-001", "On")
         first = sim.get(system).json()
         assert first["PowerState"] == "PoweringOn"
-        assert sim.get("/agent/node-001/metrics").status_code == 503  # firmware, then the OS, before the agent
+        booting = sim.get("/agent/node-001/metrics")  # firmware, then the OS, before the agent
+        assert booting.status_code == 503 and booting.json()["detail"] == "node-001 is still booting"
         booted = wait_for(lambda: sim.get("/agent/node-001/metrics").status_code == 200)
         assert 0.2 < booted < 2.0
         assert sim.get(system).json()["BootProgress"]["LastState"] == "OSRunning"
@@ -60,5 +62,22 @@ def test_a_topology_file_shapes_the_fleet(tmp_path):
         assert [(n["name"], n["pod"], n["rack"]) for n in nodes] == [(s.name, s.pod, s.rack) for s in layout]
         assert {len(n["gpus"]) for n in nodes} == {4}
         assert len(sim.get("/redfish/v1/Systems").json()["Members"]) == 12
+    finally:
+        sim.stop()
+
+
+def test_ten_thousand_nodes_fit_in_under_500_mb(tmp_path):
+    sim = start_bmcsim(tmp_path / "data", nodes=10_000)
+    try:
+        system = sim.get("/redfish/v1/Systems/node-10000").json()
+        assert system["SerialNumber"] == default_layout(10_000)[-1].serial
+        assert len(sim.get("/bmcsim/v1/inventory").json()["nodes"]) == 10_000
+        assert sim.get("/agent/node-00001/metrics").status_code == 200
+        rss_kb = next(
+            int(line.split()[1])
+            for line in Path(f"/proc/{sim.process.pid}/status").read_text().splitlines()
+            if line.startswith("VmRSS:")
+        )
+        assert rss_kb < 500 * 1024
     finally:
         sim.stop()
