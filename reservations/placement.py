@@ -63,8 +63,11 @@ class _Rack:
 
 
 def place(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
-    """Best-fit placement: the chosen node names, or PlacementRefused.
+    """Best-fit placement: the chosen node names, all in one pod, or PlacementRefused.
 
+    With no pod given, the pod is the one that breaks the fewest whole racks, then the one with
+    the fewest usable free nodes (the tightest fit), then the first by name; for rack_scale, the
+    one that needs the fewest racks, then the least whole capacity, then the name.
     ValueError for a node_count below one or inconsistent capacity: those are the caller's bugs.
     """
     pods = _pods_in_scope(request, racks)
