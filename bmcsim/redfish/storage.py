@@ -129,15 +129,13 @@ async def create_volume(request: web.Request, sim: Simulator, node: NodeState) -
             json.dumps(raid_type),
             "RAIDType",
         )
-    storage_path = f"/redfish/v1/Systems/{node.name}/Storage/1"
-    links = (body.get("Links") or {}).get("Drives") or [ref(f"{storage_path}/Drives/{d}") for d in state.DRIVES]
-    drives = [link.get("@odata.id", "").rpartition("/")[2] if isinstance(link, dict) else "" for link in links]
-    if any(d not in state.DRIVES for d in drives) or len(set(drives)) != len(drives):
+    drives = _volume_drives(node, body.get("Links", {}))
+    if drives is None or len(drives) < (2 if raid_type == "RAID1" else 1):
         raise RedfishError(
             400,
             "PropertyValueIncorrect",
-            "Links/Drives must name distinct drives of this storage.",
-            json.dumps(links),
+            "Links/Drives must list distinct drives of this storage, two for RAID1.",
+            json.dumps(body.get("Links")),
             "Links/Drives",
         )
     volume_id = str(max((int(v["id"]) for v in node.volumes), default=0) + 1)
@@ -151,6 +149,18 @@ async def create_volume(request: web.Request, sim: Simulator, node: NodeState) -
     sim.fleet.touch(node)
     body = volume_body(node, record)
     return reply(body, status=201, headers={"Location": body["@odata.id"]})
+
+
+def _volume_drives(node: NodeState, links: object) -> list[str] | None:
+    """The drive ids a volume request links to (all drives if it names none), or None if malformed."""
+    if not isinstance(links, dict) or not isinstance(links.get("Drives", []), list):
+        return None
+    prefix = f"/redfish/v1/Systems/{node.name}/Storage/1/Drives/"
+    refs = links.get("Drives") or [ref(prefix + d) for d in state.DRIVES]
+    drives = [r.get("@odata.id", "").removeprefix(prefix) if isinstance(r, dict) else "" for r in refs]
+    if any(d not in state.DRIVES for d in drives) or len(set(drives)) != len(drives):
+        return None
+    return drives
 
 
 def _volume(request: web.Request, node: NodeState) -> dict:

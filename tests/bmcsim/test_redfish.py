@@ -203,3 +203,53 @@ def test_virtual_media_insert_and_eject_actions(bmcsim):
     assert r.status_code == 400 and extended_message_id(r).endswith("ActionParameterMissing")
     assert bmcsim.post(f"{base}/Actions/VirtualMedia.EjectMedia", json={}).status_code == 204
     assert bmcsim.get(base).json()["Image"] is None
+
+
+def test_raid_volumes_are_created_read_and_deleted(bmcsim):
+    volumes = f"{SYSTEM}/Storage/1/Volumes"
+    drives = [{"@odata.id": f"{SYSTEM}/Storage/1/Drives/{d}"} for d in ("0", "1")]
+    r = bmcsim.post(volumes, json={"RAIDType": "RAID1", "Name": "root", "Links": {"Drives": drives}})
+    assert r.status_code == 201
+    volume = bmcsim.get(r.headers["Location"]).json()
+    assert (volume["RAIDType"], volume["Name"], volume["CapacityBytes"]) == ("RAID1", "root", 3_840_755_982_336)
+    assert {"@odata.id": r.headers["Location"]} in bmcsim.get(volumes).json()["Members"]
+    for bad in (
+        {"RAIDType": "RAID5"},
+        {"RAIDType": "RAID1", "Links": {"Drives": drives[:1]}},
+        {"Links": {"Drives": [{"@odata.id": "/redfish/v1/Systems/node-002/Storage/1/Drives/0"}]}},
+        {"Links": ["not", "an", "object"]},
+        {"Links": {"Drives": "0"}},
+    ):
+        assert bmcsim.post(volumes, json=bad).status_code == 400, bad
+    assert bmcsim.delete(r.headers["Location"]).status_code == 204
+    assert bmcsim.get(r.headers["Location"]).status_code == 404
+
+
+WRITES = [
+    ("post", f"{SYSTEM}/Actions/ComputerSystem.Reset"),
+    ("patch", SYSTEM),
+    ("post", f"{DRIVE}/Actions/Drive.SecureErase"),
+    ("post", f"{SYSTEM}/Storage/1/Volumes"),
+    ("post", "/redfish/v1/Managers/node-001/VirtualMedia/Floppy/Actions/VirtualMedia.InsertMedia"),
+    ("patch", "/redfish/v1/Managers/node-001/VirtualMedia/Floppy"),
+    ("post", "/redfish/v1/SessionService/Sessions"),
+    ("post", "/bmcsim/v1/faults"),
+    ("post", "/agent/node-001/evidence"),
+]
+ODD_BODIES = [
+    b"\xff\xfe",
+    b"null",
+    b"[]",
+    b'"text"',
+    b'{"ResetType": [], "Boot": [], "Image": 5, "Links": 5, "UserName": 1, "node": [], "kind": {}, "nonce": {}}',
+    b'{"Boot": {"BootSourceOverrideTarget": {}}, "Inserted": "yes", "Links": {"Drives": [7]}, "Image": {}}',
+]
+
+
+@pytest.mark.parametrize(("method", "path"), WRITES)
+def test_odd_bodies_never_cause_a_server_error(bmcsim, method, path):
+    for body in ODD_BODIES:
+        r = getattr(bmcsim, method)(path, data=body, headers={"Content-Type": "application/json"})
+        assert 400 <= r.status_code < 500 or r.status_code in (201, 202, 204), (body, r.status_code, r.text)
+        if r.status_code != 204:
+            assert r.headers["Content-Type"].startswith("application/json")
