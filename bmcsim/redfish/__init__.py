@@ -26,3 +26,5 @@ def add_routes(router: web.UrlDispatcher) -> None:
             resource = router.add_resource(variant)
             for method, handler in routes:
                 resource.add_route(method, handler)
+                if method == "GET":
+                    resource.add_route("HEAD", handler)  # the Redfish specification asks HEAD wherever GET works

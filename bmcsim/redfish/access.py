@@ -36,7 +36,7 @@ async def redfish_middleware(request: web.Request, handler):
                 )
             request["principal"] = principal
         response = await handler(request)
-        if request.method == "GET" and response.status == 200:
+        if request.method in ("GET", "HEAD") and response.status == 200:
             response.headers["Allow"] = _allowed(request.match_info.route.resource)
         return response
     except RedfishError as err:

@@ -94,7 +94,12 @@ def test_bad_requests_get_redfish_error_bodies(bmcsim, method, path, body, statu
     assert r.status_code == status, r.text
     assert extended_message_id(r) == f"Base.1.18.{message}"
     if status == 405:
-        assert "GET" in r.headers["Allow"]
+        assert {"GET", "HEAD"} <= set(r.headers["Allow"].split(", "))
+
+
+def test_head_answers_where_get_does(bmcsim):
+    r = requests.head(bmcsim.url + SYSTEM, auth=("root", "calvin"), timeout=5)
+    assert r.status_code == 200 and r.headers["Allow"] == "GET, HEAD, PATCH" and not r.content
 
 
 def test_a_rejected_patch_changes_nothing(bmcsim):
