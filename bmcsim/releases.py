@@ -44,6 +44,17 @@ def gpu_digest(component: str, release: str) -> str:
     return hashlib.sha384(f"bmcsim/gpu/{GPU_MODEL}/{component}/{release}".encode()).hexdigest()
 
 
+def firmware_image(release: str) -> str:
+    """The file name a firmware release is published under, e.g. GF-BIOS-2.4.0.bin."""
+    return release.replace(" ", "-") + ".bin"
+
+
+def firmware_release(image_uri: str) -> str | None:
+    """The firmware release an UpdateService ImageURI points at, by its file name."""
+    name = image_uri.rsplit("/", 1)[-1]
+    return next((r for r in BOOT_RELEASES["firmware"] if firmware_image(r) == name), None)
+
+
 def implant_kernel_digest(node: str) -> str:
     """The tampered kernel the `implant` fault writes: in no reference list."""
     return hashlib.sha256(f"bmcsim/kernel/implant/{node}".encode()).hexdigest()

@@ -21,6 +21,7 @@ GRACEFUL_OFF_S = 3.0
 BOOT_S = 8.0
 SECURE_ERASE_S = 20.0
 GPU_WIPE_S = 10.0
+FIRMWARE_UPDATE_S = 30.0
 
 DRIVES = ("0", "1")
 DRIVE_CAPACITY_BYTES = 3_840_755_982_336
@@ -46,12 +47,14 @@ class NodeState:
     __slots__ = (
         "boot_count",
         "boot_enabled",
+        "boot_firmware",
         "boot_implanted",
         "boot_mode",
         "boot_source",
         "boot_target",
         "booted_at",
         "faults",
+        "firmware",
         "gpu_wipe",
         "indicator_led",
         "media",
@@ -74,6 +77,7 @@ class NodeState:
         self.boot_count = 1
         self.boot_source = "Hdd"
         self.boot_implanted = False
+        self.firmware = self.boot_firmware = releases.BOOT_RELEASES["firmware"][-1]
         self.boot_target = "None"
         self.boot_enabled = "Disabled"
         self.boot_mode = "UEFI"
@@ -133,6 +137,7 @@ class NodeState:
         self.booted_at = self.transition_end + BOOT_S * scale
         self.boot_count += 1
         self.boot_implanted = self.has_fault("implant")
+        self.boot_firmware = self.firmware
         if operation_state(self.gpu_wipe, now) == "running":
             # The reboot kills the wipe: it ends failed and a new one may start.
             self.gpu_wipe = {**self.gpu_wipe, "end": now, "ok": False}
@@ -140,6 +145,7 @@ class NodeState:
     def measured_boot(self) -> list[tuple[str, str]]:
         """(component, digest) in boot order, as measured by the last boot."""
         images = releases.factory_boot_images()
+        images["firmware"] = releases.boot_digest("firmware", self.boot_firmware)
         if self.boot_implanted:
             images["kernel"] = releases.implant_kernel_digest(self.name)
         return [(c, images[c]) for c in releases.BOOT_COMPONENTS]
@@ -159,7 +165,7 @@ class NodeState:
         xids = [f["xid"] for f in self.faults if f["kind"] == "xid" and f["gpu"] == gpu]
         return xids[-1] if xids else 0
 
-    # Long operations: secure erase (a Redfish task) and the agent's GPU memory wipe.
+    # Long operations: secure erase and firmware update (Redfish tasks), the agent's GPU memory wipe.
 
     def _outcome(self, now: float, duration: float, scale: float) -> dict:
         """Decide at start how an erase or wipe ends: a hang never ends, a failure ends in error."""
@@ -170,18 +176,26 @@ class NodeState:
             "ok": not self.has_fault("erase_fail"),
         }
 
-    def start_erase(self, drive: str, now: float, scale: float) -> dict:
+    def _task(self, record: dict) -> dict:
         self.task_seq += 1
-        task = {"id": f"{self.name}-{self.task_seq}", "drive": drive, **self._outcome(now, SECURE_ERASE_S, scale)}
+        task = {"id": f"{self.name}-{self.task_seq}", **record}
         self.tasks = [*self.tasks[-(TASKS_KEPT - 1) :], task]
         return task
 
+    def start_erase(self, drive: str, now: float, scale: float) -> dict:
+        return self._task({"drive": drive, **self._outcome(now, SECURE_ERASE_S, scale)})
+
+    def start_update(self, release: str, now: float, scale: float) -> dict:
+        """Flash a firmware release: the next boot runs, and measures, it."""
+        self.firmware = release
+        return self._task({"firmware": release, "start": now, "end": now + FIRMWARE_UPDATE_S * scale, "ok": True})
+
     def is_erasing(self, drive: str, now: float) -> bool:
-        return any(t["drive"] == drive and operation_state(t, now) == "running" for t in self.tasks)
+        return any(t.get("drive") == drive and operation_state(t, now) == "running" for t in self.tasks)
 
     def last_erased(self, drive: str, now: float) -> float | None:
         """When the drive's last successful secure erase finished, if it ever had one."""
-        done = [t["end"] for t in self.tasks if t["drive"] == drive and operation_state(t, now) == "succeeded"]
+        done = [t["end"] for t in self.tasks if t.get("drive") == drive and operation_state(t, now) == "succeeded"]
         return max(done, default=None)
 
     def find_task(self, task_id: str) -> dict | None:

@@ -41,6 +41,7 @@ TYPES = {
     "Drive": "v1_22_0",
     "VirtualMedia": "v1_6_5",
     "TaskService": "v1_3_0",
+    "UpdateService": "v1_17_0",
     "Task": "v1_7_4",
     "SessionService": "v1_2_0",
     "Session": "v1_8_0",

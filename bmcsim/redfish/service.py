@@ -40,6 +40,7 @@ def odata_document() -> dict:
         "Chassis": "/redfish/v1/Chassis",
         "Managers": "/redfish/v1/Managers",
         "Tasks": "/redfish/v1/TaskService",
+        "UpdateService": "/redfish/v1/UpdateService",
         "SessionService": "/redfish/v1/SessionService",
         "AccountService": "/redfish/v1/AccountService",
     }
@@ -70,6 +71,7 @@ def service_root() -> dict:
         "Chassis": ref("/redfish/v1/Chassis"),
         "Managers": ref("/redfish/v1/Managers"),
         "Tasks": ref("/redfish/v1/TaskService"),
+        "UpdateService": ref("/redfish/v1/UpdateService"),
         "SessionService": ref("/redfish/v1/SessionService"),
         "AccountService": ref("/redfish/v1/AccountService"),
         "Links": {"Sessions": ref("/redfish/v1/SessionService/Sessions")},

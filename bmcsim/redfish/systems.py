@@ -6,7 +6,7 @@ import json
 
 from aiohttp import web
 
-from .. import releases, state
+from .. import state
 from ..sim import Simulator
 from ..state import NodeState
 from .access import node_members, node_scoped
@@ -50,7 +50,7 @@ def system_body(node: NodeState, now: float) -> dict:
         "Status": {"State": "Enabled", "Health": node_health(node)},
         "PowerState": node.power_state(now),
         "IndicatorLED": node.indicator_led,
-        "BiosVersion": releases.BOOT_RELEASES["firmware"][-1],
+        "BiosVersion": node.boot_firmware,
         "Boot": {
             "BootSourceOverrideEnabled": node.boot_enabled,
             "BootSourceOverrideEnabled@Redfish.AllowableValues": list(state.BOOT_ENABLED),

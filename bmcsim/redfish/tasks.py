@@ -8,22 +8,32 @@ from .. import state
 from ..sim import SIM
 from ..state import NodeState
 from .access import check_bmc, visible_nodes
-from .errors import not_found, reply
+from .errors import REGISTRY, not_found, reply
 from .schema import OK, collection, iso, odata_type, ref
 
-TASK_STATES = {"running": ("Running", "OK"), "succeeded": ("Completed", "OK"), "failed": ("Exception", "Critical")}
+# Outcome -> TaskState, TaskStatus (also the message severity), message id, how the message ends.
+TASK_STATES = {
+    "running": ("Running", "OK", "Success", "is in progress"),
+    "succeeded": ("Completed", "OK", "Success", "succeeded"),
+    "failed": ("Exception", "Critical", "GeneralError", "failed"),
+}
 
 
 def task_body(node: NodeState, record: dict, now: float) -> dict:
     outcome = state.operation_state(record, now)
-    task_state, status = TASK_STATES[outcome]
+    task_state, status, message_id, progress = TASK_STATES[outcome]
+    what = (
+        f"Secure erase of {node.name} drive {record['drive']}"
+        if "drive" in record
+        else f"Firmware update of {node.name} to {record['firmware']}"
+    )
     # A hung task (end = inf) stays at 0 %; a running one never shows 100 %.
     done = (now - record["start"]) / (record["end"] - record["start"]) if outcome == "running" else 1.0
     body = {
         "@odata.type": odata_type("Task"),
         "@odata.id": f"/redfish/v1/TaskService/Tasks/{record['id']}",
         "Id": record["id"],
-        "Name": f"Secure erase of {node.name} drive {record['drive']}",
+        "Name": what,
         "TaskState": task_state,
         "TaskStatus": status,
         "PercentComplete": min(int(100 * done), 99) if outcome == "running" else 100,
@@ -31,14 +41,10 @@ def task_body(node: NodeState, record: dict, now: float) -> dict:
         "TaskMonitor": f"/redfish/v1/TaskService/TaskMonitors/{record['id']}",
         "Messages": [
             {
-                "MessageId": "Base.1.18.Success" if outcome != "failed" else "Base.1.18.GeneralError",
-                "Message": {
-                    "running": "The secure erase is in progress.",
-                    "succeeded": "The drive was securely erased.",
-                    "failed": "The secure erase failed.",
-                }[outcome],
-                "Severity": "OK" if outcome != "failed" else "Critical",
-                "MessageSeverity": "OK" if outcome != "failed" else "Critical",
+                "MessageId": f"{REGISTRY}.{message_id}",
+                "Message": f"{what} {progress}.",
+                "Severity": status,
+                "MessageSeverity": status,
             }
         ],
     }

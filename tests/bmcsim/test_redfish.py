@@ -258,3 +258,57 @@ def test_odd_bodies_never_cause_a_server_error(bmcsim, method, path):
         assert 400 <= r.status_code < 500 or r.status_code in (201, 202, 204), (body, r.status_code, r.text)
         if r.status_code != 204:
             assert r.headers["Content-Type"].startswith("application/json")
+
+
+def test_simple_update_flashes_firmware_that_the_next_boot_runs_and_measures(bmcsim):
+    firmware = bmcsim.get("/bmcsim/v1/reference-values").json()["boot"]["components"]["firmware"]
+    older, current = firmware[0], firmware[1]
+    assert bmcsim.get(SYSTEM).json()["BiosVersion"] == current["release"]
+    action = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+    image = "http://127.0.0.1:9/images/" + older["release"].replace(" ", "-") + ".bin"
+    r = bmcsim.post(action, auth=bmc_auth(bmcsim, "node-001"), json={"ImageURI": image, "TransferProtocol": "HTTP"})
+    assert r.status_code == 202
+    task = bmcsim.get(r.headers["Location"]).json()
+    assert task["TaskState"] == "Completed" and older["release"] in task["Name"]
+    assert bmcsim.get(SYSTEM).json()["BiosVersion"] == current["release"]  # still running the old flash
+    bmcsim.reset("node-001", "ForceRestart")
+    assert bmcsim.get(SYSTEM).json()["BiosVersion"] == older["release"]
+    log = bmcsim.post("/agent/node-001/evidence", json={"nonce": "01"}).json()["event_log"]
+    assert [e["digest"] for e in log if e["component"] == "firmware"] == [older["digest"]]
+
+    back = image.replace(older["release"].replace(" ", "-"), current["release"].replace(" ", "-"))
+    targets = ["/redfish/v1/Systems/node-001"]
+    assert bmcsim.post(action, json={"ImageURI": back, "Targets": targets}).status_code == 202
+    bmcsim.reset("node-001", "ForceRestart")
+    assert bmcsim.get(SYSTEM).json()["BiosVersion"] == current["release"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"ImageURI": "http://127.0.0.1:9/evil.bin", "Targets": ["/redfish/v1/Systems/node-001"]}, 400),
+        ({"Targets": ["/redfish/v1/Systems/node-001"]}, 400),
+        ({"ImageURI": "http://127.0.0.1:9/GF-BIOS-2.4.0.bin"}, 400),  # the operator must name the System
+        ({"ImageURI": "http://127.0.0.1:9/GF-BIOS-2.4.0.bin", "Targets": ["/redfish/v1/Systems/node-404"]}, 400),
+        (
+            {
+                "ImageURI": "http://127.0.0.1:9/GF-BIOS-2.4.0.bin",
+                "Targets": ["/redfish/v1/Systems/node-001"],
+                "TransferProtocol": "CIFS",
+            },
+            400,
+        ),
+    ],
+)
+def test_simple_update_rejects_what_it_cannot_flash(bmcsim, body, status):
+    r = bmcsim.post("/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate", json=body)
+    assert r.status_code == status and extended_message_id(r).startswith("Base.1.18.ActionParameter")
+
+
+def test_a_bmc_credential_cannot_update_another_node(bmcsim):
+    r = bmcsim.post(
+        "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+        auth=bmc_auth(bmcsim, "node-002"),
+        json={"ImageURI": "http://127.0.0.1:9/GF-BIOS-2.3.1.bin", "Targets": ["/redfish/v1/Systems/node-001"]},
+    )
+    assert r.status_code == 403
