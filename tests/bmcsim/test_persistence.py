@@ -22,6 +22,10 @@ def test_state_and_keys_survive_a_restart(tmp_path):
         )
         sim.post("/bmcsim/v1/faults", json={"node": "node-002", "kind": "xid", "gpu": 2, "xid": 94})
         sim.post("/bmcsim/v1/faults", json={"node": "node-002", "kind": "implant"})
+        sim.post(
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            json={"ImageURI": "http://127.0.0.1:9/GF-BIOS-2.3.1.bin", "Targets": ["/redfish/v1/Systems/node-002"]},
+        )
         sim.reset("node-002", "ForceRestart")
         monitor = sim.post("/redfish/v1/Systems/node-002/Storage/1/Drives/1/Actions/Drive.SecureErase").headers[
             "Location"
@@ -36,6 +40,7 @@ def test_state_and_keys_survive_a_restart(tmp_path):
         assert sim.get("/redfish/v1/Systems/node-001").json()["PowerState"] == "Off"
         boot = sim.get("/redfish/v1/Systems/node-002").json()["Boot"]
         assert (boot["BootSourceOverrideTarget"], boot["BootSourceOverrideEnabled"]) == ("Pxe", "Continuous")
+        assert sim.get("/redfish/v1/Systems/node-002").json()["BiosVersion"] == "GF-BIOS 2.3.1"
         assert (
             sim.get("/redfish/v1/Managers/node-002/VirtualMedia/Cd").json()["Image"] == "http://127.0.0.1:9/deploy.iso"
         )
@@ -46,7 +51,7 @@ def test_state_and_keys_survive_a_restart(tmp_path):
         again = sim.post("/agent/node-002/evidence", json={"nonce": "aa"}).json()
         assert again["quote"]["ak_cert"] == evidence["quote"]["ak_cert"]
         assert [g["cert_chain"] for g in again["gpus"]] == [g["cert_chain"] for g in evidence["gpus"]]
-        assert again["event_log"] == evidence["event_log"]  # the implanted kernel stays measured
+        assert again["event_log"] == evidence["event_log"]  # the flashed firmware and implanted kernel stay measured
     finally:
         sim.stop()
 
