@@ -35,18 +35,30 @@ def parse(argv: list[str] | None = None) -> Settings:
     parser = argparse.ArgumentParser(
         prog="python -m bmcsim", description="Simulated GPU fleet: Redfish BMCs and node agents."
     )
-    parser.add_argument("--host", default=env.get("BMCSIM_HOST", "127.0.0.1"))
+    parser.add_argument("--host", default=env.get("BMCSIM_HOST", "127.0.0.1"), help="default 127.0.0.1 (BMCSIM_HOST)")
     # String defaults go through `type` too, so a bad environment value is a usage error, not a traceback.
-    parser.add_argument("--port", type=int, default=env.get("BMCSIM_PORT", "8100"))
-    parser.add_argument("--nodes", type=int, default=env.get("BMCSIM_NODES", "50"), help="fleet size, default 50")
+    parser.add_argument("--port", type=int, default=env.get("BMCSIM_PORT", "8100"), help="default 8100 (BMCSIM_PORT)")
+    parser.add_argument(
+        "--nodes", type=int, default=env.get("BMCSIM_NODES", "50"), help="fleet size, default 50 (BMCSIM_NODES)"
+    )
     parser.add_argument(
         "--topology",
         type=Path,
         default=env.get("BMCSIM_TOPOLOGY") or None,
         help='JSON file {"nodes": N, "nodes_per_rack"?, "pods"?, "gpus_per_node"?} for other fleet shapes',
     )
-    parser.add_argument("--data-dir", type=Path, default=Path(env.get("BMCSIM_DATA_DIR", REPO_ROOT / "var" / "bmcsim")))
-    parser.add_argument("--time-scale", type=float, default=env.get("SIM_TIME_SCALE", "1"))
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(env.get("BMCSIM_DATA_DIR", REPO_ROOT / "var" / "bmcsim")),
+        help="where state, keys and certificates persist, default var/bmcsim (BMCSIM_DATA_DIR)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=env.get("SIM_TIME_SCALE", "1"),
+        help="multiplies simulated durations; 0 = instant, default 1 (SIM_TIME_SCALE)",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= MAX_NODES:
         parser.error(f"--nodes must be from 1 to {MAX_NODES}")

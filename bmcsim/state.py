@@ -1,8 +1,8 @@
 """The simulated hardware of every node, and the fleet that holds it.
 
-Timed behaviour (power transitions, boot, secure erase, GPU wipe) is kept as timestamps and
-derived when read, so nothing runs in the background, a restart resumes mid-transition, and
-`SIM_TIME_SCALE=0` makes every transition instant.
+Timed behaviour (power transitions, boot, secure erase, firmware update, GPU wipe) is kept as
+timestamps and derived when read, so nothing runs in the background, a restart resumes
+mid-transition, and `SIM_TIME_SCALE=0` makes every transition instant.
 """
 
 from __future__ import annotations
