@@ -61,18 +61,20 @@ def start_bmcsim(data_dir: Path, nodes: int = FLEET_NODES, scale: str = "0", arg
     port = free_port()
     env = {**os.environ, "SIM_TIME_SCALE": scale, "BMCSIM_DATA_DIR": str(data_dir), "BMCSIM_NODES": str(nodes)}
     env.pop("BMCSIM_PORT", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bmcsim", "--port", str(port), *args],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(data_dir.parent / f"bmcsim-{port}.log", "w"),  # noqa: SIM115 - the child owns it
-    )
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(data_dir.parent / f"bmcsim-{port}.log", "w") as log:  # the child keeps its own copy of the file
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bmcsim", "--port", str(port), *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     sim = Bmcsim(f"http://127.0.0.1:{port}", data_dir, process)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"bmcsim exited with {process.returncode}")
+            raise RuntimeError(f"bmcsim exited with {process.returncode}, see {log.name}")
         try:
             if requests.get(sim.url + "/redfish/v1/", timeout=1).status_code == 200:
                 return sim
