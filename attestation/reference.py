@@ -1,0 +1,136 @@
+"""Reference values: the golden digests of each firmware, boot-chain and GPU release.
+
+A manifest (bmcsim serves one at GET /bmcsim/v1/reference-values) has this shape, and nothing
+else is accepted::
+
+    {"issuer": str, "version": 1,
+     "boot": {"hash_algorithm": "sha256", "pcrs": {component: pcr}, "quoted_pcrs": [pcr, ...],
+              "components": {component: [{"release": str, "digest": hex}, ...]}},
+     "gpu": {"hash_algorithm": "sha384", "model": str,
+             "measurements": {measurement: [{"release": str, "digest": hex}, ...]}}}
+
+`parse_manifest` flattens it into entries; a GPU measurement's entry is named with the
+`gpu.` prefix (`gpu.vbios`), a boot component's by its bare name (`kernel`). Component names
+are lowercase letters, digits, `_` and `-`, so the prefix can never be mistaken.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+GPU_PREFIX = "gpu."
+MANIFEST_VERSION = 1
+DIGEST_HEX_LENGTH = {"sha256": 64, "sha384": 96}
+COMPONENT_NAME = re.compile(r"[a-z0-9_-]{1,64}")
+MAX_RELEASE_LENGTH = 200
+MAX_PCR = 23
+
+
+class ManifestError(ValueError):
+    """The manifest does not have the documented shape; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ReferenceEntry:
+    release: str
+    component: str  # a boot component, or "gpu.<measurement>"
+    digest: str  # lowercase hex
+
+
+@dataclass(frozen=True)
+class ReferenceValues:
+    components: Mapping[str, frozenset[str]]  # boot component -> allowed SHA-256 hex digests
+    gpu: Mapping[str, frozenset[str]]  # GPU measurement -> allowed SHA-384 hex digests
+
+
+def parse_manifest(document: object) -> list[ReferenceEntry]:
+    top = _object(document, "manifest", {"issuer", "version", "boot", "gpu"})
+    _text(top["issuer"], "issuer")
+    if top["version"] != MANIFEST_VERSION or isinstance(top["version"], bool):
+        raise ManifestError(f"'version' must be {MANIFEST_VERSION}, got {top['version']!r}")
+
+    boot = _object(top["boot"], "boot", {"hash_algorithm", "pcrs", "quoted_pcrs", "components"})
+    _algorithm(boot["hash_algorithm"], "boot.hash_algorithm", "sha256")
+    pcrs = _object(boot["pcrs"], "boot.pcrs", None)
+    for component, pcr in pcrs.items():
+        _component(component, f"boot.pcrs.{component}")
+        _pcr(pcr, f"boot.pcrs.{component}")
+    if not isinstance(boot["quoted_pcrs"], list):
+        raise ManifestError("'boot.quoted_pcrs' must be a list of PCR indexes")
+    for position, pcr in enumerate(boot["quoted_pcrs"]):
+        _pcr(pcr, f"boot.quoted_pcrs[{position}]")
+    entries = _releases(boot["components"], "boot.components", "", DIGEST_HEX_LENGTH["sha256"])
+
+    gpu = _object(top["gpu"], "gpu", {"hash_algorithm", "model", "measurements"})
+    _algorithm(gpu["hash_algorithm"], "gpu.hash_algorithm", "sha384")
+    _text(gpu["model"], "gpu.model")
+    entries += _releases(gpu["measurements"], "gpu.measurements", GPU_PREFIX, DIGEST_HEX_LENGTH["sha384"])
+    return entries
+
+
+def reference_values(entries: Iterable[ReferenceEntry]) -> ReferenceValues:
+    components: dict[str, set[str]] = {}
+    gpu: dict[str, set[str]] = {}
+    for entry in entries:
+        if entry.component.startswith(GPU_PREFIX):
+            gpu.setdefault(entry.component.removeprefix(GPU_PREFIX), set()).add(entry.digest.lower())
+        else:
+            components.setdefault(entry.component, set()).add(entry.digest.lower())
+    return ReferenceValues(
+        components=MappingProxyType({name: frozenset(digests) for name, digests in components.items()}),
+        gpu=MappingProxyType({name: frozenset(digests) for name, digests in gpu.items()}),
+    )
+
+
+def _releases(value: object, where: str, prefix: str, hex_length: int) -> list[ReferenceEntry]:
+    entries = []
+    for component, releases in _object(value, where, None).items():
+        key = f"{where}.{component}"
+        _component(component, key)
+        if not isinstance(releases, list) or not releases:
+            raise ManifestError(f"'{key}' must be a non-empty list of {{release, digest}}")
+        for position, item in enumerate(releases):
+            release = _object(item, f"{key}[{position}]", {"release", "digest"})
+            name = _text(release["release"], f"{key}[{position}].release")
+            digest = release["digest"]
+            if not isinstance(digest, str) or not re.fullmatch(f"[0-9a-f]{{{hex_length}}}", digest):
+                raise ManifestError(f"'{key}[{position}].digest' must be {hex_length} lowercase hex digits")
+            entries.append(ReferenceEntry(release=name, component=prefix + component, digest=digest))
+    return entries
+
+
+def _object(value: object, where: str, keys: set[str] | None) -> dict:
+    if not isinstance(value, dict):
+        raise ManifestError(f"'{where}' must be an object, got {type(value).__name__}")
+    if keys is not None:
+        unknown = sorted(str(k) for k in value.keys() - keys)
+        if unknown:
+            raise ManifestError(f"unknown field '{where}.{unknown[0]}'")
+        missing = sorted(keys - value.keys())
+        if missing:
+            raise ManifestError(f"missing field '{where}.{missing[0]}'")
+    return value
+
+
+def _text(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_RELEASE_LENGTH:
+        raise ManifestError(f"'{where}' must be a string of 1 to {MAX_RELEASE_LENGTH} characters")
+    return value
+
+
+def _component(name: object, where: str) -> None:
+    if not isinstance(name, str) or not COMPONENT_NAME.fullmatch(name):
+        raise ManifestError(f"'{where}': a component name is 1 to 64 of a-z, 0-9, '_' and '-'")
+
+
+def _pcr(value: object, where: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_PCR:
+        raise ManifestError(f"'{where}' must be a PCR index from 0 to {MAX_PCR}")
+
+
+def _algorithm(value: object, where: str, expected: str) -> None:
+    if value != expected:
+        raise ManifestError(f"'{where}' must be {expected!r}, got {value!r}")

@@ -1,0 +1,713 @@
+"""Evidence -> verdict: the fail-closed attestation verifier (pure: no Django, no clock, no I/O).
+
+The evidence is the in-band agent's answer (bmcsim/evidence.py documents it): a TPM 2.0 quote
+signed by the node's attestation key (AK), the measured-boot event log, and one signed report
+per GPU. `verify` checks every part and reports every failure, never only the first; a verdict
+affirms only when there is no failure at all. Anything that cannot be parsed is a `malformed`
+failure: no evidence makes `verify` raise, and nothing malformed ever affirms.
+
+Failure codes, one per check (stable: stored, signed into results, shown to operators):
+
+- `malformed`: a part of the evidence is missing, of the wrong type, badly encoded or too big.
+- `stale`: the nonce (from `new_nonce`) was issued longer ago than the policy allows, or
+  carries no issue time at all.
+- `ak_chain`: the AK certificate does not chain to the manufacturer CA, is not valid now, or is
+  not a signing end-entity certificate.
+- `ak_identity`: the AK certificate names another node (CN = name, serialNumber = serial).
+- `quote_format`: the quote is not a TPMS_ATTEST of type TPM_ST_ATTEST_QUOTE with the TPM's
+  magic, exactly as long as its fields.
+- `quote_signature`: the AK's signature over the quote does not verify.
+- `nonce_mismatch`: the quote's extraData is not the nonce.
+- `pcr_selection`: the quote does not cover exactly the policy's PCRs of the SHA-256 bank.
+- `unexpected_event`: an event names a component the policy does not measure, or sits in a PCR
+  other than the one the policy assigns to that component.
+- `missing_component`: a boot component the policy requires was not measured.
+- `pcr_digest`: replaying the event log (`PCR = SHA256(PCR || digest)`) does not give the
+  quote's PCR digest.
+- `unknown_component_digest`: a measured boot component's digest is not in the reference values.
+- `gpu_chain`: a GPU's certificate chain does not end at the GPU-vendor root, or is not valid now.
+- `gpu_identity`: a GPU's device certificate names another GPU than the one enrolled at its index.
+- `gpu_signature`: a GPU report's signature does not verify.
+- `gpu_nonce`: a GPU report does not carry the nonce.
+- `gpu_measurement`: a GPU measurement is missing, unexpected, or not in the reference values.
+- `cc_mode`: a GPU reports another confidential-computing mode than the policy demands.
+- `gpu_inventory`: the reported GPUs are not exactly the node's enrolled GPUs.
+- `verifier_error`: the verifier itself failed (a bug); the verdict fails closed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
+from cryptography.x509 import verification
+from cryptography.x509.oid import NameOID
+
+from .policy import Policy
+from .reference import ReferenceValues
+
+FAILURE_CODES = (
+    "malformed",
+    "stale",
+    "ak_chain",
+    "ak_identity",
+    "quote_format",
+    "quote_signature",
+    "nonce_mismatch",
+    "pcr_selection",
+    "unexpected_event",
+    "missing_component",
+    "pcr_digest",
+    "unknown_component_digest",
+    "gpu_chain",
+    "gpu_identity",
+    "gpu_signature",
+    "gpu_nonce",
+    "gpu_measurement",
+    "cc_mode",
+    "gpu_inventory",
+    "verifier_error",
+)
+
+# TPM 2.0 Library, Part 2.
+TPM_GENERATED_VALUE = 0xFF544347
+TPM_ST_ATTEST_QUOTE = 0x8018
+TPM_ALG_SHA256 = 0x000B
+TPM_ALG_RSASSA = 0x0014
+TPM_ALG_ECDSA = 0x0018
+PCR_COUNT = 24
+ZERO_PCR = bytes(32)
+
+# Bounds on what an agent may send; anything bigger is malformed, not merely slow.
+MAX_ATTEST_BYTES = 1024
+MAX_SIGNATURE_BYTES = 1024
+MAX_PEM_CHARS = 8192
+MAX_CHAIN_CERTS = 4
+MAX_EVENTS = 1024
+MAX_GPUS = 64
+MAX_MEASUREMENTS = 16
+MAX_NAME_CHARS = 64
+MAX_SHOWN_CHARS = 160  # of a found value, in a failure
+
+# A nonce from `new_nonce`: its issue time in milliseconds since the epoch, then random bytes.
+NONCE_TIME_BYTES = 8
+NONCE_RANDOM_BYTES = 24
+NONCE_BYTES = NONCE_TIME_BYTES + NONCE_RANDOM_BYTES
+CLOCK_SKEW = timedelta(seconds=5)
+
+CHAIN_CACHE_SIZE = 16_384
+
+
+@dataclass(frozen=True)
+class Failure:
+    code: str
+    component: str
+    expected: str
+    found: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    affirming: bool
+    failures: tuple[Failure, ...]
+    measurements: Mapping[str, str]  # what was measured, component -> hex digest, for display
+
+
+@dataclass(frozen=True)
+class GPUIdentity:
+    index: int
+    uuid: str
+    serial: str
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    name: str
+    serial: str
+    gpus: tuple[GPUIdentity, ...]
+
+
+@dataclass(frozen=True)
+class TrustedRoots:
+    manufacturer_ca: x509.Certificate
+    gpu_vendor_root: x509.Certificate
+
+    @classmethod
+    def from_pem(cls, *, manufacturer_ca: str, gpu_vendor_root: str) -> TrustedRoots:
+        """From the PEM texts GET /bmcsim/v1/roots serves."""
+        return cls(
+            manufacturer_ca=x509.load_pem_x509_certificate(manufacturer_ca.encode()),
+            gpu_vendor_root=x509.load_pem_x509_certificate(gpu_vendor_root.encode()),
+        )
+
+
+@dataclass(frozen=True)
+class Quote:
+    """A parsed TPMS_ATTEST of type TPM_ST_ATTEST_QUOTE."""
+
+    magic: int
+    type: int
+    qualified_signer: bytes
+    extra_data: bytes
+    clock: int
+    reset_count: int
+    restart_count: int
+    safe: bool
+    firmware_version: int
+    pcr_select: tuple[tuple[int, tuple[int, ...]], ...]  # (hash algorithm, PCR indexes) per bank
+    pcr_digest: bytes
+
+
+def new_nonce(now: datetime) -> bytes:
+    """A fresh nonce that carries its issue time, so `verify` can tell how old the evidence is."""
+    millis = int(now.timestamp() * 1000)
+    return millis.to_bytes(NONCE_TIME_BYTES, "big") + os.urandom(NONCE_RANDOM_BYTES)
+
+
+def nonce_issued_at(nonce: bytes) -> datetime | None:
+    if len(nonce) != NONCE_BYTES:
+        return None
+    millis = int.from_bytes(nonce[:NONCE_TIME_BYTES], "big")
+    try:
+        return datetime.fromtimestamp(millis / 1000, UTC)
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def verify(
+    *,
+    evidence: object,
+    nonce: bytes,
+    node: NodeIdentity,
+    reference: ReferenceValues,
+    policy: Policy,
+    roots: TrustedRoots,
+    now: datetime,
+) -> Verdict:
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    appraisal = _Appraisal(nonce=nonce, node=node, reference=reference, policy=policy, roots=roots, now=now)
+    try:
+        appraisal.run(evidence)
+    except Exception as err:  # a bug here must refuse the node, never pass it or crash the workflow
+        appraisal.fail("verifier_error", "verifier", "no internal error", f"{type(err).__name__}: {err}")
+    failures = tuple(appraisal.failures)
+    return Verdict(affirming=not failures, failures=failures, measurements=appraisal.measurements)
+
+
+def verify_quote(
+    attest: bytes,
+    signature: bytes,
+    public_key: object,
+    nonce: bytes,
+    *,
+    pcrs: Mapping[int, bytes] | None = None,
+) -> tuple[Quote | None, list[Failure]]:
+    """Check a TPM 2.0 quote alone: format, AK signature, nonce, and (given `pcrs`) selection and digest.
+
+    `public_key` is the AK's: ECDSA P-256 or RSA (RSASSA-PKCS1-v1_5), both with SHA-256.
+    `signature` is a TPMT_SIGNATURE as tpm2_quote writes it, or a plain signature (DER or
+    r||s for ECDSA, the raw block for RSA).
+    """
+    failures: list[Failure] = []
+    quote = _parse_quote(attest, failures)
+    _check_quote_signature(attest, signature, public_key, failures)
+    if quote is not None:
+        _check_quote_contents(quote, nonce, pcrs, failures)
+    return quote, failures
+
+
+class _Malformed(Exception):
+    def __init__(self, component: str, expected: str, found: object):
+        super().__init__(component)
+        self.failure = Failure("malformed", component, expected, _describe(found))
+
+
+@dataclass
+class _Appraisal:
+    nonce: bytes
+    node: NodeIdentity
+    reference: ReferenceValues
+    policy: Policy
+    roots: TrustedRoots
+    now: datetime
+    failures: list[Failure] = field(default_factory=list)
+    measurements: dict[str, str] = field(default_factory=dict)
+
+    def fail(self, code: str, component: str, expected: str, found: str) -> None:
+        self.failures.append(Failure(code, component, expected, _shown(found)))
+
+    def run(self, evidence: object) -> None:
+        self.check_freshness()
+        if not isinstance(evidence, dict):
+            self.failures.append(_Malformed("evidence", "an object with quote, event_log and gpus", evidence).failure)
+            return
+        events = self.guarded(self.parse_event_log, evidence.get("event_log"))
+        replayed = self.check_events(events) if events is not None else None
+        self.guarded(self.check_quote, evidence.get("quote"), replayed)
+        self.guarded(self.check_gpus, evidence.get("gpus"))
+
+    def guarded(self, check, *args):
+        try:
+            return check(*args)
+        except _Malformed as malformed:
+            self.failures.append(malformed.failure)
+            return None
+
+    def check_freshness(self) -> None:
+        issued = nonce_issued_at(self.nonce)
+        limit = timedelta(seconds=self.policy.max_evidence_age_seconds)
+        expected = f"a nonce issued within {self.policy.max_evidence_age_seconds} s before {self.now.isoformat()}"
+        if issued is None:
+            self.fail("stale", "nonce", expected, "a nonce that carries no issue time (not from new_nonce)")
+        elif not self.now - limit <= issued <= self.now + CLOCK_SKEW:
+            self.fail("stale", "nonce", expected, f"issued at {issued.isoformat()}")
+
+    # The TPM quote.
+
+    def check_quote(self, document: object, replayed: dict[int, bytes] | None) -> None:
+        quote_doc = _mapping(document, "quote", "an object with attest, signature and ak_cert")
+        attest = _base64(quote_doc.get("attest"), "quote.attest", MAX_ATTEST_BYTES)
+        signature = _base64(quote_doc.get("signature"), "quote.signature", MAX_SIGNATURE_BYTES)
+        chain = self.guarded(_pem_chain, [quote_doc.get("ak_cert")], ["quote.ak_cert"])
+        ak = None
+        if chain is not None:
+            leaf = self.check_chain(chain, self.roots.manufacturer_ca, "ak_chain", "quote.ak_cert")
+            ak = leaf.public_key
+            self.check_subject(leaf.certificate, self.node.name, self.node.serial, "ak_identity", "quote.ak_cert")
+        quote = _parse_quote(attest, self.failures)
+        if ak is not None:
+            _check_quote_signature(attest, signature, ak, self.failures)
+        if quote is not None:
+            _check_quote_contents(quote, self.nonce, replayed, self.failures)
+
+    def check_chain(self, pems: tuple[str, ...], root: x509.Certificate, code: str, component: str) -> _Leaf:
+        leaf, problem = _verified_chain(pems, root)
+        if problem is None:
+            certificates = (*leaf.chain, root)
+            expired = [c for c in certificates if not c.not_valid_before_utc <= self.now <= c.not_valid_after_utc]
+            if expired:
+                problem = f"a certificate not valid at {self.now.isoformat()}: {expired[0].subject.rfc4514_string()}"
+        if problem is not None:
+            self.fail(code, component, f"a chain to {root.subject.rfc4514_string()} valid now", problem)
+        return leaf
+
+    def check_subject(self, certificate: x509.Certificate, name: str, serial: str, code: str, component: str) -> None:
+        subject = certificate.subject
+        found = (_attribute(subject, NameOID.COMMON_NAME), _attribute(subject, NameOID.SERIAL_NUMBER))
+        if found != (name, serial):
+            self.fail(code, component, f"CN={name}, serialNumber={serial}", f"CN={found[0]}, serialNumber={found[1]}")
+
+    # The measured-boot event log.
+
+    def parse_event_log(self, document: object) -> list[tuple[int, bytes, str]]:
+        if not isinstance(document, list):
+            raise _Malformed("event_log", "a list of events", document)
+        if len(document) > MAX_EVENTS:
+            raise _Malformed("event_log", f"at most {MAX_EVENTS} events", f"{len(document)} events")
+        events = []
+        for position, event in enumerate(document):
+            where = f"event_log[{position}]"
+            event = _mapping(event, where, "an object with pcr, digest and component")
+            pcr = event.get("pcr")
+            if not _is_int(pcr) or not 0 <= pcr < PCR_COUNT:
+                raise _Malformed(f"{where}.pcr", f"a PCR index from 0 to {PCR_COUNT - 1}", pcr)
+            digest = _hex(event.get("digest"), f"{where}.digest", 32)
+            component = _name(event.get("component"), f"{where}.component")
+            events.append((pcr, digest, component))
+        return events
+
+    def check_events(self, events: list[tuple[int, bytes, str]]) -> dict[int, bytes]:
+        """Check each event against the policy and reference values; return the replayed PCRs."""
+        pcrs = {pcr: ZERO_PCR for pcr in self.policy.quoted_pcrs}
+        for position, (pcr, digest, component) in enumerate(events):
+            where = f"event_log[{position}]"
+            expected_pcr = self.policy.boot_pcrs.get(component)
+            if expected_pcr is None:
+                self.fail("unexpected_event", where, "a component the policy measures", component)
+            elif pcr != expected_pcr:
+                self.fail("unexpected_event", where, f"{component} in PCR {expected_pcr}", f"{component} in PCR {pcr}")
+            if pcr in pcrs:
+                pcrs[pcr] = hashlib.sha256(pcrs[pcr] + digest).digest()
+            if expected_pcr is None:
+                continue
+            hex_digest = digest.hex()
+            label = component if component not in self.measurements else f"{component}[{position}]"
+            self.measurements[label] = hex_digest
+            if hex_digest not in self.reference.components.get(component, ()):
+                self.fail("unknown_component_digest", component, f"a reference digest of {component}", hex_digest)
+        measured = {component for _, _, component in events}
+        for component in self.policy.boot_pcrs:
+            if component not in measured:
+                self.fail("missing_component", component, f"a measurement of {component}", "none in the event log")
+        return pcrs
+
+    # The GPU reports.
+
+    def check_gpus(self, document: object) -> None:
+        if not isinstance(document, list):
+            raise _Malformed("gpus", "a list of GPU reports", document)
+        if len(document) > MAX_GPUS:
+            raise _Malformed("gpus", f"at most {MAX_GPUS} GPU reports", f"{len(document)} reports")
+        enrolled = {gpu.index: gpu for gpu in self.node.gpus}
+        reported: set[int] = set()
+        for position, report in enumerate(document):
+            index = self.guarded(self.check_gpu, report, f"gpus[{position}]", enrolled, reported)
+            if index is not None:
+                reported.add(index)
+        for index in sorted(enrolled.keys() - reported):
+            self.fail("gpu_inventory", f"gpu{index}", f"a report from {enrolled[index].uuid}", "no report")
+
+    def check_gpu(self, report: object, where: str, enrolled: dict[int, GPUIdentity], reported: set[int]) -> int:
+        report = _mapping(report, where, "a GPU report object")
+        index = report.get("index")
+        if not _is_int(index):
+            raise _Malformed(f"{where}.index", "an integer", index)
+        uuid = _name(report.get("uuid"), f"{where}.uuid")
+        report_nonce = _name(report.get("nonce"), f"{where}.nonce", limit=2 * 64)
+        cc_mode = _name(report.get("cc_mode"), f"{where}.cc_mode")
+        measurements = _mapping(report.get("measurements"), f"{where}.measurements", "an object of name -> digest")
+        if len(measurements) > MAX_MEASUREMENTS:
+            raise _Malformed(f"{where}.measurements", f"at most {MAX_MEASUREMENTS}", f"{len(measurements)}")
+        for name, value in measurements.items():
+            _name(name, f"{where}.measurements")
+            _name(value, f"{where}.measurements.{name}", limit=128)
+        signature = _base64(report.get("signature"), f"{where}.signature", MAX_SIGNATURE_BYTES)
+        chain_pems = report.get("cert_chain")
+        if not isinstance(chain_pems, list) or not 1 <= len(chain_pems) <= MAX_CHAIN_CERTS:
+            raise _Malformed(f"{where}.cert_chain", f"a list of 1 to {MAX_CHAIN_CERTS} PEM certificates", chain_pems)
+        chain = _pem_chain(chain_pems, [f"{where}.cert_chain[{i}]" for i in range(len(chain_pems))])
+        try:
+            signed = _canonical_gpu_report(report)
+        except (TypeError, ValueError, RecursionError) as err:
+            raise _Malformed(where, "a report of JSON values", str(err)) from None
+        # Every field is well-formed from here on: the report is a GPU's, named by its index.
+        component = f"gpu{index}"
+        enrolled_gpu = enrolled.get(index)
+        if enrolled_gpu is None:
+            self.fail("gpu_inventory", component, f"an enrolled GPU index ({_indexes(enrolled)})", str(index))
+        elif index in reported:
+            self.fail("gpu_inventory", component, "one report per GPU", "a second report")
+        elif uuid != enrolled_gpu.uuid:
+            self.fail("gpu_inventory", component, enrolled_gpu.uuid, uuid)
+
+        leaf = self.check_chain(chain, self.roots.gpu_vendor_root, "gpu_chain", component)
+        if enrolled_gpu is not None:
+            self.check_subject(leaf.certificate, enrolled_gpu.uuid, enrolled_gpu.serial, "gpu_identity", component)
+        if not _verifies_p384(leaf.public_key, signature, signed):
+            self.fail("gpu_signature", component, "a valid ECDSA P-384 signature by the device key", "invalid")
+        if report_nonce != self.nonce.hex():
+            self.fail("gpu_nonce", component, self.nonce.hex(), report_nonce)
+
+        allowed_digests = self.reference.gpu
+        for name in self.policy.gpu_measurements:
+            value = measurements.get(name)
+            if value is None:
+                self.fail("gpu_measurement", f"{component}.{name}", f"a {name} measurement", "none")
+                continue
+            self.measurements[f"{component}.{name}"] = value
+            if value not in allowed_digests.get(name, ()):
+                self.fail("gpu_measurement", f"{component}.{name}", f"a reference digest of {name}", value)
+        for name in sorted(measurements.keys() - set(self.policy.gpu_measurements)):
+            self.fail("gpu_measurement", f"{component}.{name}", "only the measurements the policy names", name)
+
+        if cc_mode != self.policy.cc_mode:
+            self.fail("cc_mode", component, self.policy.cc_mode, cc_mode)
+        return index
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    certificate: x509.Certificate
+    public_key: object
+    chain: tuple[x509.Certificate, ...]
+
+
+@functools.lru_cache(maxsize=CHAIN_CACHE_SIZE)
+def _verified_chain(pems: tuple[str, ...], root: x509.Certificate) -> tuple[_Leaf, str | None]:
+    """Verify signatures, names and constraints of a chain once; validity at `now` is the caller's.
+
+    The path is built at the leaf's notBefore, a time that depends only on the chain, so the
+    answer can be cached: re-verifying the same PEM text at every attestation would cost more
+    than the evidence's own signatures.
+    """
+    certificates = tuple(_load_certificate(pem) for pem in pems)
+    leaf = certificates[0]
+    try:
+        result = _Leaf(leaf, leaf.public_key(), certificates)
+    except (UnsupportedAlgorithm, ValueError) as err:
+        return _Leaf(leaf, None, certificates), f"a leaf key that cannot be used: {err}"
+    verifier = (
+        verification.PolicyBuilder()
+        .store(verification.Store([root]))
+        .time(leaf.not_valid_before_utc)
+        .extension_policies(
+            ca_policy=verification.ExtensionPolicy.webpki_defaults_ca(),
+            ee_policy=verification.ExtensionPolicy.permit_all(),
+        )
+        .build_client_verifier()
+    )
+    try:
+        verifier.verify(leaf, list(certificates[1:]))
+    except (verification.VerificationError, ValueError) as err:
+        return result, str(err)
+    try:
+        basic = leaf.extensions.get_extension_for_class(x509.BasicConstraints).value
+        usage = leaf.extensions.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound as err:
+        return result, f"a leaf without {err.oid.dotted_string}"
+    if basic.ca or not usage.digital_signature:
+        return result, "a leaf that is a CA or may not sign"
+    return result, None
+
+
+@functools.lru_cache(maxsize=CHAIN_CACHE_SIZE)
+def _load_certificate(pem: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem.encode())
+
+
+def _pem_chain(pems: list[object], components: list[str]) -> tuple[str, ...]:
+    for pem, component in zip(pems, components, strict=True):
+        if not isinstance(pem, str) or len(pem) > MAX_PEM_CHARS:
+            raise _Malformed(component, f"a PEM certificate of at most {MAX_PEM_CHARS} characters", pem)
+        try:
+            _load_certificate(pem)
+        except (ValueError, UnicodeEncodeError) as err:
+            raise _Malformed(component, "a PEM certificate", str(err)) from None
+    return tuple(pems)
+
+
+# TPM structures.
+
+
+class _Reader:
+    """Big-endian reader of TPM 2.0 marshalled structures."""
+
+    def __init__(self, data: bytes):
+        self.data, self.offset = data, 0
+
+    def take(self, size: int) -> bytes:
+        chunk = self.data[self.offset : self.offset + size]
+        if len(chunk) != size:
+            raise ValueError(f"ends at byte {len(self.data)}, inside a field")
+        self.offset += size
+        return chunk
+
+    def uint(self, size: int) -> int:
+        return int.from_bytes(self.take(size), "big")
+
+    def tpm2b(self) -> bytes:
+        return self.take(self.uint(2))
+
+
+def _parse_quote(attest: bytes, failures: list[Failure]) -> Quote | None:
+    reader = _Reader(attest)
+    try:
+        magic, kind = reader.uint(4), reader.uint(2)
+        if magic != TPM_GENERATED_VALUE or kind != TPM_ST_ATTEST_QUOTE:
+            expected = f"magic {TPM_GENERATED_VALUE:#x}, type {TPM_ST_ATTEST_QUOTE:#x} (a quote)"
+            failures.append(Failure("quote_format", "quote.attest", expected, f"magic {magic:#x}, type {kind:#x}"))
+            return None
+        signer, extra_data = reader.tpm2b(), reader.tpm2b()
+        clock, reset_count, restart_count, safe = reader.uint(8), reader.uint(4), reader.uint(4), reader.uint(1)
+        firmware_version = reader.uint(8)
+        banks = []
+        for _ in range(reader.uint(4)):
+            hash_alg = reader.uint(2)
+            bitmap = reader.take(reader.uint(1))
+            banks.append((hash_alg, tuple(i for i in range(8 * len(bitmap)) if bitmap[i // 8] >> (i % 8) & 1)))
+        pcr_digest = reader.tpm2b()
+        if reader.offset != len(attest):
+            raise ValueError(f"{len(attest) - reader.offset} bytes after the structure")
+    except ValueError as err:
+        failures.append(Failure("quote_format", "quote.attest", "a complete TPMS_ATTEST", str(err)))
+        return None
+    return Quote(
+        magic=magic,
+        type=kind,
+        qualified_signer=signer,
+        extra_data=extra_data,
+        clock=clock,
+        reset_count=reset_count,
+        restart_count=restart_count,
+        safe=bool(safe),
+        firmware_version=firmware_version,
+        pcr_select=tuple(banks),
+        pcr_digest=pcr_digest,
+    )
+
+
+def _check_quote_signature(attest: bytes, signature: bytes, public_key: object, failures: list[Failure]) -> None:
+    def fail(found: str) -> None:
+        failures.append(Failure("quote_signature", "quote.signature", "a valid signature by the AK", found))
+
+    if isinstance(public_key, ec.EllipticCurvePublicKey) and isinstance(public_key.curve, ec.SECP256R1):
+        der = _ecdsa_der(signature, 32)
+        if der is None:
+            return fail("an ECDSA signature in no known encoding")
+        try:
+            public_key.verify(der, attest, ec.ECDSA(hashes.SHA256()))
+        except InvalidSignature:
+            fail("invalid")
+    elif isinstance(public_key, rsa.RSAPublicKey):
+        raw = _rsassa_raw(signature)
+        if raw is None:
+            return fail("an RSASSA signature in no known encoding")
+        try:
+            public_key.verify(raw, attest, padding.PKCS1v15(), hashes.SHA256())
+        except InvalidSignature:
+            fail("invalid")
+    else:
+        fail(f"an AK of an unsupported kind ({type(public_key).__name__}); ECDSA P-256 or RSA expected")
+
+
+def _ecdsa_der(signature: bytes, coordinate_bytes: int) -> bytes | None:
+    """A TPMT_SIGNATURE (ECDSA, SHA-256), a DER Ecdsa-Sig-Value, or r||s, as DER."""
+    if signature[:4] == struct.pack(">HH", TPM_ALG_ECDSA, TPM_ALG_SHA256):
+        reader = _Reader(signature[4:])
+        try:
+            r, s = reader.tpm2b(), reader.tpm2b()
+        except ValueError:
+            return None
+        if reader.offset != len(signature) - 4:
+            return None
+        return encode_dss_signature(int.from_bytes(r, "big"), int.from_bytes(s, "big"))
+    try:
+        r, s = decode_dss_signature(signature)
+    except ValueError:
+        pass
+    else:
+        if encode_dss_signature(r, s) == signature:
+            return signature
+    if len(signature) == 2 * coordinate_bytes:
+        half = coordinate_bytes
+        return encode_dss_signature(int.from_bytes(signature[:half], "big"), int.from_bytes(signature[half:], "big"))
+    return None
+
+
+def _rsassa_raw(signature: bytes) -> bytes | None:
+    """A TPMT_SIGNATURE (RSASSA, SHA-256) or the plain signature block."""
+    if signature[:4] == struct.pack(">HH", TPM_ALG_RSASSA, TPM_ALG_SHA256):
+        reader = _Reader(signature[4:])
+        try:
+            raw = reader.tpm2b()
+        except ValueError:
+            return None
+        return raw if reader.offset == len(signature) - 4 else None
+    return signature or None
+
+
+def _check_quote_contents(
+    quote: Quote, nonce: bytes, pcrs: Mapping[int, bytes] | None, failures: list[Failure]
+) -> None:
+    if quote.extra_data != nonce:
+        failures.append(Failure("nonce_mismatch", "quote.attest", nonce.hex(), _shown(quote.extra_data.hex())))
+    if pcrs is None:
+        return
+    wanted = ((TPM_ALG_SHA256, tuple(sorted(pcrs))),)
+    selected = tuple((alg, pcrs_) for alg, pcrs_ in quote.pcr_select if pcrs_)
+    if selected != wanted:
+        failures.append(
+            Failure("pcr_selection", "quote.attest", _selection_text(wanted), _shown(_selection_text(selected)))
+        )
+        return  # a digest over other PCRs cannot be compared with the replay
+    digest = hashlib.sha256(b"".join(pcrs[i] for i in sorted(pcrs))).digest()
+    if digest != quote.pcr_digest:
+        failures.append(Failure("pcr_digest", "quote.attest", digest.hex(), _shown(quote.pcr_digest.hex())))
+
+
+def _selection_text(banks: tuple[tuple[int, tuple[int, ...]], ...]) -> str:
+    names = {TPM_ALG_SHA256: "sha256"}
+    return "; ".join(f"{names.get(alg, hex(alg))}:{','.join(map(str, pcrs))}" for alg, pcrs in banks) or "none"
+
+
+# GPU reports.
+
+
+def _canonical_gpu_report(report: dict) -> bytes:
+    """What the device signed: the report without signature and chain, sorted compact JSON."""
+    unsigned = {k: v for k, v in report.items() if k not in ("signature", "cert_chain")}
+    return json.dumps(unsigned, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _verifies_p384(public_key: object, signature: bytes, message: bytes) -> bool:
+    if not isinstance(public_key, ec.EllipticCurvePublicKey) or not isinstance(public_key.curve, ec.SECP384R1):
+        return False
+    try:
+        public_key.verify(signature, message, ec.ECDSA(hashes.SHA384()))
+    except InvalidSignature:
+        return False
+    return True
+
+
+# Field parsing: each raises _Malformed naming where.
+
+
+def _mapping(value: object, where: str, expected: str) -> dict:
+    if not isinstance(value, dict):
+        raise _Malformed(where, expected, value)
+    return value
+
+
+def _base64(value: object, where: str, limit: int) -> bytes:
+    if not isinstance(value, str) or len(value) > 2 * limit:
+        raise _Malformed(where, f"base64 of at most {limit} bytes", value)
+    try:
+        decoded = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise _Malformed(where, "base64", str(err)) from None
+    if not decoded or len(decoded) > limit:
+        raise _Malformed(where, f"base64 of 1 to {limit} bytes", f"{len(decoded)} bytes")
+    return decoded
+
+
+def _hex(value: object, where: str, size: int) -> bytes:
+    if not isinstance(value, str) or len(value) != 2 * size:
+        raise _Malformed(where, f"{2 * size} hex digits", value)
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise _Malformed(where, f"{2 * size} hex digits", value) from None
+
+
+def _name(value: object, where: str, limit: int = MAX_NAME_CHARS) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= limit:
+        raise _Malformed(where, f"a string of 1 to {limit} characters", value)
+    return value
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _attribute(name: x509.Name, oid: x509.ObjectIdentifier) -> str | None:
+    values = name.get_attributes_for_oid(oid)
+    return str(values[0].value) if len(values) == 1 else None
+
+
+def _indexes(enrolled: Mapping[int, GPUIdentity]) -> str:
+    return ", ".join(map(str, sorted(enrolled))) or "none enrolled"
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, str):
+        return _shown(value)
+    kinds = {type(None): "nothing", dict: "an object", list: "a list", bool: "a boolean", int: "a number"}
+    return kinds.get(type(value), f"a {type(value).__name__}")
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS] + "…"
