@@ -365,17 +365,18 @@ class _Appraisal:
         enrolled = {gpu.index: gpu for gpu in self.node.gpus}
         reported: set[int] = set()
         for position, report in enumerate(document):
-            index = self.guarded(self.check_gpu, report, f"gpus[{position}]", enrolled, reported)
-            if index is not None:
-                reported.add(index)
+            self.guarded(self.check_gpu, report, f"gpus[{position}]", enrolled, reported)
         for index in sorted(enrolled.keys() - reported):
             self.fail("gpu_inventory", f"gpu{index}", f"a report from {enrolled[index].uuid}", "no report")
 
-    def check_gpu(self, report: object, where: str, enrolled: dict[int, GPUIdentity], reported: set[int]) -> int:
+    def check_gpu(self, report: object, where: str, enrolled: dict[int, GPUIdentity], reported: set[int]) -> None:
         report = _mapping(report, where, "a GPU report object")
         index = report.get("index")
         if not _is_int(index):
             raise _Malformed(f"{where}.index", "an integer", index)
+        # A report that names its GPU counts as that GPU's, even if it turns out malformed.
+        duplicate = index in reported
+        reported.add(index)
         uuid = _name(report.get("uuid"), f"{where}.uuid")
         report_nonce = _name(report.get("nonce"), f"{where}.nonce", limit=2 * 64)
         cc_mode = _name(report.get("cc_mode"), f"{where}.cc_mode")
@@ -399,7 +400,7 @@ class _Appraisal:
         enrolled_gpu = enrolled.get(index)
         if enrolled_gpu is None:
             self.fail("gpu_inventory", component, f"an enrolled GPU index ({_indexes(enrolled)})", str(index))
-        elif index in reported:
+        elif duplicate:
             self.fail("gpu_inventory", component, "one report per GPU", "a second report")
         elif uuid != enrolled_gpu.uuid:
             self.fail("gpu_inventory", component, enrolled_gpu.uuid, uuid)
@@ -426,7 +427,6 @@ class _Appraisal:
 
         if cc_mode != self.policy.cc_mode:
             self.fail("cc_mode", component, self.policy.cc_mode, cc_mode)
-        return index
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,206 @@
+"""Signed attestation results: an EAT Attestation Result (IETF RATS EAR draft) as an EdDSA JWT.
+
+Claims::
+
+    {"eat_profile": "tag:github.com,2023:veraison/ear", "iat": <seconds>,
+     "ear.verifier-id": {"developer": "gpu-fleet", "build": <verifier id>},
+     "eat_nonce": <base64url of the nonce>,
+     "submods": {<node>: {"ear.status": "affirming" | "contraindicated",
+                          "ear.trustworthiness-vector": {<AR4SI claim>: <value>, ...}}},
+     "node": <node>, "failures": [{"code", "component", "expected", "found"}, ...],
+     "measurements": {<component>: <hex digest>, ...}}
+
+The JWT header carries `kid`, the RFC 7638 thumbprint of the signing key, so anyone holding
+the JWKS can verify a result offline with any JWT library.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .verifier import Verdict
+
+ALGORITHM = "EdDSA"
+EAR_PROFILE = "tag:github.com,2023:veraison/ear"
+VERIFIER_DEVELOPER = "gpu-fleet"
+
+# AR4SI trustworthiness claim values (draft-ietf-rats-ar4si).
+AFFIRMING = 2
+CONTRAINDICATED = 96
+CRYPTO_VALIDATION_FAILED = 99
+UNEXPECTED_EVIDENCE = 1
+
+# Failures that mean the evidence itself cannot be trusted: nothing it says counts for any claim.
+EVIDENCE_INTEGRITY = {
+    "stale",
+    "ak_chain",
+    "quote_format",
+    "quote_signature",
+    "nonce_mismatch",
+    "pcr_selection",
+    "pcr_digest",
+    "gpu_chain",
+    "gpu_signature",
+    "gpu_nonce",
+}
+UNPARSEABLE = {"malformed", "verifier_error"}
+# Which AR4SI claim each appraisal failure contraindicates.
+CLAIM_OF = {
+    "ak_identity": "instance-identity",
+    "gpu_identity": "instance-identity",
+    "gpu_inventory": "instance-identity",
+    "unexpected_event": "executables",
+    "missing_component": "executables",
+    "unknown_component_digest": "executables",
+    "gpu_measurement": "executables",
+    "cc_mode": "configuration",
+}
+CLAIMS = ("instance-identity", "configuration", "executables", "hardware")
+
+
+class ResultInvalid(Exception):
+    """A signed result that does not verify: bad signature, unknown kid, wrong algorithm, malformed."""
+
+
+class SigningKeyError(ValueError):
+    """The signing-key setting names no usable Ed25519 key."""
+
+
+def trustworthiness_vector(verdict: Verdict) -> dict[str, int]:
+    codes = {failure.code for failure in verdict.failures}
+    if codes & UNPARSEABLE:
+        return dict.fromkeys(CLAIMS, UNEXPECTED_EVIDENCE)
+    if codes & EVIDENCE_INTEGRITY:
+        return dict.fromkeys(CLAIMS, CRYPTO_VALIDATION_FAILED)
+    contraindicated = {CLAIM_OF[code] for code in codes}
+    return {claim: CONTRAINDICATED if claim in contraindicated else AFFIRMING for claim in CLAIMS}
+
+
+def sign_result(
+    *,
+    verdict: Verdict,
+    node: str,
+    nonce: bytes,
+    verifier_id: str,
+    private_key: Ed25519PrivateKey,
+    kid: str,
+    now: datetime,
+) -> str:
+    claims = {
+        "eat_profile": EAR_PROFILE,
+        "iat": int(now.timestamp()),
+        "ear.verifier-id": {"developer": VERIFIER_DEVELOPER, "build": verifier_id},
+        "eat_nonce": _b64url(nonce),
+        "submods": {
+            node: {
+                "ear.status": "affirming" if verdict.affirming else "contraindicated",
+                "ear.trustworthiness-vector": trustworthiness_vector(verdict),
+            }
+        },
+        "node": node,
+        "failures": [
+            {"code": f.code, "component": f.component, "expected": f.expected, "found": f.found}
+            for f in verdict.failures
+        ],
+        "measurements": dict(verdict.measurements),
+    }
+    return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
+
+
+def jwks(keys: Iterable[tuple[str, Ed25519PublicKey]]) -> dict:
+    return {"keys": [{**_okp(public_key), "kid": kid, "alg": ALGORITHM, "use": "sig"} for kid, public_key in keys]}
+
+
+def verify_result(token: str, jwks: dict) -> dict:
+    """The claims of a result signed by a key in `jwks`; raises ResultInvalid otherwise."""
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError as err:
+        raise ResultInvalid(f"not a JWT: {err}") from None
+    if header.get("alg") != ALGORITHM:
+        raise ResultInvalid(f"algorithm {header.get('alg')!r} is not {ALGORITHM}")
+    kid = header.get("kid")
+    key = _public_key(jwks, kid)
+    try:
+        return jwt.decode(token, key, algorithms=[ALGORITHM], options={"require": ["iat"]})
+    except jwt.PyJWTError as err:
+        raise ResultInvalid(f"the result does not verify with key {kid}: {err}") from None
+
+
+def key_id(public_key: Ed25519PublicKey) -> str:
+    """RFC 7638 JWK thumbprint: SHA-256 over the required members in lexicographic order."""
+    members = json.dumps(_okp(public_key), sort_keys=True, separators=(",", ":"))
+    return _b64url(hashlib.sha256(members.encode()).digest())
+
+
+def load_signing_keys(spec: str) -> list[tuple[str, Ed25519PrivateKey]]:
+    """Keys from a PEM file, or from a directory of `*.pem` files.
+
+    In a directory the newest key signs: name the files so they sort by age (for example
+    `2026-11-29.pem`); the last in name order is first in the returned list, and the older
+    ones stay in the JWKS so results they signed still verify.
+    """
+    path = Path(spec)
+    if path.is_dir():
+        files = sorted(path.glob("*.pem"), reverse=True)
+        if not files:
+            raise SigningKeyError(f"{path}: no *.pem signing key in the directory")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise SigningKeyError(f"{path}: no such signing key file or directory")
+    keys = []
+    for file in files:
+        try:
+            key = serialization.load_pem_private_key(file.read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as err:
+            raise SigningKeyError(f"{file}: not an unencrypted PEM private key: {err}") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise SigningKeyError(f"{file}: not an Ed25519 key")
+        keys.append((key_id(key.public_key()), key))
+    return keys
+
+
+def generate_signing_key(path: str | Path) -> tuple[str, Ed25519PrivateKey]:
+    """Write a new Ed25519 key as PKCS#8 PEM (mode 0600, never over an existing file); return (kid, key)."""
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(pem)
+    return key_id(key.public_key()), key
+
+
+def _public_key(keys: object, kid: object) -> Ed25519PublicKey:
+    entries = keys.get("keys") if isinstance(keys, dict) else None
+    if not isinstance(entries, list):
+        raise ResultInvalid('the JWKS is not {"keys": [...]}')
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("kid") == kid:
+            if (entry.get("kty"), entry.get("crv")) != ("OKP", "Ed25519") or entry.get("alg", ALGORITHM) != ALGORITHM:
+                raise ResultInvalid(f"key {kid} is not an Ed25519 EdDSA key")
+            try:
+                raw = base64.urlsafe_b64decode(entry["x"] + "=" * (-len(entry["x"]) % 4))
+                return Ed25519PublicKey.from_public_bytes(raw)
+            except (KeyError, TypeError, ValueError) as err:
+                raise ResultInvalid(f"key {kid} in the JWKS is malformed: {err}") from None
+    raise ResultInvalid(f"unknown key id {kid!r}: not in the JWKS")
+
+
+def _okp(public_key: Ed25519PublicKey) -> dict:
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return {"crv": "Ed25519", "kty": "OKP", "x": _b64url(raw)}
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
