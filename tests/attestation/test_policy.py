@@ -1,0 +1,98 @@
+"""The policy loader: the shipped policy loads; every deviation from the schema is an error naming the key."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from attestation.policy import PolicyError, load_policy, load_policy_file
+
+DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "attestation" / "policies" / "default.toml"
+
+
+def default_document() -> dict:
+    return tomllib.loads(DEFAULT_POLICY.read_text())
+
+
+def test_the_shipped_policy_demands_cc_mode_on_and_the_whole_boot_chain():
+    policy = load_policy_file(DEFAULT_POLICY)
+    assert policy.name == "default"
+    assert policy.cc_mode == "on"
+    assert policy.max_evidence_age_seconds == 300
+    assert dict(policy.boot_pcrs) == {"firmware": 0, "bootloader": 4, "kernel": 9, "initrd": 9, "cmdline": 8}
+    assert policy.quoted_pcrs == (0, 4, 8, 9)
+    assert policy.gpu_measurements == ("vbios", "driver")
+
+
+def test_json_loads_the_same_policy():
+    assert load_policy(json.dumps(default_document()), format="json") == load_policy_file(DEFAULT_POLICY)
+
+
+def test_a_policy_without_the_confidential_computing_requirement_is_rejected_not_read_as_off():
+    document = default_document()
+    del document["cc_mode"]
+    with pytest.raises(PolicyError, match=r"missing key 'cc_mode'.*never assumed to be off"):
+        load_policy(json.dumps(document), format="json")
+
+
+def test_the_same_omission_in_toml_is_rejected_with_the_same_message():
+    text = "\n".join(line for line in DEFAULT_POLICY.read_text().splitlines() if not line.startswith("cc_mode"))
+    with pytest.raises(PolicyError, match=r"missing key 'cc_mode'.*never assumed to be off"):
+        load_policy(text, format="toml")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(cc_mdoe="on"), r"unknown key 'cc_mdoe'"),
+        (lambda d: d["boot"].update(hash="sha1"), r"unknown key 'boot.hash'"),
+        (lambda d: d.update(max_evidence_age_seconds="300"), r"'max_evidence_age_seconds' must be an integer"),
+        (lambda d: d.update(max_evidence_age_seconds=True), r"'max_evidence_age_seconds' must be an integer"),
+        (lambda d: d.update(max_evidence_age_seconds=0), r"'max_evidence_age_seconds' must be from 1"),
+        (lambda d: d.update(cc_mode=False), r"'cc_mode' must be a string"),
+        (lambda d: d.update(cc_mode="sometimes"), r"'cc_mode' must be one of on, off, devtools"),
+        (lambda d: d.update(name=""), r"'name' must be 1 to 64 characters"),
+        (lambda d: d.pop("boot"), r"missing key 'boot'"),
+        (lambda d: d["gpu"].pop("measurements"), r"missing key 'gpu.measurements'"),
+        (lambda d: d["boot"].update(pcrs={}), r"'boot.pcrs' must be a non-empty table"),
+        (lambda d: d["boot"]["pcrs"].update(kernel="9"), r"'boot.pcrs.kernel' must be an integer"),
+        (lambda d: d["boot"]["pcrs"].update(kernel=24), r"'boot.pcrs.kernel' must be a PCR index from 0 to 23"),
+        (lambda d: d["gpu"].update(measurements="vbios"), r"'gpu.measurements' must be a non-empty array"),
+        (lambda d: d["gpu"].update(measurements=["vbios", 3]), r"'gpu.measurements\[1\]' must be a string"),
+        (lambda d: d["gpu"].update(measurements=["vbios", "vbios"]), r"names a measurement twice"),
+        (lambda d: d.update(gpu=["vbios"]), r"'gpu' must be a table"),
+    ],
+)
+def test_a_policy_off_the_schema_is_rejected_naming_the_key(change, message):
+    document = default_document()
+    change(document)
+    with pytest.raises(PolicyError, match=message):
+        load_policy(json.dumps(document), format="json")
+
+
+@pytest.mark.parametrize(
+    ("text", "format", "message"),
+    [
+        ("name = ", "toml", "not valid TOML"),
+        ("{", "json", "not valid JSON"),
+        ("[]", "json", "the policy must be a table"),
+        ("name: x", "yaml", "unknown policy format 'yaml'"),
+    ],
+)
+def test_text_that_is_no_policy_is_rejected(text, format, message):
+    with pytest.raises(PolicyError, match=message):
+        load_policy(text, format=format)
+
+
+def test_a_policy_file_names_itself_in_errors_and_needs_a_known_suffix(tmp_path):
+    broken = tmp_path / "gpu-nodes.toml"
+    broken.write_text(DEFAULT_POLICY.read_text().replace('cc_mode = "on"', ""))
+    with pytest.raises(PolicyError, match=rf"{broken}: missing key 'cc_mode'"):
+        load_policy_file(broken)
+    with pytest.raises(PolicyError, match=r"must end in .toml or .json"):
+        load_policy_file(tmp_path / "policy.yaml")
+    with pytest.raises(PolicyError, match=r"cannot read the policy"):
+        load_policy_file(tmp_path / "absent.json")
