@@ -3,8 +3,10 @@
 The evidence is the in-band agent's answer (bmcsim/evidence.py documents it): a TPM 2.0 quote
 signed by the node's attestation key (AK), the measured-boot event log, and one signed report
 per GPU. `verify` checks every part and reports every failure, never only the first; a verdict
-affirms only when there is no failure at all. Anything that cannot be parsed is a `malformed`
-failure: no evidence makes `verify` raise, and nothing malformed ever affirms.
+affirms only when there is no failure at all. The caller makes the nonce with `new_nonce(now)`:
+it carries its issue time, which is how `verify` knows the evidence's age. Anything that cannot
+be parsed is a `malformed` failure: no evidence makes `verify` raise, and nothing malformed ever
+affirms.
 
 Failure codes, one per check (stable: stored, signed into results, shown to operators):
 
@@ -372,8 +374,8 @@ class _Appraisal:
     def check_gpu(self, report: object, where: str, enrolled: dict[int, GPUIdentity], reported: set[int]) -> None:
         report = _mapping(report, where, "a GPU report object")
         index = report.get("index")
-        if not _is_int(index):
-            raise _Malformed(f"{where}.index", "an integer", index)
+        if not _is_int(index) or not 0 <= index < MAX_GPUS:
+            raise _Malformed(f"{where}.index", f"a GPU index from 0 to {MAX_GPUS - 1}", index)
         # A report that names its GPU counts as that GPU's, even if it turns out malformed.
         duplicate = index in reported
         reported.add(index)

@@ -18,6 +18,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -297,6 +298,32 @@ def test_a_verifier_bug_fails_closed(world, genuine, monkeypatch):
     monkeypatch.setattr(verifier, "_canonical_gpu_report", broken)
     verdict = world.verify(genuine)
     assert not verdict.affirming and codes(verdict) == {"verifier_error"}
+
+
+def test_certificates_are_checked_at_now_even_once_their_chains_are_cached(world, genuine):
+    assert world.verify(genuine).affirming  # the chains are cached from here on
+    after_expiry = datetime.datetime(2046, 1, 1, tzinfo=datetime.UTC)  # bmcsim's certificates end in 2045
+    world_nonce, world.nonce = world.nonce, new_nonce(after_expiry)
+    try:
+        verdict = world.verify(world.collect(), now=after_expiry)
+    finally:
+        world.nonce = world_nonce
+    assert codes(verdict) == {"ak_chain", "gpu_chain"}
+    assert len(verdict.failures) == 1 + 8
+
+
+def test_the_quote_checker_takes_der_raw_and_tpmt_ecdsa_signatures(world, genuine):
+    attest = base64.b64decode(genuine["quote"]["attest"])
+    der = base64.b64decode(genuine["quote"]["signature"])
+    r, s = decode_dss_signature(der)
+    raw = r.to_bytes(32, "big") + s.to_bytes(32, "big")
+    tpmt = bytes.fromhex("0018000b") + tpm.tpm2b(r.to_bytes(32, "big")) + tpm.tpm2b(s.to_bytes(32, "big"))
+    ak = x509.load_pem_x509_certificate(genuine["quote"]["ak_cert"].encode()).public_key()
+    for signature in (der, raw, tpmt):
+        quote, failures = verifier.verify_quote(attest, signature, ak, world.nonce)
+        assert failures == [] and quote.extra_data == world.nonce
+    _, failures = verifier.verify_quote(attest, tpmt[:-1], ak, world.nonce)
+    assert [f.code for f in failures] == ["quote_signature"]
 
 
 def test_three_alterations_are_all_reported(world):
