@@ -52,7 +52,7 @@ from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 from cryptography.x509 import verification
@@ -448,10 +448,7 @@ def _verified_chain(pems: tuple[str, ...], root: x509.Certificate) -> tuple[_Lea
     """
     certificates = tuple(_load_certificate(pem) for pem in pems)
     leaf = certificates[0]
-    try:
-        result = _Leaf(leaf, leaf.public_key(), certificates)
-    except (UnsupportedAlgorithm, ValueError) as err:
-        return _Leaf(leaf, None, certificates), f"a leaf key that cannot be used: {err}"
+    result = _Leaf(leaf, leaf.public_key(), certificates)
     verifier = (
         verification.PolicyBuilder()
         .store(verification.Store([root]))
@@ -478,7 +475,19 @@ def _verified_chain(pems: tuple[str, ...], root: x509.Certificate) -> tuple[_Lea
 
 @functools.lru_cache(maxsize=CHAIN_CACHE_SIZE)
 def _load_certificate(pem: str) -> x509.Certificate:
-    return x509.load_pem_x509_certificate(pem.encode())
+    certificate = x509.load_pem_x509_certificate(pem.encode())
+    # The parser is lazy: touch every field we read now, so a broken one is malformed here and not
+    # an exception in the middle of a check.
+    certificate.subject.rfc4514_string()
+    certificate.issuer.rfc4514_string()
+    certificate.public_key()
+    _ = certificate.version, certificate.extensions, certificate.not_valid_before_utc, certificate.not_valid_after_utc
+    # A CA signs in whole octets. The path validator accepts the signature's BIT STRING re-encoded
+    # with unused bits, an encoding no honest issuer emits: refuse it rather than trust the leniency.
+    der = certificate.public_bytes(serialization.Encoding.DER)
+    if der[-len(certificate.signature) - 1] != 0:
+        raise ValueError("the signature BIT STRING declares unused bits")
+    return certificate
 
 
 def _pem_chain(pems: list[object], components: list[str]) -> tuple[str, ...]:
@@ -487,7 +496,7 @@ def _pem_chain(pems: list[object], components: list[str]) -> tuple[str, ...]:
             raise _Malformed(component, f"a PEM certificate of at most {MAX_PEM_CHARS} characters", pem)
         try:
             _load_certificate(pem)
-        except (ValueError, UnicodeEncodeError) as err:
+        except (ValueError, UnicodeEncodeError, UnsupportedAlgorithm, x509.InvalidVersion) as err:
             raise _Malformed(component, "a PEM certificate", str(err)) from None
     return tuple(pems)
 

@@ -48,7 +48,8 @@ class World:
     nonce: bytes
 
     def collect(self, node: NodeState | None = None) -> dict:
-        return evidence.collect(node or NodeState(self.spec), self.pki, self.nonce, NOW.timestamp())
+        # A copy: bmcsim hands out its cached certificate-chain lists, which a test must not alter.
+        return copy.deepcopy(evidence.collect(node or NodeState(self.spec), self.pki, self.nonce, NOW.timestamp()))
 
     def verify(self, document: object, **overrides) -> verifier.Verdict:
         arguments = {
@@ -343,6 +344,19 @@ def test_evidence_of_another_node_is_refused_on_identity(world, genuine):
     identity = NodeIdentity(other.name, other.serial, tuple(GPUIdentity(g.index, g.uuid, g.serial) for g in other.gpus))
     verdict = world.verify(genuine, node=identity)
     assert codes(verdict) == {"ak_identity", "gpu_inventory", "gpu_identity"}
+
+
+def test_a_certificate_whose_signature_is_re_encoded_with_unused_bits_is_malformed(world, genuine):
+    # Found by the mutation test: the path validator accepted the device CA with its signature's
+    # BIT STRING declaring one unused bit, the same signature in an encoding no CA emits.
+    device_ca = x509.load_pem_x509_certificate(genuine["gpus"][2]["cert_chain"][1].encode())
+    der = bytearray(device_ca.public_bytes(Encoding.DER))
+    der[-len(device_ca.signature) - 1] = 1
+    der[-1] &= 0xFE  # the unused bit must be zero for the encoding to parse at all
+    pem = "-----BEGIN CERTIFICATE-----\n" + base64.encodebytes(bytes(der)).decode() + "-----END CERTIFICATE-----\n"
+    genuine["gpus"][2]["cert_chain"][1] = pem
+    verdict = world.verify(genuine)
+    assert codes(verdict) == {"malformed"} and {f.component for f in verdict.failures} == {"gpus[2].cert_chain[1]"}
 
 
 def test_huge_evidence_is_malformed_not_slow(world, genuine):
