@@ -29,6 +29,8 @@ class Lease:
     node_id: int
     owner: str
     token: int
+    # The previous lease expired rather than being released: its holder died or stalled mid-step.
+    took_over: bool = False
 
 
 def _duration(seconds: float | None) -> timedelta:
@@ -41,24 +43,29 @@ def claim(
     states: Iterable[lifecycle.State] = lifecycle.WORK_STATES,
     limit: int = 1,
     seconds: float | None = None,
+    node_ids: Iterable[int] | None = None,
 ) -> list[Lease]:
-    """Claim up to `limit` nodes in `states` whose lease is free or expired, longest waiting first."""
+    """Claim up to `limit` nodes in `states` (among `node_ids`, if given) whose lease is free or
+    expired, longest waiting first."""
     if not owner:
         raise ValueError("a lease needs an owner")
     with transaction.atomic():
         free = Q(lease_owner="") | Q(lease_expires_at__lte=Now())
-        candidates = (
-            Node.objects.filter(free, state__in=sorted(lifecycle.State(s).value for s in states))
-            .order_by("state_since", "pk")
+        candidates = Node.objects.filter(free, state__in=sorted(lifecycle.State(s).value for s in states))
+        if node_ids is not None:
+            candidates = candidates.filter(pk__in=list(node_ids))
+        previous_owner = dict(
+            candidates.order_by("state_since", "pk")
             .select_for_update(skip_locked=True)
-            .values_list("pk", flat=True)
+            .values_list("pk", "lease_owner")[:limit]
         )
-        ids = list(candidates[:limit])
-        Node.objects.filter(pk__in=ids).update(
+        Node.objects.filter(pk__in=previous_owner).update(
             lease_owner=owner, lease_expires_at=Now() + _duration(seconds), fencing_token=F("fencing_token") + 1
         )
-        claimed = Node.objects.filter(pk__in=ids).order_by("pk").values_list("pk", "fencing_token")
-        return [Lease(node_id=pk, owner=owner, token=token) for pk, token in claimed]
+        claimed = Node.objects.filter(pk__in=previous_owner).order_by("pk").values_list("pk", "fencing_token")
+        return [
+            Lease(node_id=pk, owner=owner, token=token, took_over=bool(previous_owner[pk])) for pk, token in claimed
+        ]
 
 
 def heartbeat(lease: Lease, *, seconds: float | None = None) -> None:
@@ -82,10 +89,13 @@ def complete(lease: Lease, *, event: lifecycle.Event | str, actor: str, reason: 
 
 
 def set_step(lease: Lease, *, step: str, actor: str) -> bool:
-    """Record the workflow step the worker is on; False (and an audited discard) if the lease is gone."""
+    """Record the workflow step the worker is on (audited when it changes); False, and an
+    audited discard, if the lease is gone."""
     with transaction.atomic():
         node = Node.objects.get(pk=lease.node_id)
-        moved = fenced(Node.objects.filter(pk=lease.node_id), lease).update(step=step, step_since=Now())
+        moved = (
+            fenced(Node.objects.filter(pk=lease.node_id), lease).exclude(step=step).update(step=step, step_since=Now())
+        )
         if moved:
             AuditEvent.objects.create(
                 node_id=node.pk,
@@ -96,6 +106,7 @@ def set_step(lease: Lease, *, step: str, actor: str) -> bool:
                 reason=step,
                 detail={"from_step": node.step, "token": lease.token},
             )
-    if not moved:
+        holds = moved or fenced(Node.objects.filter(pk=lease.node_id, step=step), lease).exists()
+    if not holds:
         record_discarded_result(lease=lease, attempted=f"step {step}", actor=actor)
-    return bool(moved)
+    return bool(holds)

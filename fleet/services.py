@@ -110,11 +110,32 @@ def transition(
                 reservation_id=node.reservation_id,
             )
     if applied:
+        if new_state != node.state and new_state in lifecycle.WORK_STATES:
+            # Start the new state's workflow at once; the reconciler is the fallback if this is lost.
+            transaction.on_commit(lambda: _enqueue_workflow(node_id), robust=True)
         return Node.objects.get(pk=node_id)
     if lease is not None:
         record_discarded_result(lease=lease, attempted=event.value, actor=actor)
         raise LeaseLost(f"node {node.name}: lease token {lease.token} no longer holds; {event.value} discarded")
     raise ConcurrentTransition(node.name, node.state)
+
+
+def _enqueue_workflow(node_id: int) -> None:
+    from fleet.tasks import enqueue_workflow  # tasks run the workflows, which call this module
+
+    enqueue_workflow(node_id)
+
+
+def start_inspections(*, actor: str, limit: int) -> int:
+    """Send newly enrolled nodes to inspection."""
+    started = 0
+    for node_id in Node.objects.filter(state=NodeState.ENROLLED).order_by("pk").values_list("pk", flat=True)[:limit]:
+        try:
+            transition(node_id=node_id, event=lifecycle.Event.INSPECTION_STARTED, actor=actor)
+            started += 1
+        except (ConcurrentTransition, lifecycle.IllegalTransition):
+            continue
+    return started
 
 
 def fenced(queryset, lease: Lease):

@@ -101,6 +101,7 @@ API_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_API_MAX_BODY_BYTES", str(256 *
 
 # Celery: Redis is the broker; results are not kept (the database records every outcome).
 CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -111,6 +112,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout"
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 RECONCILE_SECONDS = float(os.environ.get("GPUFLEET_RECONCILE_SECONDS", "5"))
 CELERY_BEAT_SCHEDULE = {
+    "reconcile-nodes": {
+        "task": "fleet.tasks.reconcile_nodes",
+        "schedule": RECONCILE_SECONDS,
+        "options": {"expires": RECONCILE_SECONDS},
+    },
     "reconcile-reservations": {
         "task": "reservations.tasks.reconcile_reservations",
         "schedule": RECONCILE_SECONDS,
@@ -119,7 +125,21 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # How long a worker's claim on a node lasts without a heartbeat.
-LEASE_SECONDS = int(os.environ.get("GPUFLEET_LEASE_SECONDS", "60"))
+LEASE_SECONDS = float(os.environ.get("GPUFLEET_LEASE_SECONDS", "60"))
+
+# Workflows (fleet/workflows.py). Timeouts are in real seconds: bmcsim scales its own durations.
+SERVICE_IMAGE_URL = os.environ.get("GPUFLEET_SERVICE_IMAGE_URL", "http://images.gpufleet.internal/service.iso")
+TENANT_IMAGE_URL = os.environ.get("GPUFLEET_TENANT_IMAGE_URL", "http://images.gpufleet.internal/tenant.iso")
+BMC_TIMEOUT = float(os.environ.get("GPUFLEET_BMC_TIMEOUT", "10"))
+WORKFLOW_POLL_SECONDS = float(os.environ.get("GPUFLEET_WORKFLOW_POLL_SECONDS", "1"))
+AGENT_BOOT_TIMEOUT = float(os.environ.get("GPUFLEET_AGENT_BOOT_TIMEOUT", "600"))
+WIPE_TIMEOUT = float(os.environ.get("GPUFLEET_WIPE_TIMEOUT", "3600"))
+# How long a node may stay in a state that owes work, every retry included, before it fails.
+INSPECTION_DEADLINE = float(os.environ.get("GPUFLEET_INSPECTION_DEADLINE", "3600"))
+PROVISION_DEADLINE = float(os.environ.get("GPUFLEET_PROVISION_DEADLINE", "3600"))
+WIPE_DEADLINE = float(os.environ.get("GPUFLEET_WIPE_DEADLINE", "7200"))
+# Messages that wait longer than this are dropped: the reconciler enqueues the work again.
+WORKFLOW_MESSAGE_EXPIRES = float(os.environ.get("GPUFLEET_WORKFLOW_MESSAGE_EXPIRES", "300"))
 
 LOGGING = {
     "version": 1,

@@ -105,7 +105,11 @@ class Allocation(models.Model):
                 name="allocation_no_double_booking",
                 expressions=[("node", RangeOperators.EQUAL), ("period", RangeOperators.OVERLAPS)],
             ),
-            models.CheckConstraint(condition=Q(period__startswith__isnull=False), name="allocation_period_has_start"),
+            # Empty: a hold cut short before its period began; it overlaps nothing.
+            models.CheckConstraint(
+                condition=Q(period__isempty=True) | Q(period__startswith__isnull=False),
+                name="allocation_period_has_start",
+            ),
         ]
 
     def __str__(self):

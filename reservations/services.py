@@ -86,11 +86,11 @@ def _allocate(reservation: Reservation, *, count: int, pod: str | None, rack_sca
 
 
 def _with_retries(attempt):
-    """Run `attempt` in a transaction, again on fresh capacity after each lost race."""
-    for _ in range(PLACEMENT_ATTEMPTS):
+    """Run `attempt(lost_races)` in a transaction, again on fresh capacity after each lost race."""
+    for lost_races in range(PLACEMENT_ATTEMPTS):
         try:
             with transaction.atomic():
-                return attempt()
+                return attempt(lost_races)
         except LostPlacementRace:
             continue
     raise PlacementRefused(
@@ -114,7 +114,7 @@ def create_reservation(
     if ends_at is not None and ends_at <= starts_at:
         raise ValueError("ends_at must be after starts_at")
 
-    def attempt() -> Reservation:
+    def attempt(lost_races: int) -> Reservation:
         reservation = Reservation.objects.create(
             tenant=tenant,
             node_count=node_count,
@@ -129,7 +129,8 @@ def create_reservation(
         )
         reservation.placement = _describe(chosen)
         reservation.save(update_fields=["placement"])
-        _record(reservation, ReservationEventKind.CREATED, actor, reservation.placement)
+        retried = f" (placed again after {lost_races} lost race(s))" if lost_races else ""
+        _record(reservation, ReservationEventKind.CREATED, actor, reservation.placement + retried)
         return reservation
 
     return _with_retries(attempt)
@@ -202,7 +203,7 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Re
         pod = reservation.pod.name if reservation.pod_id else _pod_of(held)
         try:
             chosen = _with_retries(
-                lambda: _allocate(reservation, count=missing, pod=pod, rack_scale=False, actor=actor)
+                lambda lost_races: _allocate(reservation, count=missing, pod=pod, rack_scale=False, actor=actor)
             )
         except PlacementRefused as refused:
             Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(

@@ -63,7 +63,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['reservation', 'node'],
-                'constraints': [django.contrib.postgres.constraints.ExclusionConstraint(expressions=[('node', '='), ('period', '&&')], name='allocation_no_double_booking'), models.CheckConstraint(condition=models.Q(('period__startswith__isnull', False)), name='allocation_period_has_start')],
+                'constraints': [django.contrib.postgres.constraints.ExclusionConstraint(expressions=[('node', '='), ('period', '&&')], name='allocation_no_double_booking'), models.CheckConstraint(condition=models.Q(('period__isempty', True), ('period__startswith__isnull', False), _connector='OR'), name='allocation_period_has_start')],
             },
         ),
         migrations.CreateModel(

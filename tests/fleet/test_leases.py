@@ -24,6 +24,7 @@ def test_claim_sets_owner_expiry_and_a_growing_token():
     second = leases.claim(owner="worker-b", seconds=60)[0]
     assert (first.node_id, second.node_id) == (node.pk, node.pk)
     assert second.token == first.token + 1
+    assert (first.took_over, second.took_over) == (False, True)
     node.refresh_from_db()
     assert (node.lease_owner, node.fencing_token) == ("worker-b", second.token)
     assert node.lease_expires_at is not None

@@ -1,0 +1,218 @@
+"""Reservations through the HTTP API on a 10,000-node fleet, against pgbench on the same server.
+
+Builds its own database (gpufleet_bench), enrols 10 pods x 125 racks x 8 nodes, serves the API
+with gunicorn, and drives it with 32 concurrent clients: 5,000 reservations of 1-16 nodes (10%
+rack-scale), each in a future window so that nodes are shared over time, about half released
+again. Prints reservations/s, latency percentiles, lost placement races, double bookings
+(must be 0), GET /v1/capacity latency, and pgbench's TPS measured in the same run as the
+ceiling. Run: .venv/bin/python bench/placement.py [--reservations N] [--clients N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DB = "gpufleet_bench"
+PG = "postgres://postgres@127.0.0.1:5432"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(*args, env=None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=ROOT, env=env, check=True, capture_output=True, text=True, **kwargs)
+
+
+def prepare_fleet(env: dict, nodes: int, pods: int) -> None:
+    run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+    run(sys.executable, "manage.py", "ensure_database", env=env)
+    run(sys.executable, "manage.py", "migrate", "-v0", env=env)
+    code = f"""
+import django; django.setup()
+from django.db import connection, transaction
+from fleet.inventory import records_from_layout
+from fleet.services import enrol_nodes
+from fleet.topology import default_layout
+enrol_nodes(records=records_from_layout(default_layout({nodes}, pod_count={pods}), "http://127.0.0.1:8100"), actor="bench")
+# Inspection and attestation are not what this measures: pass every node, audited, in bulk.
+with transaction.atomic(), connection.cursor() as c:
+    for event, old, new in [("inspection_started", "enrolled", "inspecting"), ("attestation_passed", "inspecting", "available")]:
+        c.execute("INSERT INTO fleet_auditevent (actor, event, from_state, to_state, reason, detail, node_id)"
+                  " SELECT 'bench', %s, %s, %s, 'bench setup', '{{}}', id FROM fleet_node WHERE state = %s", [event, old, new, old])
+        c.execute("UPDATE fleet_node SET state = %s, state_since = now() WHERE state = %s", [new, old])
+"""
+    run(sys.executable, "-c", code, env=env)
+
+
+def tenant_tokens(env: dict, count: int) -> list[str]:
+    return [
+        run(sys.executable, "manage.py", "create_tenant", f"bench-{i}", env=env).stdout.strip().splitlines()[-1]
+        for i in range(count)
+    ]
+
+
+def pgbench_tps(clients: int, seconds: int) -> float:
+    run("psql", f"{PG}/postgres", "-qc", "DROP DATABASE IF EXISTS gpufleet_pgbench WITH (FORCE)")
+    run("psql", f"{PG}/postgres", "-qc", "CREATE DATABASE gpufleet_pgbench")
+    run("pgbench", "-i", "-q", "-s", "10", "-h", "127.0.0.1", "-U", "postgres", "gpufleet_pgbench")
+    out = run(
+        "pgbench", "-c", str(clients), "-j", "2", "-T", str(seconds), "-h", "127.0.0.1", "-U", "postgres",
+        "gpufleet_pgbench",
+    ).stdout
+    run("psql", f"{PG}/postgres", "-qc", "DROP DATABASE gpufleet_pgbench WITH (FORCE)")
+    return float(re.search(r"tps = ([\d.]+)", out).group(1))
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else float("nan")
+
+
+def drive(base: str, tokens: list[str], total: int, seed: int) -> dict:
+    latencies, capacity_latencies = [], []
+    outcome = {"created": 0, "refused": 0, "released": 0, "errors": 0}
+    lock = threading.Lock()
+    remaining = iter(range(total))
+    window_start = datetime.now(UTC) + timedelta(days=1)
+
+    def client(index: int) -> None:
+        rng = random.Random(seed * 1000 + index)
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {tokens[index]}"
+        while True:
+            with lock:
+                if next(remaining, None) is None:
+                    return
+            rack_scale = rng.random() < 0.10
+            count = rng.choice([8, 16]) if rack_scale else rng.randint(1, 16)
+            starts = window_start + timedelta(hours=rng.randrange(48))
+            body = {
+                "node_count": count,
+                "rack_scale": rack_scale,
+                "starts_at": starts.isoformat(),
+                "ends_at": (starts + timedelta(hours=rng.randint(1, 4))).isoformat(),
+            }
+            started = time.perf_counter()
+            answer = session.post(f"{base}/v1/reservations", json=body, timeout=30)
+            elapsed = time.perf_counter() - started
+            with lock:
+                latencies.append(elapsed)
+                kind = {201: "created", 409: "refused"}.get(answer.status_code, "errors")
+                outcome[kind] += 1
+            if answer.status_code == 201 and rng.random() < 0.5:
+                released = session.post(f"{base}/v1/reservations/{answer.json()['id']}/release", timeout=30)
+                with lock:
+                    outcome["released" if released.status_code == 200 else "errors"] += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(tokens))]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    probe = requests.Session()
+    for _ in range(100):
+        t0 = time.perf_counter()
+        probe.get(f"{base}/v1/capacity", timeout=30).raise_for_status()
+        capacity_latencies.append(time.perf_counter() - t0)
+    return {"wall": wall, "latencies": latencies, "capacity": capacity_latencies, **outcome}
+
+
+def database_figures(env: dict) -> tuple[int, int]:
+    code = """
+import django; django.setup()
+from django.db import connection
+with connection.cursor() as c:
+    c.execute("SELECT count(*) FROM reservations_allocation a JOIN reservations_allocation b"
+              " ON a.node_id = b.node_id AND a.id < b.id AND a.period && b.period")
+    double = c.fetchone()[0]
+    c.execute("SELECT coalesce(sum((regexp_match(detail, 'after (\\\\d+) lost'))[1]::int), 0)"
+              " FROM reservations_reservationevent WHERE event = 'created'")
+    print(double, c.fetchone()[0])
+"""
+    double, races = run(sys.executable, "-c", code, env=env).stdout.split()
+    return int(double), int(races)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reservations", type=int, default=5000)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--pods", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+
+    env = {**os.environ, "DATABASE_URL": f"{PG}/{BENCH_DB}", "DJANGO_SETTINGS_MODULE": "gpufleet.settings"}
+    print(f"preparing a {args.nodes}-node fleet in {args.pods} pods ...", file=sys.stderr)
+    prepare_fleet(env, args.nodes, args.pods)
+    tokens = tenant_tokens(env, args.clients)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "gpufleet.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.workers),
+         "--log-level", "warning"],
+        cwd=ROOT, env=env, start_new_session=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                requests.get(f"{base}/healthz", timeout=2)
+                break
+            except requests.RequestException:
+                time.sleep(0.2)
+        print(f"{args.clients} clients, {args.reservations} reservations ...", file=sys.stderr)
+        figures = drive(base, tokens, args.reservations, args.seed)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    double, races = database_figures(env)
+    print("pgbench on the same server ...", file=sys.stderr)
+    tps = pgbench_tps(args.clients, 15)
+
+    rate = figures["created"] / figures["wall"]
+    ms = [x * 1000 for x in figures["latencies"]]
+    capacity_ms = [x * 1000 for x in figures["capacity"]]
+    rows = [
+        ("fleet", f"{args.nodes} nodes, {args.pods} pods"),
+        ("clients / gunicorn workers", f"{args.clients} / {args.workers}"),
+        ("reservations asked", args.reservations),
+        ("created (201) / refused (409) / released", f"{figures['created']} / {figures['refused']} / {figures['released']}"),
+        ("errors (other statuses)", figures["errors"]),
+        ("reservations/s created", f"{rate:.1f}  (target >= 300)"),
+        ("POST latency p50 / p99 ms", f"{percentile(ms, 50):.1f} / {percentile(ms, 99):.1f}  (target p99 < 250)"),
+        ("lost placement races (retried)", races),
+        ("double bookings", f"{double}  (must be 0)"),
+        ("GET /v1/capacity p50 / p99 ms", f"{percentile(capacity_ms, 50):.1f} / {percentile(capacity_ms, 99):.1f}  (target < 20)"),
+        ("pgbench TPS (TPC-B, same clients)", f"{tps:.0f}"),
+        ("reservations/s as a share of pgbench TPS", f"{rate / tps:.3f}"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    print(f"{'figure':<{width}}  value")
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    main()

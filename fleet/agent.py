@@ -1,0 +1,57 @@
+"""A client for a node's in-band agent (inventory, GPU memory wipe, attestation evidence).
+
+The agent answers only while its node is on and booted: until then it is unavailable, which
+the workflows wait out, within their timeouts.
+"""
+
+from __future__ import annotations
+
+import requests
+
+
+class AgentUnavailable(Exception):
+    """The agent does not answer (yet): the node is off, booting, or its agent is down."""
+
+
+class AgentError(Exception):
+    """The agent answered with something unusable."""
+
+
+class AgentClient:
+    def __init__(self, node: str, agent_url: str, *, timeout: float = 10.0):
+        self.node = node
+        self.base = agent_url.rstrip("/")
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.calls = 0
+
+    def close(self) -> None:
+        self.session.close()
+
+    def _call(self, method: str, path: str, **kwargs) -> dict:
+        self.calls += 1
+        try:
+            response = self.session.request(method, f"{self.base}/{path}", timeout=self.timeout, **kwargs)
+        except (requests.ConnectionError, requests.Timeout) as error:
+            raise AgentUnavailable(f"{self.node}: agent {path}: {type(error).__name__}") from error
+        if response.status_code == 503 or response.status_code >= 500:
+            raise AgentUnavailable(f"{self.node}: agent {path}: {response.status_code} {response.text[:200]}")
+        try:
+            body = response.json()
+        except ValueError as error:
+            raise AgentError(f"{self.node}: agent {path}: answer is not JSON") from error
+        if response.status_code >= 400 or not isinstance(body, dict):
+            raise AgentError(f"{self.node}: agent {path}: {response.status_code} {str(body)[:200]}")
+        return body
+
+    def inventory(self) -> dict:
+        return self._call("GET", "inventory")
+
+    def start_gpu_wipe(self) -> dict:
+        return self._call("POST", "gpu-wipe")
+
+    def gpu_wipe_state(self) -> str:
+        return str(self._call("GET", "gpu-wipe").get("state", ""))
+
+    def evidence(self, nonce: bytes) -> dict:
+        return self._call("POST", "evidence", json={"nonce": nonce.hex()})

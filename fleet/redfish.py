@@ -1,0 +1,223 @@
+"""A Redfish client for one node's BMC, on requests.
+
+Why not OpenStack's sushy: the workflows need a handful of calls (power, one-time boot,
+virtual media, drive secure erase with task polling) with our own retry policy and errors
+that name the node and the call; sushy brings a resource model and its own retry and error
+handling for all of Redfish. The tests drive this client against OpenStack's sushy-tools
+emulator as well as bmcsim, so it speaks Redfish as others do.
+
+Transient errors (connection errors, timeouts, 5xx, 503 with Retry-After) are retried with
+exponential backoff and full jitter; permanent ones (4xx) fail at once. Every call has a
+timeout. No call is ever made inside a database transaction: the workflows call this outside.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urljoin
+
+import requests
+
+RESET_ON = "On"
+RESET_FORCE_OFF = "ForceOff"
+RESET_FORCE_RESTART = "ForceRestart"
+
+
+class RedfishError(Exception):
+    def __init__(self, node: str, call: str, message: str):
+        super().__init__(f"{node}: {call}: {message}")
+        self.node = node
+        self.call = call
+
+
+class BMCTransientError(RedfishError):
+    """The BMC did not answer usefully now; the same call may succeed later."""
+
+
+class BMCPermanentError(RedfishError):
+    """The BMC refused the call; repeating it will not help."""
+
+
+@dataclass(frozen=True)
+class BMCAccess:
+    node: str
+    base_url: str
+    system_id: str
+    username: str
+    password: str
+
+
+def _redfish_message(response: requests.Response) -> str:
+    try:
+        error = response.json()["error"]
+        extended = error.get("@Message.ExtendedInfo") or [{}]
+        return f"{response.status_code} {error.get('message', '')} {extended[0].get('Message', '')}".strip()
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return f"{response.status_code} {response.text[:200]!r}"
+
+
+class RedfishClient:
+    def __init__(
+        self,
+        access: BMCAccess,
+        *,
+        timeout: float = 10.0,
+        attempts: int = 5,
+        backoff: float = 0.5,
+        max_backoff: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.access = access
+        self.timeout = timeout
+        self.attempts = attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.sleep = sleep
+        self.session = requests.Session()
+        self.session.auth = (access.username, access.password)
+        self.session.headers.update({"Accept": "application/json", "OData-Version": "4.0"})
+        self.calls = 0  # HTTP requests made, retries included: a figure for the benchmark
+
+    @property
+    def system_path(self) -> str:
+        return f"/redfish/v1/Systems/{self.access.system_id}"
+
+    def close(self) -> None:
+        self.session.close()
+
+    # -- transport -------------------------------------------------------------------------
+
+    def request(
+        self, method: str, path: str, *, json: dict | None = None, call: str | None = None
+    ) -> requests.Response:
+        call = call or f"{method} {path}"
+        url = urljoin(self.access.base_url.rstrip("/") + "/", path.lstrip("/"))
+        for attempt in range(1, self.attempts + 1):
+            retry_after = None
+            try:
+                self.calls += 1
+                response = self.session.request(method, url, json=json, timeout=self.timeout)
+            except (requests.ConnectionError, requests.Timeout) as error:
+                failure = BMCTransientError(self.access.node, call, f"{type(error).__name__}: {error}")
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code < 500:
+                    raise BMCPermanentError(self.access.node, call, _redfish_message(response))
+                failure = BMCTransientError(self.access.node, call, _redfish_message(response))
+                retry_after = response.headers.get("Retry-After")
+            if attempt == self.attempts:
+                raise failure
+            self.sleep(self._delay(attempt, retry_after))
+        raise AssertionError("unreachable")
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after and retry_after.isdigit():
+            return min(float(retry_after), self.max_backoff)
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+
+    def get(self, path: str) -> dict:
+        response = self.request("GET", path)
+        try:
+            body = response.json()
+        except ValueError as error:
+            raise BMCTransientError(self.access.node, f"GET {path}", "answer is not JSON") from error
+        if not isinstance(body, dict):
+            raise BMCTransientError(self.access.node, f"GET {path}", "answer is not a JSON object")
+        return body
+
+    # -- the calls the workflows make ------------------------------------------------------
+
+    def system(self) -> dict:
+        return self.get(self.system_path)
+
+    def power_state(self) -> str:
+        return str(self.system().get("PowerState", ""))
+
+    def reset(self, reset_type: str) -> None:
+        self.request(
+            "POST",
+            f"{self.system_path}/Actions/ComputerSystem.Reset",
+            json={"ResetType": reset_type},
+            call=f"ComputerSystem.Reset {reset_type}",
+        )
+
+    def set_boot_override(self, target: str, enabled: str = "Once") -> None:
+        boot = {"BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": enabled}
+        self.request("PATCH", self.system_path, json={"Boot": boot}, call=f"set boot {target} {enabled}")
+
+    def clear_boot_override(self) -> None:
+        self.request(
+            "PATCH",
+            self.system_path,
+            json={"Boot": {"BootSourceOverrideEnabled": "Disabled"}},
+            call="clear boot override",
+        )
+
+    def boot_override(self) -> dict:
+        return self.system().get("Boot", {})
+
+    def virtual_media(self) -> list[str]:
+        """URIs of the node's virtual media devices that take CDs or DVDs (or, failing that, any)."""
+        manager_paths = [m["@odata.id"] for m in self.system().get("Links", {}).get("ManagedBy", [])]
+        devices = []
+        for manager in manager_paths:
+            collection = self.get(self.get(manager).get("VirtualMedia", {}).get("@odata.id", f"{manager}/VirtualMedia"))
+            for member in collection.get("Members", []):
+                media = self.get(member["@odata.id"])
+                devices.append((member["@odata.id"], media.get("MediaTypes", [])))
+        optical = [uri for uri, types in devices if {"CD", "DVD"} & set(types)]
+        return optical or [uri for uri, _ in devices]
+
+    def insert_media(self, image_url: str) -> str:
+        devices = self.virtual_media()
+        if not devices:
+            raise BMCPermanentError(self.access.node, "InsertMedia", "the BMC offers no virtual media")
+        device = devices[0]
+        self.request(
+            "POST",
+            f"{device}/Actions/VirtualMedia.InsertMedia",
+            json={"Image": image_url, "Inserted": True, "WriteProtected": True},
+            call=f"InsertMedia {image_url}",
+        )
+        return device
+
+    def eject_media(self) -> None:
+        for device in self.virtual_media():
+            if self.get(device).get("Inserted"):
+                self.request("POST", f"{device}/Actions/VirtualMedia.EjectMedia", json={}, call="EjectMedia")
+
+    def drives(self) -> list[str]:
+        storage_path = self.system().get("Storage", {}).get("@odata.id", f"{self.system_path}/Storage")
+        drives = []
+        for member in self.get(storage_path).get("Members", []):
+            drives.extend(d["@odata.id"] for d in self.get(member["@odata.id"]).get("Drives", []))
+        return drives
+
+    def secure_erase(self, drive: str) -> str | None:
+        """Start a secure erase; the task monitor to poll, or None if the BMC finished at once."""
+        response = self.request("POST", f"{drive}/Actions/Drive.SecureErase", json={}, call=f"SecureErase {drive}")
+        if response.status_code == 202:
+            monitor = response.headers.get("Location")
+            if not monitor:
+                raise BMCPermanentError(self.access.node, f"SecureErase {drive}", "202 without a task monitor")
+            return monitor
+        return None
+
+    def task_status(self, monitor: str) -> tuple[bool, str]:
+        """(done, outcome) of a task: outcome is its TaskState, then its messages if it failed."""
+        response = self.request("GET", monitor, call=f"task {monitor}")
+        if response.status_code == 202:
+            return False, "Running"
+        try:
+            task = response.json()
+        except ValueError:
+            return True, "Completed"  # a monitor may answer the finished operation's own result
+        state = task.get("TaskState", "Completed")
+        if state in ("New", "Starting", "Running", "Pending", "Stopping", "Suspended", "Service"):
+            return False, state
+        messages = "; ".join(m.get("Message", "") for m in task.get("Messages", []) if isinstance(m, dict))
+        return True, f"{state}{': ' + messages if messages and state != 'Completed' else ''}"

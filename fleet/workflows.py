@@ -1,0 +1,279 @@
+"""The control plane's hands: inspection, provisioning and wipe, as sequences of idempotent steps.
+
+A worker claims a node under a lease (fleet/leases.py), runs the workflow its state calls for
+from the step the node is on, records each step, heartbeats through every wait, and applies
+the outcome as a lifecycle event through the fenced update. BMC and agent calls happen outside
+any database transaction. A step that meets a transient fault gives the node back unchanged;
+the reconciler enqueues it again and the workflow resumes at that step, until its deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.utils import timezone
+
+from fleet import leases, lifecycle
+from fleet.agent import AgentClient, AgentError, AgentUnavailable
+from fleet.leases import Lease
+from fleet.models import GPU, Node
+from fleet.redfish import (
+    RESET_FORCE_OFF,
+    RESET_FORCE_RESTART,
+    RESET_ON,
+    BMCAccess,
+    BMCPermanentError,
+    BMCTransientError,
+    RedfishClient,
+)
+from fleet.services import LeaseLost, record_discarded_result
+
+log = logging.getLogger(__name__)
+S, E = lifecycle.State, lifecycle.Event
+
+
+class StepFailed(Exception):
+    """The workflow cannot succeed: apply its failure event with this reason."""
+
+
+class NotYet(Exception):
+    """A step cannot finish now (transient fault, or waiting on something): give the node back."""
+
+
+@dataclass
+class Run:
+    """One worker's run of one node's workflow."""
+
+    node: Node
+    lease: Lease
+    actor: str
+    bmc: RedfishClient
+    agent: AgentClient
+    step: str = ""
+    last_heartbeat: float = field(default_factory=time.monotonic)
+
+    def heartbeat(self) -> None:
+        if time.monotonic() - self.last_heartbeat >= settings.LEASE_SECONDS / 3:
+            try:
+                leases.heartbeat(self.lease)
+            except LeaseLost:
+                # A stalled worker waking up after a successor took over: what it did is void.
+                record_discarded_result(lease=self.lease, attempted=f"step {self.step}", actor=self.actor)
+                raise
+            self.last_heartbeat = time.monotonic()
+
+    def wait_until(self, what: str, done: Callable[[], bool], timeout: float) -> None:
+        """Poll `done` until it is true, heartbeating; StepFailed when `timeout` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.heartbeat()  # first: a worker that was stalled must not touch the machine again
+            if done():
+                return
+            if time.monotonic() >= deadline:
+                raise StepFailed(f"timed out after {timeout:g}s waiting for {what}")
+            time.sleep(settings.WORKFLOW_POLL_SECONDS)
+
+
+# -- steps -----------------------------------------------------------------------------------
+
+
+def _boot_image(run: Run, image_url: str) -> None:
+    run.bmc.insert_media(image_url)
+    run.bmc.set_boot_override("Cd", "Once")
+    run.bmc.reset(RESET_FORCE_RESTART if run.bmc.power_state() == "On" else RESET_ON)
+
+
+def boot_service_image(run: Run) -> None:
+    """Boot the control plane's own image (inspection, wipe), which runs the agent."""
+    _boot_image(run, settings.SERVICE_IMAGE_URL)
+
+
+def boot_tenant_image(run: Run) -> None:
+    _boot_image(run, settings.TENANT_IMAGE_URL)
+
+
+def wait_for_agent(run: Run) -> None:
+    def answers() -> bool:
+        try:
+            run.agent.inventory()
+        except AgentUnavailable:
+            return False
+        return True
+
+    run.wait_until("the node's agent to answer", answers, settings.AGENT_BOOT_TIMEOUT)
+
+
+def check_inventory(run: Run) -> None:
+    """Compare what the node reports with what was enrolled; any missing or changed GPU fails it."""
+    try:
+        found = {g.get("index"): g for g in run.agent.inventory().get("gpus", []) if isinstance(g, dict)}
+    except AgentError as error:
+        raise StepFailed(f"inventory unreadable: {error}") from error
+    problems = []
+    for gpu in GPU.objects.filter(node=run.node).order_by("index"):
+        seen = found.pop(gpu.index, None)
+        if seen is None:
+            problems.append(f"GPU {gpu.index} ({gpu.uuid}) missing")
+        elif seen.get("uuid") != gpu.uuid or (gpu.serial and seen.get("serial") != gpu.serial):
+            problems.append(f"GPU {gpu.index} changed: enrolled {gpu.uuid}, found {seen.get('uuid')}")
+    problems.extend(f"GPU {index} ({g.get('uuid')}) not enrolled" for index, g in sorted(found.items(), key=str))
+    if problems:
+        raise StepFailed("; ".join(problems))
+    leases.complete(run.lease, event=E.INSPECTION_PASSED, actor=run.actor, reason="inventory matches enrolment")
+
+
+def attest(run: Run) -> None:
+    # The attestation issue supplies the verifier. Until then the node stays in inspecting:
+    # nothing pretends that an attestation passed.
+    raise NotYet("attestation: no verifier is configured yet")
+
+
+def wipe_gpu_memory(run: Run) -> None:
+    try:
+        if run.agent.gpu_wipe_state() != "running":
+            run.agent.start_gpu_wipe()
+    except AgentError as error:
+        raise StepFailed(f"GPU memory wipe refused: {error}") from error
+
+    def finished() -> bool:
+        state = run.agent.gpu_wipe_state()
+        if state == "failed":
+            raise StepFailed("GPU memory wipe failed")
+        return state == "succeeded"
+
+    run.wait_until("the GPU memory wipe", finished, settings.WIPE_TIMEOUT)
+
+
+def erase_drives(run: Run) -> None:
+    for drive in run.bmc.drives():
+        monitor = run.bmc.secure_erase(drive)
+        if monitor is None:
+            continue
+        outcome = {}
+
+        def finished(monitor=monitor, outcome=outcome) -> bool:
+            done, outcome["state"] = run.bmc.task_status(monitor)
+            return done
+
+        run.wait_until(f"secure erase of {drive}", finished, settings.WIPE_TIMEOUT)
+        if not outcome["state"].startswith("Completed"):
+            raise StepFailed(f"secure erase of {drive} ended {outcome['state']}")
+
+
+def eject_media(run: Run) -> None:
+    run.bmc.eject_media()
+
+
+def clear_boot_override(run: Run) -> None:
+    run.bmc.clear_boot_override()
+
+
+def power_off(run: Run) -> None:
+    if run.bmc.power_state() != "Off":
+        run.bmc.reset(RESET_FORCE_OFF)
+    run.wait_until("power off", lambda: run.bmc.power_state() == "Off", settings.AGENT_BOOT_TIMEOUT)
+
+
+@dataclass(frozen=True)
+class Workflow:
+    steps: tuple[Callable[[Run], None], ...]
+    succeeded: lifecycle.Event | None  # None: the last step applies the outcome itself
+    failed: lifecycle.Event
+    deadline_setting: str  # how long the node may stay in this state, all retries included
+
+
+WORKFLOWS: dict[lifecycle.State, Workflow] = {
+    S.INSPECTING: Workflow(
+        steps=(boot_service_image, wait_for_agent, check_inventory, attest),
+        succeeded=None,
+        failed=E.INSPECTION_FAILED,
+        deadline_setting="INSPECTION_DEADLINE",
+    ),
+    S.PROVISIONING: Workflow(
+        steps=(boot_tenant_image, wait_for_agent),
+        succeeded=E.PROVISION_SUCCEEDED,
+        failed=E.PROVISION_FAILED,
+        deadline_setting="PROVISION_DEADLINE",
+    ),
+    S.WIPING: Workflow(
+        steps=(
+            boot_service_image,
+            wait_for_agent,
+            wipe_gpu_memory,
+            erase_drives,
+            eject_media,
+            clear_boot_override,
+            power_off,
+        ),
+        succeeded=E.WIPE_SUCCEEDED,
+        failed=E.WIPE_FAILED,
+        deadline_setting="WIPE_DEADLINE",
+    ),
+}
+
+
+def _remaining_steps(workflow: Workflow, run: Run) -> tuple[Callable[[Run], None], ...]:
+    """Resume where a paused run stopped. After a worker died or stalled mid-step, start over:
+    nobody knows what it left the machine doing, and every step is safe to repeat."""
+    names = [step.__name__ for step in workflow.steps]
+    if run.lease.took_over or run.node.step not in names:
+        return workflow.steps
+    return workflow.steps[names.index(run.node.step) :]
+
+
+def run_workflow(*, node_id: int, worker: str) -> str:
+    """Claim the node if it owes work and nobody holds it, and run its workflow. Returns what happened."""
+    claimed = leases.claim(owner=worker, node_ids=[node_id])
+    if not claimed:
+        return "not claimed"
+    lease = claimed[0]
+    node = Node.objects.get(pk=node_id)
+    workflow = WORKFLOWS[lifecycle.State(node.state)]
+    access = BMCAccess(node.name, node.redfish_url, node.system_id, node.bmc_username, node.bmc_password)
+    run = Run(
+        node=node,
+        lease=lease,
+        actor=f"worker:{worker}",
+        bmc=RedfishClient(access, timeout=settings.BMC_TIMEOUT),
+        agent=AgentClient(node.name, node.agent_url, timeout=settings.BMC_TIMEOUT),
+    )
+    try:
+        return _run_steps(run, workflow)
+    except LeaseLost:
+        return "lease lost"
+    finally:
+        run.bmc.close()
+        run.agent.close()
+
+
+def _run_steps(run: Run, workflow: Workflow) -> str:
+    deadline = getattr(settings, workflow.deadline_setting)
+    current = run.node.step or "start"
+    try:
+        waited = (timezone.now() - run.node.state_since).total_seconds()
+        if waited > deadline and current != attest.__name__:  # attestation waits for its verifier
+            raise StepFailed(f"still {run.node.state} after {waited:.0f}s (deadline {deadline:g}s, retries included)")
+        for step in _remaining_steps(workflow, run):
+            current = run.step = step.__name__
+            if not leases.set_step(run.lease, step=current, actor=run.actor):
+                return "lease lost"
+            step(run)
+    except (StepFailed, BMCPermanentError) as failure:
+        reason = f"{current}: {failure}"
+        log.warning("%s: %s failed at %s", run.node.name, run.node.state, reason)
+        leases.complete(run.lease, event=workflow.failed, actor=run.actor, reason=reason)
+        return workflow.failed.value
+    except (NotYet, BMCTransientError, AgentUnavailable, AgentError) as pause:
+        log.info("%s: %s paused at %s: %s", run.node.name, run.node.state, current, pause)
+        if not leases.release(run.lease):
+            record_discarded_result(lease=run.lease, attempted=f"pause at {current}", actor=run.actor)
+            return "lease lost"
+        return f"paused at {current}"
+    if workflow.succeeded is not None:
+        leases.complete(run.lease, event=workflow.succeeded, actor=run.actor)
+        return workflow.succeeded.value
+    return "done"

@@ -1,0 +1,193 @@
+"""Whole-system fixtures: bmcsim, Redis, Celery workers and beat as real processes, against the
+test database (transactional tests, so every process sees what the others commit)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from tests.bmcsim.conftest import free_port, start_bmcsim
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+E2E_NODES = 24
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 60, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Process:
+    """A child process in its own session, with its output in a log file."""
+
+    def __init__(self, name: str, args: list[str], env: dict, log_dir: Path):
+        self.name = name
+        self.log = log_dir / f"{name}.log"
+        self.popen = subprocess.Popen(
+            args, cwd=REPO_ROOT, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def signal(self, sig: int) -> None:
+        os.killpg(self.popen.pid, sig)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.popen.wait(timeout=10)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+class RedisServer:
+    """A private Redis, so a test may restart it without touching anyone else's."""
+
+    def __init__(self, log_dir: Path):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log_dir = log_dir
+        self.process = None
+        self.start()
+
+    def start(self) -> None:
+        self.process = Process(
+            f"redis-{self.port}",
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no"],
+            os.environ.copy(),
+            self.log_dir,
+        )
+        client = redis.Redis.from_url(self.url)
+        wait_for("redis", lambda: _pings(client), timeout=10)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def _pings(client) -> bool:
+    try:
+        return client.ping()
+    except redis.RedisError:
+        return False
+
+
+class ControlPlane:
+    """Workers and beat of the control plane, started with the settings a test needs."""
+
+    def __init__(self, tmp_path: Path, bmcsim_url: str, redis_server: RedisServer, **overrides: str):
+        db = connection.settings_dict
+        self.tmp_path = tmp_path
+        self.redis = redis_server
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+            "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
+            "REDIS_URL": redis_server.url,
+            "BMCSIM_URL": bmcsim_url,
+            "GPUFLEET_LEASE_SECONDS": "3",
+            "GPUFLEET_RECONCILE_SECONDS": "0.5",
+            "GPUFLEET_WORKFLOW_POLL_SECONDS": "0.05",
+            "GPUFLEET_BMC_TIMEOUT": "2",
+            "GPUFLEET_AGENT_BOOT_TIMEOUT": "20",
+            "GPUFLEET_WIPE_TIMEOUT": "30",
+            **overrides,
+        }
+        self.workers: dict[str, Process] = {}
+        self.beat: Process | None = None
+
+    def start_worker(self, name: str) -> Process:
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "gpufleet",
+            "worker",
+            "--pool",
+            "solo",
+            "-n",
+            f"{name}@e2e",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ]
+        self.workers[name] = Process(name, args, self.env, self.tmp_path)
+        return self.workers[name]
+
+    def start_beat(self) -> Process:
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "gpufleet",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(self.tmp_path / "beat-schedule"),
+        ]
+        self.beat = Process("beat", args, self.env, self.tmp_path)
+        return self.beat
+
+    def stop(self) -> None:
+        for process in [*self.workers.values(), self.beat]:
+            if process is not None:
+                process.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"==== {p.name}\n{p.output()[-4000:]}" for p in [*self.workers.values(), self.beat] if p)
+
+
+@pytest.fixture
+def bmcsim(tmp_path):
+    sim = start_bmcsim(tmp_path / "bmcsim", nodes=E2E_NODES)
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    server = RedisServer(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def control_plane(transactional_db, tmp_path, bmcsim, private_redis, request):
+    """Two workers and beat, not started until the test calls `start()`; stopped before the database is flushed."""
+    overrides = getattr(request, "param", {})
+    plane = ControlPlane(tmp_path, bmcsim.url, private_redis, **overrides)
+    yield plane
+    plane.stop()
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        print(plane.logs())
+    # What this process enqueued on commit went to the tests' own broker, which no worker reads.
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.report_call = report
+    return report
