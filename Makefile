@@ -18,10 +18,17 @@ database: setup
 	$(PY) manage.py ensure_database
 	$(PY) manage.py migrate --no-input
 
+# The whole system on this machine: bmcsim's fleet enrolled, then every Procfile process.
 demo: database
-	$(PY) manage.py seed_fleet --topology default
+	mkdir -p var
+	@echo "== starting bmcsim once to enrol its fleet (its state persists in var/bmcsim)"
+	$(PY) -m bmcsim > var/bmcsim-seed.log 2>&1 & pid=$$!; \
+	  $(PY) manage.py seed_fleet --wait 60; status=$$?; kill $$pid; wait $$pid; exit $$status
 	$(PY) manage.py ensure_operator
-	$(PY) manage.py runserver 127.0.0.1:8000
+	$(PY) manage.py create_tenant acme | tail -n 1 > var/acme.token
+	@echo "== gpu-fleet: http://127.0.0.1:8000/admin/ (admin/admin), http://127.0.0.1:8000/healthz, bmcsim http://127.0.0.1:8100"
+	@echo "== tenant acme's API token: $$(cat var/acme.token)   (Ctrl-C stops everything)"
+	SIM_TIME_SCALE=$${SIM_TIME_SCALE:-1} $(VENV)/bin/honcho start
 
 test: setup
 	$(VENV)/bin/ruff check .

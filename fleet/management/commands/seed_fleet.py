@@ -1,3 +1,5 @@
+import time
+
 import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -20,14 +22,17 @@ class Command(BaseCommand):
         parser.add_argument("--topology", choices=["inventory", "default"], default="inventory")
         parser.add_argument("--nodes", type=int, default=DEFAULT_NODE_COUNT, help="Fleet size with --topology default.")
         parser.add_argument("--bmcsim-url", default=settings.BMCSIM_URL)
+        parser.add_argument(
+            "--wait", type=float, default=0, metavar="SECONDS", help="Wait this long for bmcsim to come up."
+        )
 
-    def handle(self, *args, topology, nodes, bmcsim_url, verbosity, **options):
+    def handle(self, *args, topology, nodes, bmcsim_url, wait, verbosity, **options):
         if topology == "default":
             if not 1 <= nodes <= 100_000:
                 raise CommandError("--nodes must be between 1 and 100000")
             records = records_from_layout(default_layout(nodes), bmcsim_url)
         else:
-            records = self.fetch_inventory(bmcsim_url)
+            records = self.fetch_inventory(bmcsim_url, wait)
         show_progress = verbosity > 0 and len(records) >= PROGRESS_FROM_NODES
         with tqdm(total=len(records), desc="enrolling", unit="node", disable=not show_progress) as bar:
             result = enrol_nodes(records=records, actor="operator:seed_fleet", progress=bar.update)
@@ -36,8 +41,18 @@ class Command(BaseCommand):
             f"{len(records) - result.created - result.updated} unchanged"
         )
 
-    def fetch_inventory(self, bmcsim_url: str):
+    def fetch_inventory(self, bmcsim_url: str, wait: float):
         url = f"{bmcsim_url.rstrip('/')}/bmcsim/v1/inventory"
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return self.read_inventory(url)
+            except CommandError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
+
+    def read_inventory(self, url: str):
         try:
             answer = requests.get(url, timeout=30)
             answer.raise_for_status()
