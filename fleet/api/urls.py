@@ -1,0 +1,8 @@
+from django.urls import path
+
+from fleet.api import views
+
+urlpatterns = [
+    path("nodes", views.NodeListView.as_view(), name="node-list"),
+    path("nodes/<slug:name>", views.NodeDetailView.as_view(), name="node-detail"),
+]
