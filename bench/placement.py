@@ -16,7 +16,6 @@ import random
 import re
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -51,12 +50,15 @@ from django.db import connection, transaction
 from fleet.inventory import records_from_layout
 from fleet.services import enrol_nodes
 from fleet.topology import default_layout
-enrol_nodes(records=records_from_layout(default_layout({nodes}, pod_count={pods}), "http://127.0.0.1:8100"), actor="bench")
+layout = default_layout({nodes}, pod_count={pods})
+enrol_nodes(records=records_from_layout(layout, "http://127.0.0.1:8100"), actor="bench")
 # Inspection and attestation are not what this measures: pass every node, audited, in bulk.
 with transaction.atomic(), connection.cursor() as c:
-    for event, old, new in [("inspection_started", "enrolled", "inspecting"), ("attestation_passed", "inspecting", "available")]:
+    steps = [("inspection_started", "enrolled", "inspecting"), ("attestation_passed", "inspecting", "available")]
+    for event, old, new in steps:
         c.execute("INSERT INTO fleet_auditevent (actor, event, from_state, to_state, reason, detail, node_id)"
-                  " SELECT 'bench', %s, %s, %s, 'bench setup', '{{}}', id FROM fleet_node WHERE state = %s", [event, old, new, old])
+                  " SELECT 'bench', %s, %s, %s, 'bench setup', '{{}}', id FROM fleet_node WHERE state = %s",
+                  [event, old, new, old])
         c.execute("UPDATE fleet_node SET state = %s, state_since = now() WHERE state = %s", [new, old])
 """
     run(sys.executable, "-c", code, env=env)
@@ -74,7 +76,17 @@ def pgbench_tps(clients: int, seconds: int) -> float:
     run("psql", f"{PG}/postgres", "-qc", "CREATE DATABASE gpufleet_pgbench")
     run("pgbench", "-i", "-q", "-s", "10", "-h", "127.0.0.1", "-U", "postgres", "gpufleet_pgbench")
     out = run(
-        "pgbench", "-c", str(clients), "-j", "2", "-T", str(seconds), "-h", "127.0.0.1", "-U", "postgres",
+        "pgbench",
+        "-c",
+        str(clients),
+        "-j",
+        "2",
+        "-T",
+        str(seconds),
+        "-h",
+        "127.0.0.1",
+        "-U",
+        "postgres",
         "gpufleet_pgbench",
     ).stdout
     run("psql", f"{PG}/postgres", "-qc", "DROP DATABASE gpufleet_pgbench WITH (FORCE)")
@@ -169,9 +181,21 @@ def main() -> None:
     tokens = tenant_tokens(env, args.clients)
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "gpufleet.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.workers),
-         "--log-level", "warning"],
-        cwd=ROOT, env=env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "gpufleet.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(args.workers),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
     )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -197,13 +221,19 @@ def main() -> None:
         ("fleet", f"{args.nodes} nodes, {args.pods} pods"),
         ("clients / gunicorn workers", f"{args.clients} / {args.workers}"),
         ("reservations asked", args.reservations),
-        ("created (201) / refused (409) / released", f"{figures['created']} / {figures['refused']} / {figures['released']}"),
+        (
+            "created (201) / refused (409) / released",
+            f"{figures['created']} / {figures['refused']} / {figures['released']}",
+        ),
         ("errors (other statuses)", figures["errors"]),
         ("reservations/s created", f"{rate:.1f}  (target >= 300)"),
         ("POST latency p50 / p99 ms", f"{percentile(ms, 50):.1f} / {percentile(ms, 99):.1f}  (target p99 < 250)"),
         ("lost placement races (retried)", races),
         ("double bookings", f"{double}  (must be 0)"),
-        ("GET /v1/capacity p50 / p99 ms", f"{percentile(capacity_ms, 50):.1f} / {percentile(capacity_ms, 99):.1f}  (target < 20)"),
+        (
+            "GET /v1/capacity p50 / p99 ms",
+            f"{percentile(capacity_ms, 50):.1f} / {percentile(capacity_ms, 99):.1f}  (target < 20)",
+        ),
         ("pgbench TPS (TPC-B, same clients)", f"{tps:.0f}"),
         ("reservations/s as a share of pgbench TPS", f"{rate / tps:.3f}"),
     ]

@@ -6,6 +6,8 @@ the workflows wait out, within their timeouts.
 
 from __future__ import annotations
 
+import time
+
 import requests
 
 
@@ -24,16 +26,20 @@ class AgentClient:
         self.timeout = timeout
         self.session = requests.Session()
         self.calls = 0
+        self.seconds = 0.0
 
     def close(self) -> None:
         self.session.close()
 
     def _call(self, method: str, path: str, **kwargs) -> dict:
         self.calls += 1
+        began = time.perf_counter()
         try:
             response = self.session.request(method, f"{self.base}/{path}", timeout=self.timeout, **kwargs)
         except (requests.ConnectionError, requests.Timeout) as error:
             raise AgentUnavailable(f"{self.node}: agent {path}: {type(error).__name__}") from error
+        finally:
+            self.seconds += time.perf_counter() - began
         if response.status_code == 503 or response.status_code >= 500:
             raise AgentUnavailable(f"{self.node}: agent {path}: {response.status_code} {response.text[:200]}")
         try:

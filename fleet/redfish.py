@@ -13,6 +13,7 @@ timeout. No call is ever made inside a database transaction: the workflows call 
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable
@@ -79,7 +80,8 @@ class RedfishClient:
         self.session = requests.Session()
         self.session.auth = (access.username, access.password)
         self.session.headers.update({"Accept": "application/json", "OData-Version": "4.0"})
-        self.calls = 0  # HTTP requests made, retries included: a figure for the benchmark
+        self.calls = 0  # HTTP requests made, retries included
+        self.seconds = 0.0  # time spent waiting on them
 
     @property
     def system_path(self) -> str:
@@ -99,7 +101,11 @@ class RedfishClient:
             retry_after = None
             try:
                 self.calls += 1
-                response = self.session.request(method, url, json=json, timeout=self.timeout)
+                began = time.perf_counter()
+                try:
+                    response = self.session.request(method, url, json=json, timeout=self.timeout)
+                finally:
+                    self.seconds += time.perf_counter() - began
             except (requests.ConnectionError, requests.Timeout) as error:
                 failure = BMCTransientError(self.access.node, call, f"{type(error).__name__}: {error}")
             else:
@@ -160,8 +166,8 @@ class RedfishClient:
     def boot_override(self) -> dict:
         return self.system().get("Boot", {})
 
-    def virtual_media(self) -> list[str]:
-        """URIs of the node's virtual media devices that take CDs or DVDs (or, failing that, any)."""
+    @functools.cached_property
+    def _virtual_media(self) -> list[str]:
         manager_paths = [m["@odata.id"] for m in self.system().get("Links", {}).get("ManagedBy", [])]
         devices = []
         for manager in manager_paths:
@@ -171,6 +177,11 @@ class RedfishClient:
                 devices.append((member["@odata.id"], media.get("MediaTypes", [])))
         optical = [uri for uri, types in devices if {"CD", "DVD"} & set(types)]
         return optical or [uri for uri, _ in devices]
+
+    def virtual_media(self) -> list[str]:
+        """URIs of the node's virtual media devices that take CDs or DVDs (or, failing that, any).
+        Found once per client: a BMC's resource tree does not change under a workflow."""
+        return self._virtual_media
 
     def insert_media(self, image_url: str) -> str:
         devices = self.virtual_media()
@@ -190,12 +201,17 @@ class RedfishClient:
             if self.get(device).get("Inserted"):
                 self.request("POST", f"{device}/Actions/VirtualMedia.EjectMedia", json={}, call="EjectMedia")
 
-    def drives(self) -> list[str]:
+    @functools.cached_property
+    def _drives(self) -> list[str]:
         storage_path = self.system().get("Storage", {}).get("@odata.id", f"{self.system_path}/Storage")
         drives = []
         for member in self.get(storage_path).get("Members", []):
             drives.extend(d["@odata.id"] for d in self.get(member["@odata.id"]).get("Drives", []))
         return drives
+
+    def drives(self) -> list[str]:
+        """URIs of every drive of the system, found once per client."""
+        return self._drives
 
     def secure_erase(self, drive: str) -> str | None:
         """Start a secure erase; the task monitor to poll, or None if the BMC finished at once."""

@@ -2,6 +2,7 @@
 
 import os
 import socket
+from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
@@ -25,7 +26,7 @@ def enqueue_workflow(node_id: int) -> None:
 def reconcile_nodes(limit: int = 500) -> dict:
     """Start inspecting newly enrolled nodes; enqueue every node that owes work and that no live lease holds."""
     started = services.start_inspections(actor="system:reconciler", limit=limit)
-    owing = nodes_owing_work(limit=limit)
+    owing = nodes_owing_work(limit=limit, quiet_for=timedelta(seconds=2 * settings.RECONCILE_SECONDS))
     for node_id in owing:
         enqueue_workflow(node_id)
     return {"inspections_started": started, "enqueued": len(owing)}

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from fleet import leases, lifecycle
@@ -55,6 +56,26 @@ class Run:
     agent: AgentClient
     step: str = ""
     last_heartbeat: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.monotonic)
+    database_seconds: float = 0.0
+
+    def time_queries(self, execute, sql, params, many, context):
+        began = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.database_seconds += time.perf_counter() - began
+
+    def figures(self) -> dict:
+        """Where this run's time went, recorded with its outcome in the audit log."""
+        return {
+            "seconds": round(time.monotonic() - self.started, 3),
+            "bmc_seconds": round(self.bmc.seconds, 3),
+            "agent_seconds": round(self.agent.seconds, 3),
+            "database_seconds": round(self.database_seconds, 3),
+            "redfish_calls": self.bmc.calls,
+            "agent_calls": self.agent.calls,
+        }
 
     def heartbeat(self) -> None:
         if time.monotonic() - self.last_heartbeat >= settings.LEASE_SECONDS / 3:
@@ -123,7 +144,13 @@ def check_inventory(run: Run) -> None:
     problems.extend(f"GPU {index} ({g.get('uuid')}) not enrolled" for index, g in sorted(found.items(), key=str))
     if problems:
         raise StepFailed("; ".join(problems))
-    leases.complete(run.lease, event=E.INSPECTION_PASSED, actor=run.actor, reason="inventory matches enrolment")
+    leases.complete(
+        run.lease,
+        event=E.INSPECTION_PASSED,
+        actor=run.actor,
+        reason="inventory matches enrolment",
+        detail=run.figures(),
+    )
 
 
 def attest(run: Run) -> None:
@@ -242,7 +269,8 @@ def run_workflow(*, node_id: int, worker: str) -> str:
         agent=AgentClient(node.name, node.agent_url, timeout=settings.BMC_TIMEOUT),
     )
     try:
-        return _run_steps(run, workflow)
+        with connection.execute_wrapper(run.time_queries):
+            return _run_steps(run, workflow)
     except LeaseLost:
         return "lease lost"
     finally:
@@ -265,7 +293,7 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
     except (StepFailed, BMCPermanentError) as failure:
         reason = f"{current}: {failure}"
         log.warning("%s: %s failed at %s", run.node.name, run.node.state, reason)
-        leases.complete(run.lease, event=workflow.failed, actor=run.actor, reason=reason)
+        leases.complete(run.lease, event=workflow.failed, actor=run.actor, reason=reason, detail=run.figures())
         return workflow.failed.value
     except (NotYet, BMCTransientError, AgentUnavailable, AgentError) as pause:
         log.info("%s: %s paused at %s: %s", run.node.name, run.node.state, current, pause)
@@ -274,6 +302,6 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
             return "lease lost"
         return f"paused at {current}"
     if workflow.succeeded is not None:
-        leases.complete(run.lease, event=workflow.succeeded, actor=run.actor)
+        leases.complete(run.lease, event=workflow.succeeded, actor=run.actor, detail=run.figures())
         return workflow.succeeded.value
     return "done"

@@ -1,0 +1,197 @@
+"""Wipe and re-inspection of a whole fleet by real Celery workers against bmcsim at SIM_TIME_SCALE=0.
+
+Builds its own database (gpufleet_bench_lifecycle), starts bmcsim with N nodes, enrols them,
+lets the workers inspect them once (setup), then sends every node to wiping at once and times
+until each is wiped and inspected again. Prints nodes per minute, Redfish and agent calls per
+node, and where a node's time went (BMC, agent, database, the rest of the worker), from the
+figures each workflow run records with its outcome in the audit log.
+Run: .venv/bin/python bench/lifecycle.py [--nodes 1000] [--workers 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.placement import PG, free_port, run  # noqa: E402
+
+BENCH_DB = "gpufleet_bench_lifecycle"
+
+COUNT_INSPECTED = """
+import django; django.setup()
+from fleet.models import Node
+print(Node.objects.filter(state="inspecting", step="attest").count())
+"""
+
+SEND_TO_WIPING = """
+import django; django.setup()
+from fleet.models import Node
+from fleet.services import transition
+for pk in Node.objects.values_list("pk", flat=True):
+    transition(node_id=pk, event="operator_quarantine", actor="bench", reason="bench wipe")
+    transition(node_id=pk, event="operator_return", actor="bench")
+"""
+
+FIGURES = """
+import django, json; django.setup()
+from fleet.models import AuditEvent
+outcomes = AuditEvent.objects.filter(event__in=["wipe_succeeded", "inspection_passed"], at__gte=%r)
+rows = list(outcomes.values_list("event", "detail"))
+print(json.dumps(rows))
+"""
+
+
+def count_inspected(env) -> int:
+    return int(run(sys.executable, "-c", COUNT_INSPECTED, env=env).stdout.strip())
+
+
+def wait_until_inspected(env, nodes: int, timeout: float) -> float:
+    started = time.monotonic()
+    while count_inspected(env) < nodes:
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"only {count_inspected(env)} of {nodes} nodes inspected after {timeout}s")
+        time.sleep(1)
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--workers", type=int, default=4, help="worker processes")
+    parser.add_argument("--timeout", type=float, default=1200)
+    args = parser.parse_args()
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
+    bmcsim_port = free_port()
+    bmcsim_url = f"http://127.0.0.1:{bmcsim_port}"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
+        "DATABASE_URL": f"{PG}/{BENCH_DB}",
+        "REDIS_URL": "redis://127.0.0.1:6379/13",
+        "BMCSIM_URL": bmcsim_url,
+        "SIM_TIME_SCALE": "0",
+        "GPUFLEET_RECONCILE_SECONDS": "2",
+        "GPUFLEET_WORKFLOW_POLL_SECONDS": "0.05",
+        "GPUFLEET_LOG_LEVEL": "WARNING",
+    }
+    run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+    run(sys.executable, "manage.py", "ensure_database", env=env)
+    run(sys.executable, "manage.py", "migrate", "-v0", env=env)
+    run("redis-cli", "-n", "13", "flushdb")
+    processes = []
+
+    def start(name: str, *command: str) -> None:
+        log = (scratch / f"{name}.log").open("wb")
+        processes.append(
+            subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
+
+    try:
+        start(
+            "bmcsim",
+            sys.executable,
+            "-m",
+            "bmcsim",
+            "--port",
+            str(bmcsim_port),
+            "--nodes",
+            str(args.nodes),
+            "--data-dir",
+            str(scratch / "bmcsim"),
+            "--time-scale",
+            "0",
+        )
+        for _ in range(100):
+            try:
+                requests.get(f"{bmcsim_url}/redfish/v1/", timeout=1)
+                break
+            except requests.RequestException:
+                time.sleep(0.2)
+        run(sys.executable, "manage.py", "seed_fleet", "--bmcsim-url", bmcsim_url, "--wait", "30", env=env)
+        start(
+            "worker",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "gpufleet",
+            "worker",
+            "--concurrency",
+            str(args.workers),
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+        )
+        start(
+            "beat",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "gpufleet",
+            "beat",
+            "--loglevel",
+            "WARNING",
+            "--schedule",
+            str(scratch / "beat-schedule"),
+        )
+        print(f"first inspection of {args.nodes} nodes (setup) ...", file=sys.stderr)
+        first = wait_until_inspected(env, args.nodes, args.timeout)
+
+        print("wipe and re-inspection ...", file=sys.stderr)
+        since = run(
+            sys.executable, "-c", "import datetime; print(datetime.datetime.now(datetime.UTC).isoformat())"
+        ).stdout.strip()
+        started = time.monotonic()
+        run(sys.executable, "-c", SEND_TO_WIPING, env=env)
+        handed = time.monotonic() - started
+        cycle = wait_until_inspected(env, args.nodes, args.timeout) + handed
+        rows = json.loads(run(sys.executable, "-c", FIGURES % since, env=env).stdout)
+    finally:
+        for process in processes:
+            os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            process.wait(timeout=30)
+        run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+
+    per_node = {
+        key: sum(d.get(key, 0) for _, d in rows) / args.nodes
+        for key in ("seconds", "bmc_seconds", "agent_seconds", "database_seconds", "redfish_calls", "agent_calls")
+    }
+    other = per_node["seconds"] - per_node["bmc_seconds"] - per_node["agent_seconds"] - per_node["database_seconds"]
+    queued = cycle * args.workers / args.nodes - per_node["seconds"]
+    table = [
+        ("nodes / worker processes", f"{args.nodes} / {args.workers}"),
+        ("first inspection, nodes/minute", f"{args.nodes / first * 60:.0f}"),
+        ("wipe + inspection, wall seconds", f"{cycle:.1f}"),
+        ("wipe + inspection, nodes/minute", f"{args.nodes / cycle * 60:.0f}  (target >= 600)"),
+        ("Redfish calls per node", f"{per_node['redfish_calls']:.1f}"),
+        ("agent calls per node", f"{per_node['agent_calls']:.1f}"),
+        ("worker time per node, s", f"{per_node['seconds']:.3f}"),
+        ("  waiting on the BMC (Redfish), s", f"{per_node['bmc_seconds']:.3f}"),
+        ("  waiting on the agent, s", f"{per_node['agent_seconds']:.3f}"),
+        ("  in the database, s", f"{per_node['database_seconds']:.3f}"),
+        ("  the rest of the worker (Python), s", f"{other:.3f}"),
+        ("Celery: queue and dispatch per node, s", f"{queued:.3f}"),
+    ]
+    width = max(len(name) for name, _ in table)
+    print(f"{'figure':<{width}}  value")
+    for name, value in table:
+        print(f"{name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()
