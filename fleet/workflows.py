@@ -15,9 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
+from attestation import services as attestation
+from attestation import verifier
 from fleet import leases, lifecycle
 from fleet.agent import AgentClient, AgentError, AgentUnavailable
 from fleet.leases import Lease
@@ -154,9 +156,26 @@ def check_inventory(run: Run) -> None:
 
 
 def attest(run: Run) -> None:
-    # The attestation issue supplies the verifier. Until then the node stays in inspecting:
-    # nothing pretends that an attestation passed.
-    raise NotYet("attestation: no verifier is configured yet")
+    """Evidence bound to a fresh nonce, verified, signed, stored, and acted on in one transaction."""
+    nonce = verifier.new_nonce(timezone.now())
+    try:
+        evidence = run.agent.evidence(nonce)
+    except AgentError as error:  # an agent that refuses to attest fails attestation: fail closed
+        evidence = {"refused": str(error)}
+    try:
+        appraisal = attestation.appraise(node=run.node, evidence=evidence, nonce=nonce)
+    except attestation.NotConfigured as missing:
+        raise NotYet(f"attestation: {missing}") from missing
+    event = E.ATTESTATION_PASSED if appraisal.verdict.affirming else E.ATTESTATION_FAILED
+    with transaction.atomic():
+        result = attestation.record(node=run.node, nonce=nonce, appraisal=appraisal)
+        leases.complete(
+            run.lease,
+            event=event,
+            actor=run.actor,
+            reason=attestation.summary(appraisal.verdict),
+            detail={**run.figures(), "attestation_result": result.pk},
+        )
 
 
 def wipe_gpu_memory(run: Run) -> None:
@@ -283,7 +302,7 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
     current = run.node.step or "start"
     try:
         waited = (timezone.now() - run.node.state_since).total_seconds()
-        if waited > deadline and current != attest.__name__:  # attestation waits for its verifier
+        if waited > deadline:
             raise StepFailed(f"still {run.node.state} after {waited:.0f}s (deadline {deadline:g}s, retries included)")
         for step in _remaining_steps(workflow, run):
             current = run.step = step.__name__

@@ -127,6 +127,14 @@ CELERY_BEAT_SCHEDULE = {
 # How long a worker's claim on a node lasts without a heartbeat.
 LEASE_SECONDS = float(os.environ.get("GPUFLEET_LEASE_SECONDS", "60"))
 
+# Attestation: result-signing keys (a PEM file, or a directory of them: the newest signs, the
+# older stay in the JWKS), and the policy used when no policy in the database fits a node.
+DEFAULT_SIGNING_KEY_DIR = BASE_DIR / "var" / "signing-keys"
+GPUFLEET_SIGNING_KEY = os.environ.get("GPUFLEET_SIGNING_KEY", str(DEFAULT_SIGNING_KEY_DIR))
+ATTESTATION_POLICY_FILE = os.environ.get(
+    "GPUFLEET_ATTESTATION_POLICY", str(BASE_DIR / "attestation" / "policies" / "default.toml")
+)
+
 # Workflows (fleet/workflows.py). Timeouts are in real seconds: bmcsim scales its own durations.
 SERVICE_IMAGE_URL = os.environ.get("GPUFLEET_SERVICE_IMAGE_URL", "http://images.gpufleet.internal/service.iso")
 TENANT_IMAGE_URL = os.environ.get("GPUFLEET_TENANT_IMAGE_URL", "http://images.gpufleet.internal/tenant.iso")

@@ -8,6 +8,7 @@ from gpufleet.healthz import HealthzView
 urlpatterns = [
     path("healthz", HealthzView.as_view(), name="healthz"),
     path("v1/", include("fleet.api.urls")),
+    path("v1/", include("attestation.api.urls")),
     path("v1/", include("reservations.api.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -9,13 +9,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from io import StringIO
 from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connection
+from django.test import override_settings
 
+from attestation import services as attestation
+from attestation.ear import generate_signing_key
 from tests.bmcsim.conftest import free_port, start_bmcsim
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +99,10 @@ class ControlPlane:
     def __init__(self, tmp_path: Path, bmcsim_url: str, redis_server: RedisServer, **overrides: str):
         db = connection.settings_dict
         self.tmp_path = tmp_path
+        self.bmcsim_url = bmcsim_url
+        self.signing_keys = tmp_path / "signing-keys"
+        self.signing_keys.mkdir()
+        generate_signing_key(self.signing_keys / "key.pem")
         self.redis = redis_server
         self.env = {
             **os.environ,
@@ -107,6 +116,7 @@ class ControlPlane:
             "GPUFLEET_BMC_TIMEOUT": "2",
             "GPUFLEET_AGENT_BOOT_TIMEOUT": "20",
             "GPUFLEET_WIPE_TIMEOUT": "30",
+            "GPUFLEET_SIGNING_KEY": str(self.signing_keys),
             **overrides,
         }
         self.workers: dict[str, Process] = {}
@@ -148,6 +158,11 @@ class ControlPlane:
         self.beat = Process("beat", args, self.env, self.tmp_path)
         return self.beat
 
+    def configure_attestation(self) -> None:
+        """What an operator does once: trust the vendors' roots and import their golden digests."""
+        call_command("import_trust_anchors", f"{self.bmcsim_url}/bmcsim/v1/roots", stdout=StringIO())
+        call_command("import_reference_values", f"{self.bmcsim_url}/bmcsim/v1/reference-values", stdout=StringIO())
+
     def stop(self) -> None:
         for process in [*self.workers.values(), self.beat]:
             if process is not None:
@@ -176,7 +191,11 @@ def control_plane(transactional_db, tmp_path, bmcsim, private_redis, request):
     """Two workers and beat, not started until the test calls `start()`; stopped before the database is flushed."""
     overrides = getattr(request, "param", {})
     plane = ControlPlane(tmp_path, bmcsim.url, private_redis, **overrides)
-    yield plane
+    # This process reads results and serves the JWKS with the workers' signing keys.
+    with override_settings(GPUFLEET_SIGNING_KEY=str(plane.signing_keys)):
+        attestation.signing_keys.cache_clear()
+        yield plane
+    attestation.signing_keys.cache_clear()
     plane.stop()
     report = getattr(request.node, "report_call", None)
     if report is not None and report.failed:

@@ -1,0 +1,32 @@
+from django.http import Http404
+from django.shortcuts import get_object_or_404
+from rest_framework import permissions
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from attestation import services
+from fleet.models import Node
+
+
+class PublicReadView(APIView):
+    authentication_classes = []
+    permission_classes = [permissions.AllowAny]
+
+
+class NodeAttestationView(PublicReadView):
+    """The node's latest signed attestation result, and its claims as the signature vouches for them."""
+
+    def get(self, request, name: str):
+        node = get_object_or_404(Node, name=name)
+        result = services.latest_result(node)
+        if result is None:
+            raise Http404(f"node {name} has not been attested yet")
+        claims = services.ear.verify_result(result.token, services.public_keys())
+        return Response({"token": result.token, "claims": claims})
+
+
+class SigningKeysView(PublicReadView):
+    """The JWKS of every key that signed or signs results: verify a result offline with it."""
+
+    def get(self, request):
+        return Response(services.public_keys())

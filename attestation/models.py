@@ -1,0 +1,100 @@
+"""What the verifier is configured with (trust anchors, reference values, policies) and every
+verdict it signed. The pure checks live in attestation/verifier.py and attestation/policy.py."""
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from attestation.policy import PolicyError, load_policy
+
+
+class TrustAnchorRole(models.TextChoices):
+    MANUFACTURER_CA = "manufacturer_ca", "Manufacturer CA (attestation keys)"
+    GPU_VENDOR_ROOT = "gpu_vendor_root", "GPU vendor root (device keys)"
+
+
+class TrustAnchor(models.Model):
+    role = models.CharField(max_length=32, choices=TrustAnchorRole.choices, unique=True)
+    pem = models.TextField()
+    imported_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["role"]
+        constraints = [
+            models.CheckConstraint(condition=Q(role__in=TrustAnchorRole.values), name="trust_anchor_role_known")
+        ]
+
+    def __str__(self):
+        return self.get_role_display()
+
+
+class ReferenceValue(models.Model):
+    """A golden digest of one measured component of one firmware or image release."""
+
+    release = models.CharField(max_length=128)
+    component = models.CharField(max_length=64, help_text='A boot component, or "gpu.<measurement>".')
+    digest = models.CharField(max_length=128, help_text="Lowercase hex.")
+    imported_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["release", "component"]
+        constraints = [
+            models.UniqueConstraint(fields=["release", "component", "digest"], name="reference_value_once"),
+            models.CheckConstraint(condition=Q(digest__regex=r"^[0-9a-f]{64,128}$"), name="reference_digest_hex"),
+        ]
+
+    def __str__(self):
+        return f"{self.release} {self.component} {self.digest[:16]}…"
+
+
+class AttestationPolicy(models.Model):
+    """A strict policy (attestation/policy.py) for one node class: the GPU model of its nodes."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    gpu_model = models.CharField(max_length=128, blank=True, help_text="Nodes with this GPU model; empty: any other.")
+    source = models.TextField(help_text="The policy in TOML; unknown or missing keys are refused.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["gpu_model", "name"]
+        verbose_name_plural = "attestation policies"
+        constraints = [models.UniqueConstraint(fields=["gpu_model"], name="one_policy_per_node_class")]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        try:
+            load_policy(self.source, format="toml")
+        except PolicyError as error:
+            raise ValidationError({"source": str(error)}) from error
+
+    def load(self):
+        return load_policy(self.source, format="toml")
+
+
+class AttestationResult(models.Model):
+    """One signed verdict on one node's evidence: the JWT is the proof, the rest is for searching."""
+
+    node = models.ForeignKey("fleet.Node", on_delete=models.PROTECT, related_name="attestations")
+    at = models.DateTimeField(db_default=Now(), db_index=True)
+    nonce = models.CharField(max_length=128)
+    affirming = models.BooleanField()
+    failures = models.JSONField(default=list, blank=True)
+    measurements = models.JSONField(default=dict, blank=True)
+    policy = models.CharField(max_length=64)
+    kid = models.CharField(max_length=64, help_text="The signing key's id, as in the JWKS.")
+    token = models.TextField(help_text="The signed result (EAR JWT, EdDSA).")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(affirming=True) & Q(failures=[])) | (Q(affirming=False) & ~Q(failures=[])),
+                name="attestation_affirms_exactly_without_failures",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.node} {'affirming' if self.affirming else 'contraindicated'} {self.at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,172 @@
+"""Appraising a node's evidence with the configured anchors, reference values and policy, and
+keeping every signed verdict. The checks themselves are the pure attestation/verifier.py."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from attestation import ear, reference, verifier
+from attestation.models import AttestationPolicy, AttestationResult, ReferenceValue, TrustAnchor, TrustAnchorRole
+from attestation.policy import Policy, load_policy_file
+from fleet.models import GPU, Node
+
+log = logging.getLogger(__name__)
+VERIFIER_ID = "gpu-fleet/attestation.verifier"
+
+
+class NotConfigured(Exception):
+    """The verifier lacks something it needs (trust anchors, reference values, a signing key)."""
+
+
+@dataclass(frozen=True)
+class Appraisal:
+    verdict: verifier.Verdict
+    token: str
+    kid: str
+    policy: str
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+@functools.cache
+def signing_keys() -> list[tuple[str, ear.Ed25519PrivateKey]]:
+    """The result-signing keys: the first signs, the rest stay in the JWKS. A development setup
+    without GPUFLEET_SIGNING_KEY gets a key generated under var/signing-keys once."""
+    spec = settings.GPUFLEET_SIGNING_KEY
+    path = Path(spec)
+    if not path.exists() and spec == str(settings.DEFAULT_SIGNING_KEY_DIR):
+        path.mkdir(parents=True, exist_ok=True)
+        kid, _ = ear.generate_signing_key(path / f"{timezone.now():%Y-%m-%dT%H%M%S}.pem")
+        log.warning("generated a development result-signing key %s in %s", kid, path)
+    try:
+        return ear.load_signing_keys(spec)
+    except ear.SigningKeyError as error:
+        raise NotConfigured(f"no result-signing key: {error}") from error
+
+
+def public_keys() -> dict:
+    return ear.jwks((kid, key.public_key()) for kid, key in signing_keys())
+
+
+def trusted_roots() -> verifier.TrustedRoots:
+    anchors = dict(TrustAnchor.objects.values_list("role", "pem"))
+    missing = sorted(set(TrustAnchorRole.values) - set(anchors))
+    if missing:
+        raise NotConfigured(f"trust anchors not imported: {', '.join(missing)} (manage.py import_trust_anchors)")
+    return _roots(anchors[TrustAnchorRole.MANUFACTURER_CA], anchors[TrustAnchorRole.GPU_VENDOR_ROOT])
+
+
+@functools.lru_cache(maxsize=4)
+def _roots(manufacturer_ca: str, gpu_vendor_root: str) -> verifier.TrustedRoots:
+    return verifier.TrustedRoots.from_pem(manufacturer_ca=manufacturer_ca, gpu_vendor_root=gpu_vendor_root)
+
+
+def reference_values() -> reference.ReferenceValues:
+    rows = ReferenceValue.objects.values_list("release", "component", "digest")
+    if not rows.exists():
+        raise NotConfigured("no reference values imported (manage.py import_reference_values)")
+    return reference.reference_values(reference.ReferenceEntry(*row) for row in rows)
+
+
+def policy_for(node: Node) -> Policy:
+    """The policy of the node's class (its GPU model), else the catch-all one, else the shipped file."""
+    models = set(GPU.objects.filter(node=node).values_list("model", flat=True))
+    for row in AttestationPolicy.objects.filter(gpu_model__in=[*models, ""]).order_by("-gpu_model"):
+        return row.load()
+    return load_policy_file(settings.ATTESTATION_POLICY_FILE)
+
+
+def node_identity(node: Node) -> verifier.NodeIdentity:
+    gpus = GPU.objects.filter(node=node).order_by("index").values_list("index", "uuid", "serial")
+    return verifier.NodeIdentity(
+        name=node.name, serial=node.serial, gpus=tuple(verifier.GPUIdentity(*gpu) for gpu in gpus)
+    )
+
+
+# -- appraisal -----------------------------------------------------------------------------
+
+
+def appraise(*, node: Node, evidence: object, nonce: bytes, now: datetime | None = None) -> Appraisal:
+    """Verify the evidence and sign the verdict. Raises NotConfigured; never passes what it cannot check."""
+    now = now or timezone.now()
+    policy = policy_for(node)
+    verdict = verifier.verify(
+        evidence=evidence,
+        nonce=nonce,
+        node=node_identity(node),
+        reference=reference_values(),
+        policy=policy,
+        roots=trusted_roots(),
+        now=now,
+    )
+    kid, key = signing_keys()[0]
+    token = ear.sign_result(
+        verdict=verdict, node=node.name, nonce=nonce, verifier_id=VERIFIER_ID, private_key=key, kid=kid, now=now
+    )
+    return Appraisal(verdict=verdict, token=token, kid=kid, policy=policy.name)
+
+
+def record(*, node: Node, nonce: bytes, appraisal: Appraisal) -> AttestationResult:
+    verdict = appraisal.verdict
+    return AttestationResult.objects.create(
+        node=node,
+        nonce=nonce.hex(),
+        affirming=verdict.affirming,
+        failures=[
+            {"code": f.code, "component": f.component, "expected": f.expected, "found": f.found}
+            for f in verdict.failures
+        ],
+        measurements=dict(verdict.measurements),
+        policy=appraisal.policy,
+        kid=appraisal.kid,
+        token=appraisal.token,
+    )
+
+
+def summary(verdict: verifier.Verdict) -> str:
+    """The failures in one line, for the quarantine reason and the audit log."""
+    if verdict.affirming:
+        return "evidence affirmed"
+    return "; ".join(f"{f.code} {f.component}: expected {f.expected}, found {f.found}" for f in verdict.failures)
+
+
+# -- imports -------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def import_reference_manifest(document: object) -> int:
+    """Add a release manifest's golden digests (reference.ManifestError if malformed); returns how many were new."""
+    entries = reference.parse_manifest(document)
+    before = ReferenceValue.objects.count()
+    ReferenceValue.objects.bulk_create(
+        (ReferenceValue(release=e.release, component=e.component, digest=e.digest.lower()) for e in entries),
+        ignore_conflicts=True,
+    )
+    return ReferenceValue.objects.count() - before
+
+
+@transaction.atomic
+def import_trust_anchors(roots: dict) -> list[str]:
+    """Install the manufacturer CA and GPU vendor root (PEM), replacing older ones."""
+    if not isinstance(roots, dict):
+        raise ValueError("trust anchors must be an object of PEM certificates by role")
+    verifier.TrustedRoots.from_pem(
+        manufacturer_ca=str(roots.get(TrustAnchorRole.MANUFACTURER_CA, "")),
+        gpu_vendor_root=str(roots.get(TrustAnchorRole.GPU_VENDOR_ROOT, "")),
+    )  # refuses anything that is not a certificate before a row changes
+    for role in TrustAnchorRole.values:
+        TrustAnchor.objects.update_or_create(role=role, defaults={"pem": roots[role]})
+    return list(TrustAnchorRole.values)
+
+
+def latest_result(node: Node) -> AttestationResult | None:
+    return AttestationResult.objects.filter(node=node).first()
