@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
@@ -496,7 +496,9 @@ def _pem_chain(pems: list[object], components: list[str]) -> tuple[str, ...]:
             raise _Malformed(component, f"a PEM certificate of at most {MAX_PEM_CHARS} characters", pem)
         try:
             _load_certificate(pem)
-        except (ValueError, UnicodeEncodeError, UnsupportedAlgorithm, x509.InvalidVersion) as err:
+        # cryptography reports broken certificates with many exception types (ValueError, TypeError,
+        # InvalidVersion, DuplicateExtension, UnsupportedAlgorithm...): any of them means malformed.
+        except Exception as err:
             raise _Malformed(component, "a PEM certificate", str(err)) from None
     return tuple(pems)
 
