@@ -132,7 +132,9 @@ def verify_result(token: str, jwks: dict) -> dict:
     kid = header.get("kid")
     key = _public_key(jwks, kid)
     try:
-        return jwt.decode(token, key, algorithms=[ALGORITHM], options={"require": ["iat"]})
+        # A result stays valid whatever the reader's clock says: iat is when it was signed, not a window.
+        options = {"require": ["iat"], "verify_iat": False}
+        return jwt.decode(token, key, algorithms=[ALGORITHM], options=options)
     except jwt.PyJWTError as err:
         raise ResultInvalid(f"the result does not verify with key {kid}: {err}") from None
 
@@ -150,6 +152,8 @@ def load_signing_keys(spec: str) -> list[tuple[str, Ed25519PrivateKey]]:
     `2026-11-29.pem`); the last in name order is first in the returned list, and the older
     ones stay in the JWKS so results they signed still verify.
     """
+    if not spec.strip():
+        raise SigningKeyError("no signing key configured: set a PEM file or a directory of them")
     path = Path(spec)
     if path.is_dir():
         files = sorted(path.glob("*.pem"), reverse=True)

@@ -158,7 +158,22 @@ def test_a_key_is_never_generated_over_an_existing_file(tmp_path):
         ear.generate_signing_key(tmp_path / "signing.pem")
 
 
+def test_a_result_signed_in_the_readers_future_still_verifies(key, keys):
+    token = ear.sign_result(
+        verdict=AFFIRMING,
+        node="node-001",
+        nonce=NONCE,
+        verifier_id="gpu-fleet 1.0",
+        private_key=key,
+        kid=ear.key_id(key.public_key()),
+        now=datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=5),  # a reader's clock behind
+    )
+    assert ear.verify_result(token, keys)["node"] == "node-001"
+
+
 def test_unusable_signing_key_settings_are_errors(tmp_path):
+    with pytest.raises(ear.SigningKeyError, match="no signing key configured"):
+        ear.load_signing_keys("")
     with pytest.raises(ear.SigningKeyError, match="no such signing key"):
         ear.load_signing_keys(str(tmp_path / "absent.pem"))
     with pytest.raises(ear.SigningKeyError, match=r"no \*.pem signing key"):
