@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.hazmat.primitives.serialization import Encoding
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attestation import verifier
@@ -466,7 +466,7 @@ def pristine(world) -> dict:
     return world.collect()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_random_mutations_never_affirm_and_never_raise(world, pristine, data):
     document = data.draw(mutated(pristine))
@@ -484,7 +484,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None)
 @given(
     document=st.fixed_dictionaries(
         {
