@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.contrib.postgres.aggregates import ArrayAgg
-from django.db.models import Exists, OuterRef, Q, Value
+from django.db.models import Count, Max, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from psycopg.types.range import Range
@@ -30,31 +30,65 @@ def live_allocations():
     return Allocation.objects.filter(Q(period__endswith__isnull=True) | Q(period__endswith__gt=Now()))
 
 
+@dataclass(frozen=True)
+class _Rack:
+    pod: str
+    name: str
+    ids: tuple[int, ...]  # in slot order
+    names: tuple[str, ...]
+
+
+_topology: dict[str, object] = {}
+
+
+def _racks() -> list[_Rack]:
+    """The fleet's racks and their nodes, read again only when enrolment changed them.
+
+    Placement runs on every reservation; the topology changes on enrolment only, so it is kept
+    per process and checked with one cheap query instead of being read whole each time.
+    """
+    version = tuple(
+        Node.objects.aggregate(count=Count("id"), last=Max("id"), racks=Count("rack_id", distinct=True)).values()
+    )
+    if _topology.get("version") != version:
+        racks: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+        rows = Node.objects.order_by("rack__pod__name", "rack__name", "position")
+        for node_id, name, rack, pod in rows.values_list("id", "name", "rack__name", "rack__pod__name"):
+            racks[(pod, rack)].append((node_id, name))
+        _topology.update(
+            version=version,
+            racks=[_Rack(pod, rack, *map(tuple, zip(*members, strict=True))) for (pod, rack), members in racks.items()],
+        )
+    return _topology["racks"]
+
+
 def rack_capacity(*, starts_at: datetime, ends_at: datetime | None, pod: str | None = None) -> list[RackCapacity]:
-    """Every rack with its nodes and those free for the period, in one query.
+    """Every rack with its nodes and those free for the period.
 
     Free: no allocation overlaps the period, and the node can serve then: available if the
     period starts now, in service (not quarantined, in maintenance or still unenrolled) if later.
     """
-    immediate = starts_at <= timezone.now()
-    usable = [State.AVAILABLE] if immediate else IN_SERVICE_STATES
-    # Aggregated in PostgreSQL, one row per rack: Python never walks the whole fleet node by node.
-    booked = Allocation.objects.filter(node=OuterRef("pk"), period__overlap=period(starts_at, ends_at))
-    free = Q(state__in=usable) & ~Exists(booked)
-    nodes = Node.objects.all() if pod is None else Node.objects.filter(rack__pod__name=pod)
-    rows = (
-        nodes.values("rack__pod__name", "rack__name")
-        .annotate(
-            members=ArrayAgg("name", order_by="position"),
-            free=ArrayAgg("name", filter=free, order_by="position", default=Value([])),
-        )
-        .order_by("rack__pod__name", "rack__name")
+    booked = set(
+        Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).values_list("node_id", flat=True)
     )
+    if starts_at <= timezone.now():
+        usable = set(Node.objects.filter(state=State.AVAILABLE).values_list("id", flat=True)).__contains__
+    else:
+        out = set(Node.objects.exclude(state__in=IN_SERVICE_STATES).values_list("id", flat=True))
+        usable = lambda node_id: node_id not in out  # noqa: E731 - the cheaper of two membership tests
     return [
         RackCapacity(
-            pod=row["rack__pod__name"], rack=row["rack__name"], nodes=tuple(row["members"]), free=tuple(row["free"])
+            pod=rack.pod,
+            rack=rack.name,
+            nodes=rack.names,
+            free=tuple(
+                name
+                for node_id, name in zip(rack.ids, rack.names, strict=True)
+                if node_id not in booked and usable(node_id)
+            ),
         )
-        for row in rows
+        for rack in _racks()
+        if pod is None or rack.pod == pod
     ]
 
 
