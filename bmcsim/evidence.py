@@ -107,4 +107,4 @@ def _gpu_report(node: NodeState, gpu, pki: PKI, nonce: bytes) -> dict:
         "cc_mode": node.cc_mode,
     }
     signature = key.sign(canonical_gpu_report(report), ec.ECDSA(hashes.SHA384()))
-    return {**report, "signature": base64.b64encode(signature).decode(), "cert_chain": chain}
+    return {**report, "signature": base64.b64encode(signature).decode(), "cert_chain": list(chain)}
