@@ -1,0 +1,319 @@
+"""Alertmanager alerts -> remediation actions: the XID table, the other alerts' rules, the webhook payload.
+
+Pure: standard library only, so it can be read and tested without Django.
+
+How alerts reach us. Prometheus scrapes every node agent through HTTP service discovery served by
+the control plane at GET /v1/prometheus/targets (deploy/prometheus/prometheus.yml, job
+`node-agents`). The answer is standard Prometheus http_sd JSON, one group per node, so every
+series, and so every alert, carries the node's name in the `node` label:
+
+    [
+      {
+        "targets": ["127.0.0.1:8100"],
+        "labels": {
+          "node": "node-001",
+          "pod": "p1",
+          "rack": "r01",
+          "__metrics_path__": "/agent/node-001/metrics"
+        }
+      }
+    ]
+
+- `targets`: exactly one "host:port" of the node's agent (bmcsim serves every agent on one port,
+  hence the per-node `__metrics_path__`; the path of the inventory's `agent_url` plus "/metrics").
+- `labels`: `node`, `pod`, `rack` as strings, and `__metrics_path__`. Nothing else is required.
+- Content-Type: application/json; status 200 with `[]` when there are no nodes.
+- Which nodes: those whose agent is expected to answer (`available` and `active`); a node being
+  rebooted by a workflow or out of service would otherwise raise NodeAgentDown.
+
+Alertmanager (deploy/alertmanager/alertmanager.yml) posts the v4 webhook payload to
+POST /v1/alerts/alertmanager; `parse_webhook` validates it and `decide` maps each alert to an
+action. The alert rules are in deploy/prometheus/rules/gpu.yml; tests check that their XID lists
+and this table agree.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+
+
+class Action(enum.StrEnum):
+    QUARANTINE = "quarantine"
+    RESET_GPU = "reset_gpu"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    status: str  # "firing" or "resolved"
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    fingerprint: str
+    starts_at: str  # RFC 3339, exactly as Alertmanager sent it: with the fingerprint, the idempotency key
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    node: str | None
+    gpu: int | None
+    reason: str  # e.g. "XID 79 on GPU 3: GPU has fallen off the bus"
+
+
+@dataclass(frozen=True)
+class XidRule:
+    nvidia_action: str  # NVIDIA's "Resolution Bucket (Immediate Action)"
+    action: Action
+    what: str
+
+
+# Source: NVIDIA, "Xid Errors", Xid catalog for Ampere and newer GPUs, column "Resolution Bucket
+# (Immediate Action)": https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html
+# Our action departs from NVIDIA's where a multi-tenant cloud must be stricter: a fault of the
+# GPU's memory, bus, NVLink or firmware (PMU, GSP) takes the node out of service until an operator
+# has looked, because the next tenant must not land on it, even where NVIDIA's immediate action
+# (RESET_GPU, RESTART_APP, IGNORE) would let the current job carry on. Hangs that a reset clears
+# get RESET_GPU, then a recheck (`after_reset`). Application faults get no action.
+XIDS: Mapping[int, XidRule] = MappingProxyType(
+    {
+        # Node-level hardware faults: quarantine.
+        48: XidRule("WORKFLOW_XID_48", Action.QUARANTINE, "double-bit ECC error"),
+        62: XidRule("RESET_GPU", Action.QUARANTINE, "internal micro-controller (PMU) halted"),
+        64: XidRule("RESET_GPU", Action.QUARANTINE, "ECC page retirement or row remapping failed"),
+        74: XidRule("WORKFLOW_NVLINK_ERR", Action.QUARANTINE, "NVLink error"),
+        79: XidRule("RESTART_BM", Action.QUARANTINE, "GPU has fallen off the bus"),
+        92: XidRule("IGNORE", Action.QUARANTINE, "excessive single-bit ECC errors: memory is degrading"),
+        94: XidRule("RESTART_APP", Action.QUARANTINE, "contained uncorrectable ECC error"),
+        95: XidRule("RESET_GPU", Action.QUARANTINE, "uncontained uncorrectable ECC error"),
+        119: XidRule("RESET_GPU", Action.QUARANTINE, "GSP RPC timeout"),
+        120: XidRule("RESET_GPU", Action.QUARANTINE, "GSP error"),
+        140: XidRule("RESET_GPU", Action.QUARANTINE, "unrecoverable ECC error escaped containment"),
+        144: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink SAW error"),
+        145: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink RLW error"),
+        146: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink TLW error"),
+        147: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink TREX error"),
+        148: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink NVLPW control error"),
+        149: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink NETIR error"),
+        150: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink MSE error"),
+        # GPU hangs and recoverable events that NVIDIA resolves with a GPU reset.
+        46: XidRule("RESET_GPU", Action.RESET_GPU, "GPU stopped processing (timeout)"),
+        109: XidRule("RESET_GPU", Action.RESET_GPU, "context switch timeout"),
+        110: XidRule("RESET_GPU", Action.RESET_GPU, "security fault"),
+        136: XidRule("RESET_GPU", Action.RESET_GPU, "NVLink link training failed"),
+        143: XidRule("RESET_GPU", Action.RESET_GPU, "GPU initialisation error"),
+        155: XidRule("RESET_GPU", Action.RESET_GPU, "NVLink software-defined error"),
+        156: XidRule("RESET_GPU", Action.RESET_GPU, "resource retirement pending a reset"),
+        158: XidRule("RESET_GPU", Action.RESET_GPU, "GPU fatal timeout"),
+        # Application-level: the tenant's job failed, the GPU is fine.
+        8: XidRule("RESTART_APP", Action.NONE, "GPU stopped processing an application's work"),
+        13: XidRule("RESTART_APP", Action.NONE, "graphics engine exception (application error)"),
+        31: XidRule("RESTART_APP", Action.NONE, "GPU memory page fault (application error)"),
+        32: XidRule("RESTART_APP", Action.NONE, "invalid or corrupted push buffer stream"),
+        43: XidRule("IGNORE", Action.NONE, "GPU stopped processing an application's channel"),
+        45: XidRule("WORKFLOW_XID_45", Action.NONE, "preemptive cleanup after an application stopped"),
+        63: XidRule("IGNORE", Action.NONE, "ECC page retired or row remapped successfully"),
+        69: XidRule("RESTART_APP", Action.NONE, "graphics engine class error (application error)"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    action: Action
+    reason: str
+
+
+# The alerts of deploy/prometheus/rules/gpu.yml other than the two XID alerts.
+ALERTS: Mapping[str, AlertRule] = MappingProxyType(
+    {
+        "NodeAgentDown": AlertRule(Action.QUARANTINE, "node agent unreachable: its GPUs' health cannot be observed"),
+        "GPUUncorrectableECC": AlertRule(Action.QUARANTINE, "uncorrectable (double-bit) ECC errors"),
+        "GPURowRemapFailure": AlertRule(Action.QUARANTINE, "row remapping failed: no spare memory rows left"),
+        "GPUUnhealthy": AlertRule(Action.RESET_GPU, "the node agent reports the GPU unhealthy"),
+        # The GPU throttles and shuts itself down to protect itself; the usual cause is cooling,
+        # which taking one node out does not fix. Operators are told, nothing is done.
+        "GPUOverTemperature": AlertRule(Action.NONE, "GPU over temperature"),
+    }
+)
+
+XID_ALERTS = frozenset({"GPUFatalXid", "GPUResetRequiredXid"})
+
+
+def xids_with(action: Action) -> frozenset[int]:
+    """The XIDs whose rule is `action`: what the XID alerts of gpu.yml must select."""
+    return frozenset(xid for xid, rule in XIDS.items() if rule.action is action)
+
+
+def decide(alert: Alert) -> Decision:
+    """The action an alert calls for. A resolved alert never returns a node: it calls for nothing."""
+    node = alert.labels.get("node") or None
+    gpu = _gpu_index(alert.labels.get("gpu"))
+    on_gpu = f" on GPU {gpu}" if gpu is not None else ""
+    if alert.status == "resolved":
+        return Decision(Action.NONE, node, gpu, f"{alert.name} resolved: resolved alerts return nothing to service")
+    if node is None:
+        return Decision(Action.NONE, None, gpu, f"{alert.name} has no node label: nothing to act on")
+    if alert.name in XID_ALERTS:
+        xid = _xid(alert.labels.get("xid"))
+        if xid is None:
+            return Decision(Action.NONE, node, gpu, f"{alert.name} has no valid xid label")
+        rule = XIDS.get(xid)
+        if rule is None:
+            return Decision(Action.NONE, node, gpu, f"XID {xid}{on_gpu}: not in the XID table, no automatic action")
+        action, reason = rule.action, f"XID {xid}{on_gpu}: {rule.what}"
+    elif alert.name in ALERTS:
+        rule = ALERTS[alert.name]
+        action, reason = rule.action, f"{alert.name}{on_gpu}: {rule.reason}"
+    else:
+        return Decision(Action.NONE, node, gpu, f"no rule for alert {alert.name}")
+    if action is Action.RESET_GPU and gpu is None:
+        # A reset needs a GPU to aim at; without one only the whole node can be taken out.
+        return Decision(Action.QUARANTINE, node, None, f"{reason} (no gpu label, so no GPU to reset)")
+    return Decision(action, node, gpu, reason)
+
+
+def after_reset(decision: Decision, *, healthy: bool) -> Decision:
+    """The recheck after a RESET_GPU: done if the GPU came back healthy, else escalate to quarantine."""
+    if decision.action is not Action.RESET_GPU:
+        raise ValueError(f"after_reset applies to {Action.RESET_GPU} decisions, not {decision.action}")
+    if healthy:
+        return Decision(Action.NONE, decision.node, decision.gpu, f"{decision.reason}; healthy after a GPU reset")
+    return Decision(
+        Action.QUARANTINE, decision.node, decision.gpu, f"{decision.reason}; still unhealthy after a GPU reset"
+    )
+
+
+def _gpu_index(value: str | None) -> int | None:
+    if value is None or not re.fullmatch(r"[0-9]{1,3}", value):
+        return None
+    return int(value)
+
+
+def _xid(value: str | None) -> int | None:
+    if value is None or not re.fullmatch(r"[0-9]{1,5}", value):
+        return None
+    return int(value)
+
+
+# The webhook payload.
+
+MAX_ALERTS = 1000
+MAX_PAIRS = 64  # labels or annotations per alert
+MAX_LABEL_VALUE = 1024
+MAX_ANNOTATION_VALUE = 4096
+MAX_TEXT = 4096  # receiver, groupKey, externalURL, generatorURL
+
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,127}")
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # Alertmanager's model.Fingerprint, printed as %016x
+RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})")
+STATUSES = ("firing", "resolved")
+
+
+class PayloadError(ValueError):
+    """The webhook payload is not a valid Alertmanager v4 payload; the message names the field."""
+
+
+def parse_webhook(payload: object) -> list[Alert]:
+    """Validate an Alertmanager webhook payload (version "4") and return its alerts.
+
+    Fields Alertmanager documents are checked for presence, type and size; fields it may add
+    within version 4 are ignored (it added `truncatedAlerts` without a new version). Raises
+    PayloadError, and nothing else, for anything malformed.
+    """
+    if not isinstance(payload, dict):
+        raise PayloadError("payload: must be a JSON object")
+    if payload.get("version") != "4":
+        raise PayloadError('version: must be "4"')
+    _choice(payload, "status", STATUSES, "status")
+    for key in ("receiver", "groupKey"):
+        _text(payload, key, key, required=True)
+    _text(payload, "externalURL", "externalURL", required=False)
+    truncated = payload.get("truncatedAlerts", 0)
+    if not _is_int(truncated) or truncated < 0:
+        raise PayloadError("truncatedAlerts: must be a non-negative integer")
+    for key in ("groupLabels", "commonLabels"):
+        _pairs(payload.get(key, {}), key, MAX_LABEL_VALUE, labels=True)
+    _pairs(payload.get("commonAnnotations", {}), "commonAnnotations", MAX_ANNOTATION_VALUE, labels=False)
+    alerts = payload.get("alerts")
+    if not isinstance(alerts, list):
+        raise PayloadError("alerts: must be a list")
+    if len(alerts) > MAX_ALERTS:
+        raise PayloadError(f"alerts: at most {MAX_ALERTS} alerts")
+    return [_alert(item, f"alerts[{i}]") for i, item in enumerate(alerts)]
+
+
+def _alert(item: object, where: str) -> Alert:
+    if not isinstance(item, dict):
+        raise PayloadError(f"{where}: must be an object")
+    status = _choice(item, "status", STATUSES, f"{where}.status")
+    labels = _pairs(item.get("labels"), f"{where}.labels", MAX_LABEL_VALUE, labels=True)
+    name = labels.get("alertname")
+    if not name:
+        raise PayloadError(f"{where}.labels.alertname: required")
+    annotations = _pairs(item.get("annotations", {}), f"{where}.annotations", MAX_ANNOTATION_VALUE, labels=False)
+    starts_at = _timestamp(item, "startsAt", where)
+    _timestamp(item, "endsAt", where)
+    _text(item, "generatorURL", f"{where}.generatorURL", required=False)
+    fingerprint = item.get("fingerprint")
+    if not isinstance(fingerprint, str) or not FINGERPRINT.fullmatch(fingerprint):
+        raise PayloadError(f"{where}.fingerprint: must be 16 lowercase hexadecimal digits")
+    return Alert(
+        name=name,
+        status=status,
+        labels=MappingProxyType(labels),
+        annotations=MappingProxyType(annotations),
+        fingerprint=fingerprint,
+        starts_at=starts_at,
+    )
+
+
+def _choice(mapping: dict, key: str, choices: tuple[str, ...], where: str) -> str:
+    value = mapping.get(key)
+    if not isinstance(value, str) or value not in choices:
+        raise PayloadError(f"{where}: must be one of {', '.join(choices)}")
+    return value
+
+
+def _text(mapping: dict, key: str, where: str, *, required: bool) -> None:
+    if key not in mapping and not required:
+        return
+    value = mapping.get(key)
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise PayloadError(f"{where}: must be a string of at most {MAX_TEXT} characters")
+
+
+def _pairs(value: object, where: str, max_value: int, *, labels: bool) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise PayloadError(f"{where}: must be an object of strings")
+    if len(value) > MAX_PAIRS:
+        raise PayloadError(f"{where}: at most {MAX_PAIRS} entries")
+    for key, item in value.items():
+        # Annotation names are free-form in Alertmanager; label names follow Prometheus' rule.
+        if not isinstance(key, str) or not (LABEL_NAME.fullmatch(key) if labels else 0 < len(key) <= 128):
+            raise PayloadError(f"{where}: invalid name {str(key)[:64]!r}")
+        if not isinstance(item, str) or len(item) > max_value:
+            raise PayloadError(f"{where}.{key}: must be a string of at most {max_value} characters")
+    return dict(value)
+
+
+def _timestamp(mapping: dict, key: str, where: str) -> str:
+    value = mapping.get(key)
+    if isinstance(value, str) and RFC3339.fullmatch(value):
+        try:
+            # Checks the calendar (no 31 February); fromisoformat takes at most 6 fractional digits.
+            datetime.fromisoformat(re.sub(r"\.[0-9]+", "", value).replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            return value
+    raise PayloadError(f"{where}.{key}: must be an RFC 3339 timestamp")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
