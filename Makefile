@@ -21,9 +21,12 @@ database: setup
 # The whole system on this machine: bmcsim's fleet enrolled, then every Procfile process.
 demo: database
 	mkdir -p var
-	@echo "== starting bmcsim once to enrol its fleet (its state persists in var/bmcsim)"
+	@echo "== starting bmcsim once to enrol its fleet and trust its vendors (its state persists in var/bmcsim)"
 	$(PY) -m bmcsim > var/bmcsim-seed.log 2>&1 & pid=$$!; \
-	  $(PY) manage.py seed_fleet --wait 60; status=$$?; kill $$pid; wait $$pid; exit $$status
+	  $(PY) manage.py seed_fleet --wait 60 \
+	  && $(PY) manage.py import_trust_anchors http://127.0.0.1:8100/bmcsim/v1/roots \
+	  && $(PY) manage.py import_reference_values http://127.0.0.1:8100/bmcsim/v1/reference-values; \
+	  status=$$?; kill $$pid; wait $$pid; exit $$status
 	$(PY) manage.py ensure_operator
 	$(PY) manage.py create_tenant acme | tail -n 1 > var/acme.token
 	@echo "== gpu-fleet: http://127.0.0.1:8000/admin/ (admin/admin), http://127.0.0.1:8000/healthz, bmcsim http://127.0.0.1:8100"

@@ -157,8 +157,8 @@ with connection.cursor() as c:
     c.execute("SELECT count(*) FROM reservations_allocation a JOIN reservations_allocation b"
               " ON a.node_id = b.node_id AND a.id < b.id AND a.period && b.period")
     double = c.fetchone()[0]
-    c.execute("SELECT coalesce(sum((regexp_match(detail, 'after (\\\\d+) lost'))[1]::int), 0)"
-              " FROM reservations_reservationevent WHERE event = 'created'")
+    c.execute("SELECT coalesce(sum((regexp_match(detail, %s))[1]::int), 0)"
+              " FROM reservations_reservationevent WHERE event = 'created'", [r"after (\\d+) lost"])
     print(double, c.fetchone()[0])
 """
     double, races = run(sys.executable, "-c", code, env=env).stdout.split()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 
 class AgentUnavailable(Exception):
@@ -58,6 +59,21 @@ class AgentClient:
 
     def gpu_wipe_state(self) -> str:
         return str(self._call("GET", "gpu-wipe").get("state", ""))
+
+    def gpu_healthy(self, index: int) -> bool:
+        """What the agent's gpu_agent_gpu_healthy says of one GPU (False if it says nothing)."""
+        self.calls += 1
+        try:
+            response = self.session.get(f"{self.base}/metrics", timeout=self.timeout)
+        except (requests.ConnectionError, requests.Timeout) as error:
+            raise AgentUnavailable(f"{self.node}: agent metrics: {type(error).__name__}") from error
+        if response.status_code != 200:
+            raise AgentUnavailable(f"{self.node}: agent metrics: {response.status_code}")
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                if sample.name == "gpu_agent_gpu_healthy" and sample.labels.get("gpu") == str(index):
+                    return sample.value == 1
+        return False
 
     def evidence(self, nonce: bytes) -> dict:
         return self._call("POST", "evidence", json={"nonce": nonce.hex()})

@@ -20,10 +20,12 @@ class PayloadTooLarge(exceptions.APIException):
 
 
 class SizeLimitedJSONParser(JSONParser):
-    """JSON bodies up to API_MAX_BODY_BYTES; DRF reads the raw stream, past Django's own cap."""
+    """JSON bodies up to a size setting; DRF reads the raw stream, past Django's own cap."""
+
+    limit_setting = "API_MAX_BODY_BYTES"
 
     def parse(self, stream, media_type=None, parser_context=None):
-        limit = settings.API_MAX_BODY_BYTES
+        limit = getattr(settings, self.limit_setting)
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
         if declared and declared.isdigit() and int(declared) > limit:

@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "rest_framework",
     "rest_framework.authtoken",
+    "django_prometheus",
     "fleet",
     "reservations",
     "attestation",
@@ -34,6 +35,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -41,6 +43,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "gpufleet.urls"
@@ -126,6 +129,15 @@ CELERY_BEAT_SCHEDULE = {
 
 # How long a worker's claim on a node lasts without a heartbeat.
 LEASE_SECONDS = float(os.environ.get("GPUFLEET_LEASE_SECONDS", "60"))
+
+# Remediation: Alertmanager authenticates with this bearer token (its config reads it from a
+# file); automatic quarantines are capped per window, fleet-wide and per pod.
+GPUFLEET_WEBHOOK_TOKEN = os.environ.get("GPUFLEET_WEBHOOK_TOKEN", "gpufleet-development-webhook-token")
+REMEDIATION_CAP = int(os.environ.get("GPUFLEET_REMEDIATION_CAP", "5"))
+REMEDIATION_POD_CAP = int(os.environ.get("GPUFLEET_REMEDIATION_POD_CAP", "3"))
+REMEDIATION_WINDOW_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_WINDOW_SECONDS", "600"))
+REMEDIATION_RECHECK_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RECHECK_SECONDS", "30"))
+ALERT_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_ALERT_MAX_BODY_BYTES", str(1024 * 1024)))
 
 # Attestation: result-signing keys (a PEM file, or a directory of them: the newest signs, the
 # older stay in the JWKS), and the policy used when no policy in the database fits a node.

@@ -9,6 +9,8 @@ urlpatterns = [
     path("healthz", HealthzView.as_view(), name="healthz"),
     path("v1/", include("fleet.api.urls")),
     path("v1/", include("attestation.api.urls")),
+    path("v1/", include("remediation.api.urls")),
+    path("", include("django_prometheus.urls")),
     path("v1/", include("reservations.api.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -1,0 +1,41 @@
+from django.contrib import admin, messages
+
+from remediation import services
+from remediation.models import IncidentEvent, Remediation, RemediationStatus
+
+
+class IncidentEventInline(admin.TabularInline):
+    model = IncidentEvent
+    extra = 0
+    can_delete = False
+    fields = ["at", "step", "detail"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Remediation)
+class RemediationAdmin(admin.ModelAdmin):
+    list_display = ["at", "alert", "node", "gpu", "action", "status", "reason"]
+    list_filter = ["status", "action", "alert"]
+    search_fields = ["node__name", "fingerprint", "reason"]
+    list_select_related = ["node"]
+    readonly_fields = [f.name for f in Remediation._meta.fields]
+    inlines = [IncidentEventInline]
+    actions = ["apply_suppressed"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Apply the selected suppressed remediations (quarantine as an operator)")
+    def apply_suppressed(self, request, queryset):
+        applied = [
+            services.apply_suppressed(remediation_id=r.pk, operator=f"operator:{request.user.get_username()}")
+            for r in queryset.filter(status=RemediationStatus.SUPPRESSED).order_by("pk")
+        ]
+        done = sum(r.status == RemediationStatus.APPLIED for r in applied)
+        self.message_user(request, f"Applied {done} of {len(applied)} suppressed remediation(s)", messages.SUCCESS)

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from remediation.api import views
+
+urlpatterns = [
+    path("alerts/alertmanager", views.AlertmanagerWebhookView.as_view(), name="alertmanager-webhook"),
+    path("remediations", views.RemediationListView.as_view(), name="remediation-list"),
+    path("prometheus/targets", views.PrometheusTargetsView.as_view(), name="prometheus-targets"),
+]

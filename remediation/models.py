@@ -1,0 +1,63 @@
+"""Every alert the control plane received, what it did about it, and the incident's timeline."""
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class RemediationStatus(models.TextChoices):
+    APPLIED = "applied"  # the action was taken
+    SUPPRESSED = "suppressed"  # over the blast-radius cap: recorded for an operator to decide
+    NO_ACTION = "no_action"  # the rules call for nothing (application XID, resolved alert, ...)
+    PENDING = "pending"  # a GPU reset awaiting its recheck
+
+
+class Remediation(models.Model):
+    fingerprint = models.CharField(max_length=64)
+    starts_at = models.CharField(max_length=64, help_text="The alert's startsAt, as Alertmanager sent it.")
+    alert = models.CharField(max_length=128, help_text="The alert's name.")
+    alert_status = models.CharField(max_length=16)
+    labels = models.JSONField(default=dict)
+    node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.PROTECT, related_name="remediations")
+    gpu = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The reservation the node served when it was quarantined: its replacement ends the incident.
+    reservation = models.ForeignKey("reservations.Reservation", null=True, blank=True, on_delete=models.PROTECT)
+    action = models.CharField(max_length=16)
+    reason = models.TextField()
+    status = models.CharField(max_length=16, choices=RemediationStatus.choices)
+    at = models.DateTimeField(db_default=Now(), db_index=True)
+    decided_by = models.CharField(max_length=128, blank=True, help_text="Who applied a suppressed one.")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [
+            # Alertmanager repeats notifications: one alert occurrence is acted on once.
+            models.UniqueConstraint(fields=["fingerprint", "starts_at"], name="remediation_once_per_alert"),
+            models.CheckConstraint(condition=Q(status__in=RemediationStatus.values), name="remediation_status_known"),
+        ]
+
+    def __str__(self):
+        return f"{self.alert} on {self.node or '?'}: {self.status}"
+
+
+class IncidentStep(models.TextChoices):
+    ALERT_FIRING = "alert_firing"
+    WEBHOOK_RECEIVED = "webhook_received"
+    QUARANTINED = "quarantined"
+    SUPPRESSED = "suppressed"
+
+
+class IncidentEvent(models.Model):
+    """One step of an automatic remediation's timeline, for the dashboard and its replay; the
+    replacement's steps come from the reservation's own history (remediation/selectors.py)."""
+
+    remediation = models.ForeignKey(Remediation, on_delete=models.CASCADE, related_name="timeline")
+    step = models.CharField(max_length=32, choices=IncidentStep.choices)
+    at = models.DateTimeField()
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self):
+        return f"{self.remediation_id} {self.step}"

@@ -1,0 +1,207 @@
+"""POST /v1/alerts/alertmanager: authenticated, validated, idempotent, capped, and never returning a node."""
+
+import json
+import threading
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from fleet.models import AuditEvent, Node
+from remediation.models import Remediation
+from reservations.models import Reservation
+from tests.conftest import drive
+
+TOKEN = "test-webhook-token"
+URL = "/v1/alerts/alertmanager"
+
+
+def alert(node: str, *, xid: int = 79, gpu: int = 3, status: str = "firing", name: str = "GPUFatalXid", n: int = 0):
+    return {
+        "status": status,
+        "labels": {"alertname": name, "node": node, "gpu": str(gpu), "xid": str(xid), "severity": "critical"},
+        "annotations": {"summary": f"XID {xid} on GPU {gpu} of {node}"},
+        "startsAt": f"2026-11-29T17:00:{n:02d}.123456789Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "http://127.0.0.1:9090/graph",
+        "fingerprint": f"{abs(hash((node, xid, gpu, name))) % 16**16:016x}",
+    }
+
+
+def payload(*alerts, status="firing"):
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="GPUFatalXid"}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": "gpu-fleet",
+        "groupLabels": {"alertname": "GPUFatalXid"},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://127.0.0.1:9093",
+        "alerts": list(alerts),
+    }
+
+
+def send(body, token=TOKEN, client=None):
+    client = client or APIClient()
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token is not None else {}
+    raw = body if isinstance(body, str) else json.dumps(body)
+    return client.post(URL, raw, content_type="application/json", **headers)
+
+
+@pytest.fixture(autouse=True)
+def webhook_token(settings):
+    settings.GPUFLEET_WEBHOOK_TOKEN = TOKEN
+
+
+def test_no_token_or_a_wrong_one_is_401(available_fleet):
+    node = available_fleet[0]
+    assert send(payload(alert(node.name)), token=None).status_code == 401
+    assert send(payload(alert(node.name)), token="wrong").status_code == 401
+    assert Node.objects.get(pk=node.pk).state == "available"
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["{broken", json.dumps([1, 2]), json.dumps({"version": "4"}), json.dumps({**payload(), "alerts": "many"})],
+)
+def test_malformed_is_400(available_fleet, body):
+    answer = send(body)
+    assert answer.status_code == 400 and "detail" in answer.json()
+
+
+def test_oversized_is_413(available_fleet):
+    huge = payload(*[alert(f"node-{i:03d}", n=i % 60) for i in range(50)])
+    huge["commonAnnotations"] = {"padding": "x" * (1024 * 1024)}
+    assert send(huge).status_code == 413
+
+
+def test_a_fatal_xid_quarantines_the_node_with_the_reason(available_fleet):
+    node = available_fleet[0]
+    answer = send(payload(alert(node.name)))
+    assert answer.status_code == 200, answer.content
+    node.refresh_from_db()
+    assert node.state == "quarantined" and node.quarantine_reason.startswith("hardware_fault: ")
+    assert "79" in node.quarantine_reason
+    remediation = Remediation.objects.get()
+    assert (remediation.status, remediation.action, remediation.node) == ("applied", "quarantine", node)
+    assert [e.step for e in remediation.timeline.all()] == ["alert_firing", "webhook_received", "quarantined"]
+    listing = APIClient().get("/v1/remediations").json()["results"]
+    assert listing[0]["node"] == node.name and listing[0]["status"] == "applied"
+    assert set(listing[0]) >= {"node", "action", "reason", "status", "alert", "at"}
+
+
+def test_the_same_alert_twice_acts_once(available_fleet):
+    node = available_fleet[0]
+    send(payload(alert(node.name)))
+    again = send(payload(alert(node.name)))
+    assert again.status_code == 200
+    assert Remediation.objects.count() == 1
+    assert AuditEvent.objects.filter(node=node, event="hardware_fault").count() == 1
+
+
+def test_a_resolved_alert_never_returns_a_node(available_fleet):
+    node = available_fleet[0]
+    send(payload(alert(node.name)))
+    send(payload(alert(node.name, status="resolved"), status="resolved"))
+    assert Node.objects.get(pk=node.pk).state == "quarantined"
+
+
+def test_an_application_xid_changes_nothing(available_fleet):
+    node = available_fleet[0]
+    send(payload(alert(node.name, xid=13, name="GPUFatalXid")))
+    assert Node.objects.get(pk=node.pk).state == "available"
+    assert Remediation.objects.get().status == "no_action"
+
+
+@override_settings(REMEDIATION_CAP=5, REMEDIATION_POD_CAP=3)
+def test_the_cap_suppresses_and_an_operator_can_apply(admin_client, available_fleet):
+    # p1 holds 8 of the 12 nodes: the pod cap of 3 stops the fourth
+    p1 = [n for n in available_fleet if n.rack.pod.name == "p1"]
+    for n, node in enumerate(p1[:5]):
+        send(payload(alert(node.name, n=n)))
+    statuses = list(Remediation.objects.order_by("id").values_list("status", flat=True))
+    assert statuses == ["applied"] * 3 + ["suppressed"] * 2
+    suppressed = Remediation.objects.filter(status="suppressed").first()
+    assert "pod cap 3" in suppressed.reason
+    admin_client.post(
+        "/admin/remediation/remediation/", {"action": "apply_suppressed", "_selected_action": [suppressed.pk]}
+    )
+    suppressed.refresh_from_db()
+    assert suppressed.status == "applied" and suppressed.decided_by == "operator:admin"
+    assert Node.objects.get(pk=suppressed.node_id).state == "quarantined"
+
+
+def test_a_quarantine_under_a_reservation_degrades_it(available_fleet, alices_reservation):
+    Reservation.objects.filter(pk=alices_reservation.pk).update(state="active")
+    node = drive(available_fleet[0], "provision_requested", "provision_succeeded", reservation=alices_reservation)
+    send(payload(alert(node.name)))
+    alices_reservation.refresh_from_db()
+    assert alices_reservation.state == "degraded"
+    assert Remediation.objects.get().reservation == alices_reservation
+
+
+def test_a_gpu_that_stays_unhealthy_after_a_reset_is_quarantined(available_fleet):
+    from remediation import services
+    from remediation.rules import Action, xids_with
+
+    node = available_fleet[0]
+    reset_xid = min(xids_with(Action.RESET_GPU))
+    send(payload(alert(node.name, xid=reset_xid, name="GPUResetRequiredXid")))
+    remediation = Remediation.objects.get()
+    assert (remediation.status, remediation.action) == ("pending", "reset_gpu")
+    assert services.recheck_gpu(remediation_id=remediation.pk, healthy=False).status == "applied"
+    assert Node.objects.get(pk=node.pk).state == "quarantined"
+
+
+def test_a_gpu_healthy_after_a_reset_stays_in_service(available_fleet):
+    from remediation import services
+    from remediation.rules import Action, xids_with
+
+    node = available_fleet[0]
+    send(payload(alert(node.name, xid=min(xids_with(Action.RESET_GPU)), name="GPUResetRequiredXid")))
+    remediation = Remediation.objects.get()
+    assert services.recheck_gpu(remediation_id=remediation.pk, healthy=True).status == "no_action"
+    assert Node.objects.get(pk=node.pk).state == "available"
+
+
+def test_prometheus_targets_list_every_agent_with_its_place(fleet):
+    targets = APIClient().get("/v1/prometheus/targets").json()
+    assert len(targets) == 12
+    assert targets[0] == {
+        "targets": ["127.0.0.1:8100"],
+        "labels": {
+            "node": "node-001",
+            "pod": "p1",
+            "rack": "r01",
+            "__metrics_path__": "/agent/node-001/metrics",
+            "__scheme__": "http",
+        },
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cap_holds_for_concurrent_alerts():
+    from tests.conftest import enrol_default_fleet, make_available
+
+    nodes = make_available(enrol_default_fleet(20))  # p1: r01, r02 (16 nodes); p2: r03 (4 nodes)
+    barrier = threading.Barrier(len(nodes))
+
+    def deliver(n, node):
+        barrier.wait()
+        try:
+            with override_settings(GPUFLEET_WEBHOOK_TOKEN=TOKEN):
+                send(payload(alert(node.name, n=n)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deliver, args=(n, node)) for n, node in enumerate(nodes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert Remediation.objects.filter(status="applied").count() == 5
+    assert Remediation.objects.filter(status="suppressed").count() == 15
+    assert Node.objects.filter(state="quarantined").count() == 5
