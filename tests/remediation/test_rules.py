@@ -1,0 +1,366 @@
+"""remediation.rules: alerts to actions, and the Alertmanager webhook payload. Plain pytest, no Django."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remediation.rules import (
+    ALERTS,
+    MAX_ALERTS,
+    XIDS,
+    Action,
+    Alert,
+    Decision,
+    PayloadError,
+    after_reset,
+    decide,
+    parse_webhook,
+    xids_with,
+)
+
+# Captured from prometheus-alertmanager 0.25 posting to a webhook receiver with this project's config.
+REAL_PAYLOAD = json.loads(
+    r"""{"receiver": "gpu-fleet", "status": "firing", "alerts": [{"status": "firing", "labels": {"action":
+    "quarantine", "alertname": "GPUFatalXid", "gpu": "3", "node": "node-001", "severity": "critical", "xid": "79"},
+    "annotations": {"summary": "XID 79"}, "startsAt": "2026-11-29T17:08:42.969761594Z", "endsAt":
+    "0001-01-01T00:00:00Z", "generatorURL": "http://127.0.0.1:9090/graph", "fingerprint": "472c046017b52349"}],
+    "groupLabels": {"alertname": "GPUFatalXid", "gpu": "3", "node": "node-001"}, "commonLabels": {"action":
+    "quarantine", "alertname": "GPUFatalXid", "gpu": "3", "node": "node-001", "severity": "critical", "xid": "79"},
+    "commonAnnotations": {"summary": "XID 79"}, "externalURL": "http://vm:19093", "version": "4", "groupKey":
+    "{}:{alertname=\"GPUFatalXid\", gpu=\"3\", node=\"node-001\"}", "truncatedAlerts": 0}"""
+)
+
+
+def alert(name: str = "GPUFatalXid", status: str = "firing", **labels: str) -> Alert:
+    return Alert(
+        name=name,
+        status=status,
+        labels={"alertname": name, **labels},
+        annotations={},
+        fingerprint="472c046017b52349",
+        starts_at="2026-11-29T17:08:42.969761594Z",
+    )
+
+
+# decide: XIDs.
+
+
+@pytest.mark.parametrize("xid", [48, 62, 64, 74, 79, 92, 94, 95, 119, 120])
+def test_fatal_xid_quarantines_the_node(xid):
+    decision = decide(alert(node="node-001", gpu="3", xid=str(xid)))
+    assert decision.action is Action.QUARANTINE
+    assert (decision.node, decision.gpu) == ("node-001", 3)
+    assert decision.reason.startswith(f"XID {xid} on GPU 3: ")
+
+
+def test_xid_79_reason_names_the_fault():
+    decision = decide(alert(node="node-001", gpu="3", xid="79"))
+    assert decision == Decision(Action.QUARANTINE, "node-001", 3, "XID 79 on GPU 3: GPU has fallen off the bus")
+
+
+@pytest.mark.parametrize("xid", sorted(xids_with(Action.RESET_GPU)))
+def test_reset_xid_resets_the_gpu(xid):
+    decision = decide(alert("GPUResetRequiredXid", node="node-002", gpu="6", xid=str(xid)))
+    assert (decision.action, decision.node, decision.gpu) == (Action.RESET_GPU, "node-002", 6)
+
+
+@pytest.mark.parametrize("xid", [13, 31, 43])
+def test_application_xid_calls_for_nothing(xid):
+    assert decide(alert(node="node-001", gpu="1", xid=str(xid))).action is Action.NONE
+
+
+def test_every_xid_nvidia_resets_is_reset_or_quarantined():
+    for xid, rule in XIDS.items():
+        if rule.nvidia_action in ("RESET_GPU", "RESTART_BM"):
+            assert rule.action is not Action.NONE, xid
+
+
+def test_unknown_xid_calls_for_nothing_and_says_so():
+    decision = decide(alert(node="node-001", gpu="0", xid="9999"))
+    assert decision.action is Action.NONE
+    assert "not in the XID table" in decision.reason
+
+
+@pytest.mark.parametrize("xid", [None, "", "79a", "-79", "123456"])
+def test_xid_alert_without_a_valid_xid_calls_for_nothing(xid):
+    labels = {"node": "node-001", "gpu": "0"} | ({} if xid is None else {"xid": xid})
+    decision = decide(alert(**labels))
+    assert decision.action is Action.NONE
+    assert "xid" in decision.reason
+
+
+def test_reset_without_a_gpu_label_quarantines_the_node():
+    decision = decide(alert("GPUResetRequiredXid", node="node-001", xid="46"))
+    assert (decision.action, decision.gpu) == (Action.QUARANTINE, None)
+    assert "no GPU to reset" in decision.reason
+
+
+def test_gpu_label_that_is_not_an_index_is_ignored():
+    assert decide(alert(node="node-001", gpu="GPU-1234", xid="79")).gpu is None
+
+
+# decide: the other alerts.
+
+
+@pytest.mark.parametrize(
+    ("name", "action"),
+    [
+        ("NodeAgentDown", Action.QUARANTINE),
+        ("GPUUncorrectableECC", Action.QUARANTINE),
+        ("GPURowRemapFailure", Action.QUARANTINE),
+        ("GPUUnhealthy", Action.RESET_GPU),
+        ("GPUOverTemperature", Action.NONE),
+    ],
+)
+def test_non_xid_alert_rules(name, action):
+    assert decide(alert(name, node="node-004", gpu="2")).action is action
+
+
+def test_node_agent_down_quarantines_without_a_gpu():
+    decision = decide(alert("NodeAgentDown", node="node-004"))
+    assert decision == Decision(Action.QUARANTINE, "node-004", None, f"NodeAgentDown: {ALERTS['NodeAgentDown'].reason}")
+
+
+def test_unknown_alert_calls_for_nothing():
+    decision = decide(alert("DiskFull", node="node-001"))
+    assert decision.action is Action.NONE
+    assert "no rule for alert DiskFull" in decision.reason
+
+
+# decide: what never acts.
+
+
+@pytest.mark.parametrize("name", ["GPUFatalXid", "NodeAgentDown", "GPUUnhealthy", "GPUResetRequiredXid"])
+def test_resolved_alert_never_acts(name):
+    decision = decide(alert(name, status="resolved", node="node-001", gpu="3", xid="79"))
+    assert decision.action is Action.NONE
+    assert decision.node == "node-001"
+    assert "resolved" in decision.reason
+
+
+@pytest.mark.parametrize("node", [None, ""])
+def test_alert_without_a_node_calls_for_nothing(node):
+    labels = {"gpu": "3", "xid": "79"} | ({} if node is None else {"node": node})
+    decision = decide(alert(**labels))
+    assert (decision.action, decision.node) == (Action.NONE, None)
+    assert "no node label" in decision.reason
+
+
+# after_reset: the recheck.
+
+
+def test_gpu_healthy_after_reset_needs_nothing_more():
+    reset = decide(alert("GPUResetRequiredXid", node="node-001", gpu="5", xid="109"))
+    decision = after_reset(reset, healthy=True)
+    assert (decision.action, decision.node, decision.gpu) == (Action.NONE, "node-001", 5)
+
+
+def test_gpu_still_unhealthy_after_reset_escalates_to_quarantine():
+    reset = decide(alert("GPUUnhealthy", node="node-001", gpu="5"))
+    decision = after_reset(reset, healthy=False)
+    assert (decision.action, decision.node, decision.gpu) == (Action.QUARANTINE, "node-001", 5)
+    assert decision.reason.endswith("still unhealthy after a GPU reset")
+
+
+def test_after_reset_refuses_a_decision_that_was_not_a_reset():
+    with pytest.raises(ValueError, match="reset_gpu"):
+        after_reset(decide(alert(node="node-001", gpu="3", xid="79")), healthy=True)
+
+
+# parse_webhook: what Alertmanager sends.
+
+
+def test_real_alertmanager_payload_parses():
+    [parsed] = parse_webhook(REAL_PAYLOAD)
+    assert parsed.name == "GPUFatalXid"
+    assert parsed.status == "firing"
+    assert parsed.labels["node"] == "node-001"
+    assert parsed.annotations == {"summary": "XID 79"}
+    assert parsed.fingerprint == "472c046017b52349"
+    assert parsed.starts_at == "2026-11-29T17:08:42.969761594Z"
+    assert decide(parsed).action is Action.QUARANTINE
+
+
+def test_parsed_labels_cannot_be_changed():
+    [parsed] = parse_webhook(REAL_PAYLOAD)
+    with pytest.raises(TypeError):
+        parsed.labels["node"] = "node-002"
+
+
+def test_payload_without_optional_fields_parses():
+    payload = copy.deepcopy(REAL_PAYLOAD)
+    for key in ("groupLabels", "commonLabels", "commonAnnotations", "externalURL", "truncatedAlerts"):
+        del payload[key]
+    del payload["alerts"][0]["generatorURL"]
+    assert len(parse_webhook(payload)) == 1
+
+
+def test_fields_alertmanager_may_add_are_ignored():
+    payload = copy.deepcopy(REAL_PAYLOAD)
+    payload["somethingNew"] = {"x": [1]}
+    payload["alerts"][0]["silencedBy"] = []
+    assert len(parse_webhook(payload)) == 1
+
+
+def test_empty_alert_list_parses():
+    assert parse_webhook({**REAL_PAYLOAD, "alerts": []}) == []
+
+
+def test_max_alerts_parse():
+    payload = {**REAL_PAYLOAD, "alerts": REAL_PAYLOAD["alerts"] * MAX_ALERTS}
+    assert len(parse_webhook(payload)) == MAX_ALERTS
+
+
+def set_path(payload: dict, path: tuple, value: object) -> dict:
+    """A copy of the payload with the value at path replaced; a value of DELETE removes the key."""
+    changed = copy.deepcopy(payload)
+    target = changed
+    for key in path[:-1]:
+        target = target[key]
+    if value is DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return changed
+
+
+DELETE = object()
+
+MALFORMED = [
+    # (path, value, the field the message must name)
+    (("version",), "3", "version"),
+    (("version",), 4, "version"),
+    (("version",), DELETE, "version"),
+    (("status",), "pending", "status"),
+    (("status",), DELETE, "status"),
+    (("receiver",), None, "receiver"),
+    (("receiver",), DELETE, "receiver"),
+    (("groupKey",), 7, "groupKey"),
+    (("groupKey",), DELETE, "groupKey"),
+    (("externalURL",), ["http://x"], "externalURL"),
+    (("truncatedAlerts",), -1, "truncatedAlerts"),
+    (("truncatedAlerts",), True, "truncatedAlerts"),
+    (("groupLabels",), [], "groupLabels"),
+    (("commonLabels",), {"node": 1}, "commonLabels.node"),
+    (("commonAnnotations",), "x", "commonAnnotations"),
+    (("alerts",), DELETE, "alerts"),
+    (("alerts",), {"0": {}}, "alerts"),
+    (("alerts", 0), "alert", "alerts[0]"),
+    (("alerts", 0, "status"), "pending", "alerts[0].status"),
+    (("alerts", 0, "status"), DELETE, "alerts[0].status"),
+    (("alerts", 0, "labels"), DELETE, "alerts[0].labels"),
+    (("alerts", 0, "labels"), [["node", "node-001"]], "alerts[0].labels"),
+    (("alerts", 0, "labels", "alertname"), DELETE, "alerts[0].labels.alertname"),
+    (("alerts", 0, "labels", "alertname"), "", "alerts[0].labels.alertname"),
+    (("alerts", 0, "labels", "node"), 1, "alerts[0].labels.node"),
+    (("alerts", 0, "labels", "node"), "n" * 1025, "alerts[0].labels.node"),
+    (("alerts", 0, "labels", "0node"), "x", "alerts[0].labels"),
+    (("alerts", 0, "labels", "no-de"), "x", "alerts[0].labels"),
+    (("alerts", 0, "annotations"), None, "alerts[0].annotations"),
+    (("alerts", 0, "annotations", "summary"), "s" * 4097, "alerts[0].annotations.summary"),
+    (("alerts", 0, "startsAt"), DELETE, "alerts[0].startsAt"),
+    (("alerts", 0, "startsAt"), "yesterday", "alerts[0].startsAt"),
+    (("alerts", 0, "startsAt"), "2026-02-31T00:00:00Z", "alerts[0].startsAt"),
+    (("alerts", 0, "startsAt"), "2026-11-29T17:08:42", "alerts[0].startsAt"),
+    (("alerts", 0, "startsAt"), 1764436122, "alerts[0].startsAt"),
+    (("alerts", 0, "endsAt"), DELETE, "alerts[0].endsAt"),
+    (("alerts", 0, "endsAt"), "2026-11-29T25:00:00Z", "alerts[0].endsAt"),
+    (("alerts", 0, "generatorURL"), 5, "alerts[0].generatorURL"),
+    (("alerts", 0, "fingerprint"), DELETE, "alerts[0].fingerprint"),
+    (("alerts", 0, "fingerprint"), "472C046017B52349", "alerts[0].fingerprint"),
+    (("alerts", 0, "fingerprint"), "472c046017b5234", "alerts[0].fingerprint"),
+    (("alerts", 0, "fingerprint"), 0x472C046017B52349, "alerts[0].fingerprint"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "field"), MALFORMED, ids=[f"{f}={v!r:.20}" for _, v, f in MALFORMED])
+def test_malformed_payload_is_refused_naming_the_field(path, value, field):
+    with pytest.raises(PayloadError) as raised:
+        parse_webhook(set_path(REAL_PAYLOAD, path, value))
+    assert str(raised.value).split(":")[0] == field
+
+
+@pytest.mark.parametrize("payload", [None, [], "payload", 4, b"{}"])
+def test_payload_that_is_not_an_object_is_refused(payload):
+    with pytest.raises(PayloadError, match="^payload: "):
+        parse_webhook(payload)
+
+
+def test_too_many_alerts_are_refused():
+    with pytest.raises(PayloadError, match=r"^alerts: at most 1000"):
+        parse_webhook({**REAL_PAYLOAD, "alerts": REAL_PAYLOAD["alerts"] * (MAX_ALERTS + 1)})
+
+
+def test_too_many_labels_are_refused():
+    labels = {f"l{i}": "x" for i in range(64)} | {"alertname": "GPUFatalXid"}
+    with pytest.raises(PayloadError, match=r"^alerts\[0\]\.labels: at most 64"):
+        parse_webhook(set_path(REAL_PAYLOAD, ("alerts", 0, "labels"), labels))
+
+
+def test_an_error_in_a_later_alert_names_its_index():
+    payload = {**REAL_PAYLOAD, "alerts": [*REAL_PAYLOAD["alerts"], {**REAL_PAYLOAD["alerts"][0], "fingerprint": "x"}]}
+    with pytest.raises(PayloadError, match=r"^alerts\[1\]\.fingerprint: "):
+        parse_webhook(payload)
+
+
+# parse_webhook: fuzzing. Whatever arrives, it parses or raises PayloadError, nothing else.
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=40),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
+
+
+def check_parse(payload: object) -> None:
+    try:
+        alerts = parse_webhook(payload)
+    except PayloadError:
+        return
+    for parsed in alerts:
+        decide(parsed)  # a parsed alert is always decidable
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_any_json_value_parses_or_raises_payload_error(payload):
+    check_parse(payload)
+
+
+ALERT_PATHS = [
+    ("version",),
+    ("status",),
+    ("receiver",),
+    ("groupKey",),
+    ("truncatedAlerts",),
+    ("commonLabels",),
+    ("alerts",),
+    ("alerts", 0),
+    ("alerts", 0, "status"),
+    ("alerts", 0, "labels"),
+    ("alerts", 0, "labels", "alertname"),
+    ("alerts", 0, "labels", "node"),
+    ("alerts", 0, "labels", "gpu"),
+    ("alerts", 0, "labels", "xid"),
+    ("alerts", 0, "annotations"),
+    ("alerts", 0, "startsAt"),
+    ("alerts", 0, "endsAt"),
+    ("alerts", 0, "fingerprint"),
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(ALERT_PATHS), json_values | st.just(DELETE))
+def test_a_real_payload_with_any_field_changed_parses_or_raises_payload_error(path, value):
+    check_parse(set_path(REAL_PAYLOAD, path, value))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=20), st.text(max_size=20), max_size=6))
+def test_any_labels_parse_or_raise_payload_error(labels):
+    check_parse(set_path(REAL_PAYLOAD, ("alerts", 0, "labels"), labels))
