@@ -287,7 +287,7 @@ def test_malformed_payload_is_refused_naming_the_field(path, value, field):
 
 @pytest.mark.parametrize("payload", [None, [], "payload", 4, b"{}"])
 def test_payload_that_is_not_an_object_is_refused(payload):
-    with pytest.raises(PayloadError, match="^payload: "):
+    with pytest.raises(PayloadError, match=r"^payload: "):
         parse_webhook(payload)
 
 
