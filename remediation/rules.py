@@ -142,7 +142,11 @@ ALERTS: Mapping[str, AlertRule] = MappingProxyType(
     }
 )
 
-XID_ALERTS = frozenset({"GPUFatalXid", "GPUResetRequiredXid"})
+# The two XID alerts, each selecting the XIDs of one action (`xids_with`). `decide` takes the action
+# from the XID table, not from the alert's name, so the table stays the one source of truth.
+XID_ALERTS: Mapping[str, Action] = MappingProxyType(
+    {"GPUFatalXid": Action.QUARANTINE, "GPUResetRequiredXid": Action.RESET_GPU}
+)
 
 
 def xids_with(action: Action) -> frozenset[int]:
