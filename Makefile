@@ -28,8 +28,10 @@ demo: database
 	  && $(PY) manage.py import_reference_values http://127.0.0.1:8100/bmcsim/v1/reference-values; \
 	  status=$$?; kill $$pid; wait $$pid; exit $$status
 	$(PY) manage.py ensure_operator
+	umask 077 && $(PY) -c 'from django.conf import settings; print(settings.GPUFLEET_WEBHOOK_TOKEN)' > var/webhook-token
 	$(PY) manage.py create_tenant acme | tail -n 1 > var/acme.token
-	@echo "== gpu-fleet: http://127.0.0.1:8000/admin/ (admin/admin), http://127.0.0.1:8000/healthz, bmcsim http://127.0.0.1:8100"
+	@echo "== gpu-fleet: http://127.0.0.1:8000/admin/ (admin/admin), http://127.0.0.1:8000/healthz"
+	@echo "== bmcsim http://127.0.0.1:8100, Prometheus http://127.0.0.1:9090, Alertmanager http://127.0.0.1:9093"
 	@echo "== tenant acme's API token: $$(cat var/acme.token)   (Ctrl-C stops everything)"
 	SIM_TIME_SCALE=$${SIM_TIME_SCALE:-1} $(VENV)/bin/honcho start
 

@@ -12,7 +12,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from fleet import lifecycle
-from fleet.models import AuditEvent, Node
+from fleet.models import AuditEvent, Node, NodeState
 from fleet.services import ConcurrentTransition, transition
 from remediation import rules
 from remediation.models import IncidentEvent, IncidentStep, Remediation, RemediationStatus
@@ -63,6 +63,9 @@ def _receive(alert: rules.Alert) -> Remediation:
             if node is None:
                 if decision.action is not rules.Action.NONE:
                     remediation.reason = f"{decision.reason}; no enrolled node {decision.node!r}"
+            elif node.state == NodeState.QUARANTINED and decision.action is not rules.Action.NONE:
+                # e.g. GPUUnhealthy minutes after the XID that quarantined it: already out of service.
+                remediation.reason = f"{decision.reason}; {node.name} is already quarantined"
             elif decision.action is rules.Action.QUARANTINE:
                 _quarantine_within_cap(remediation, node)
             elif decision.action is rules.Action.RESET_GPU:

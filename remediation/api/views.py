@@ -5,7 +5,7 @@ from rest_framework import exceptions, generics, permissions, serializers, statu
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.models import Node
+from fleet.models import Node, NodeState
 from gpufleet.api import SizeLimitedJSONParser
 from remediation import rules, services
 from remediation.models import Remediation
@@ -68,11 +68,20 @@ class RemediationListView(generics.ListAPIView):
 
 
 class PrometheusTargetsView(APIView):
-    """Prometheus HTTP service discovery: one target per node agent, labelled with its place."""
+    """Prometheus HTTP service discovery: one target per node agent, labelled with its place.
+
+    Only nodes whose agent should be answering are listed (available, or serving a tenant): a
+    node that workflows power-cycle, or that sits powered off in quarantine, must not look like
+    a dead agent to NodeAgentDown."""
 
     authentication_classes = []
     permission_classes = [permissions.AllowAny]
 
     def get(self, request):
-        nodes = Node.objects.exclude(agent_url="").select_related("rack__pod").order_by("name")
+        nodes = (
+            Node.objects.filter(state__in=[NodeState.AVAILABLE, NodeState.ACTIVE])
+            .exclude(agent_url="")
+            .select_related("rack__pod")
+            .order_by("name")
+        )
         return Response([scrape_target(n.name, n.agent_url, pod=n.rack.pod.name, rack=n.rack.name) for n in nodes])

@@ -4,6 +4,8 @@ test database (transactional tests, so every process sees what the others commit
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import requests
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
@@ -25,6 +28,7 @@ from tests.bmcsim.conftest import free_port, start_bmcsim
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 E2E_NODES = 24
+WEBHOOK_TOKEN = "e2e-webhook-token"
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60, interval: float = 0.1) -> None:
@@ -86,6 +90,13 @@ class RedisServer:
         self.process.stop()
 
 
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code < 500
+    except requests.RequestException:
+        return False
+
+
 def _pings(client) -> bool:
     try:
         return client.ping()
@@ -117,6 +128,7 @@ class ControlPlane:
             "GPUFLEET_AGENT_BOOT_TIMEOUT": "20",
             "GPUFLEET_WIPE_TIMEOUT": "30",
             "GPUFLEET_SIGNING_KEY": str(self.signing_keys),
+            "GPUFLEET_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
             **overrides,
         }
         self.workers: dict[str, Process] = {}
@@ -157,6 +169,26 @@ class ControlPlane:
         ]
         self.beat = Process("beat", args, self.env, self.tmp_path)
         return self.beat
+
+    def start_web(self, name: str = "web", processes: int = 2) -> str:
+        """gunicorn serving the private listener; returns its base URL once it answers."""
+        port = free_port()
+        args = [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "gpufleet.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(processes),
+            "--log-level",
+            "warning",
+        ]
+        self.workers[name] = Process(name, args, self.env, self.tmp_path)
+        url = f"http://127.0.0.1:{port}"
+        wait_for("the web server", lambda: _answers(f"{url}/healthz"), timeout=30)
+        return url
 
     def configure_attestation(self) -> None:
         """What an operator does once: trust the vendors' roots and import their golden digests."""
@@ -210,3 +242,64 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call":
         item.report_call = report
     return report
+
+
+class Monitoring:
+    """Prometheus and Alertmanager from Debian's packages, with the shipped configs pointed at
+    this test's web server, each with its own data folder."""
+
+    def __init__(self, tmp_path: Path, web_url: str):
+        self.dir = tmp_path / "monitoring"
+        shutil.copytree(REPO_ROOT / "deploy", self.dir / "deploy")
+        self.alertmanager_port = free_port()
+        self.prometheus_port = free_port()
+        token_file = self.dir / "webhook-token"
+        token_file.write_text(WEBHOOK_TOKEN)
+        web = web_url.removeprefix("http://")
+        prometheus_yml = self.dir / "deploy" / "prometheus" / "prometheus.yml"
+        prometheus_yml.write_text(
+            prometheus_yml.read_text()
+            .replace("127.0.0.1:8000", web)
+            .replace("127.0.0.1:9093", f"127.0.0.1:{self.alertmanager_port}")
+        )
+        alertmanager_yml = self.dir / "deploy" / "alertmanager" / "alertmanager.yml"
+        alertmanager_yml.write_text(
+            re.sub(r"credentials_file: .*", f"credentials_file: {token_file}", alertmanager_yml.read_text()).replace(
+                "127.0.0.1:8000", web
+            )
+        )
+        self.alertmanager = Process(
+            "alertmanager",
+            [
+                "prometheus-alertmanager",
+                f"--config.file={alertmanager_yml}",
+                f"--storage.path={self.dir / 'am'}",
+                f"--web.listen-address=127.0.0.1:{self.alertmanager_port}",
+                "--cluster.listen-address=",
+            ],
+            os.environ.copy(),
+            tmp_path,
+        )
+        self.prometheus = Process(
+            "prometheus",
+            [
+                "prometheus",
+                f"--config.file={prometheus_yml}",
+                f"--storage.tsdb.path={self.dir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.prometheus_port}",
+            ],
+            os.environ.copy(),
+            tmp_path,
+        )
+        wait_for("alertmanager", lambda: _answers(f"http://127.0.0.1:{self.alertmanager_port}/-/ready"), timeout=30)
+        wait_for("prometheus", lambda: _answers(f"http://127.0.0.1:{self.prometheus_port}/-/ready"), timeout=30)
+
+    def active_targets(self) -> int:
+        answer = requests.get(f"http://127.0.0.1:{self.prometheus_port}/api/v1/targets", timeout=5).json()
+        return sum(
+            t["health"] == "up" for t in answer["data"]["activeTargets"] if t["labels"].get("job") == "node-agents"
+        )
+
+    def stop(self) -> None:
+        self.prometheus.stop()
+        self.alertmanager.stop()

@@ -167,9 +167,18 @@ def test_a_gpu_healthy_after_a_reset_stays_in_service(available_fleet):
     assert Node.objects.get(pk=node.pk).state == "available"
 
 
-def test_prometheus_targets_list_every_agent_with_its_place(fleet):
+def test_a_later_alert_on_a_quarantined_node_does_nothing_more(available_fleet):
+    node = available_fleet[0]
+    send(payload(alert(node.name)))
+    send(payload(alert(node.name, name="GPUUnhealthy", n=30)))
+    later = Remediation.objects.order_by("id").last()
+    assert later.status == "no_action" and "already quarantined" in later.reason
+
+
+def test_prometheus_targets_list_the_agents_that_should_answer(available_fleet):
+    drive(available_fleet[1], "hardware_fault", reason="XID 79")
     targets = APIClient().get("/v1/prometheus/targets").json()
-    assert len(targets) == 12
+    assert len(targets) == 11 and "node-002" not in json.dumps(targets)
     assert targets[0] == {
         "targets": ["127.0.0.1:8100"],
         "labels": {
