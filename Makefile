@@ -17,6 +17,7 @@ setup: $(VENV)/.installed
 database: setup
 	$(PY) manage.py ensure_database
 	$(PY) manage.py migrate --no-input
+	$(PY) manage.py collectstatic --no-input -v0
 
 # The whole system on this machine: bmcsim's fleet enrolled, then every Procfile process.
 demo: database

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.http import JsonResponse
+from drf_spectacular.utils import inline_serializer
 from rest_framework import exceptions, serializers, status
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json
 from rest_framework.views import exception_handler
@@ -62,6 +64,21 @@ def api_exception_handler(error, context):
     if response is not None and isinstance(error, exceptions.ValidationError):
         response.data = {"detail": _first_error(response.data), "errors": response.data}
     return response
+
+
+class Pagination(LimitOffsetPagination):
+    """DRF's limit/offset pages, with both bounded: a limit or an offset past what PostgreSQL
+    takes as a bigint would be a 500, not an empty page."""
+
+    max_limit = 1000
+    max_offset = 2**31
+
+    def get_offset(self, request):
+        return min(super().get_offset(request), self.max_offset)
+
+
+# The shape of every error answer, for the OpenAPI document.
+ERROR = inline_serializer("Error", {"detail": serializers.CharField()})
 
 
 class StrictInputSerializer(serializers.Serializer):

@@ -4,6 +4,8 @@ import redis
 from django.conf import settings
 from django.db import Error as DatabaseError
 from django.db import connection
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -33,10 +35,22 @@ def broker_status() -> str:
     return "ok"
 
 
+HEALTH = inline_serializer(
+    "Health",
+    {
+        "status": serializers.CharField(),
+        "database": serializers.CharField(),
+        "broker": serializers.CharField(),
+        "detail": serializers.CharField(required=False),
+    },
+)
+
+
 class HealthzView(APIView):
     authentication_classes = []
     permission_classes = [AllowAny]
 
+    @extend_schema(responses={200: HEALTH, 503: HEALTH})
     def get(self, request):
         checks = {"database": database_status(), "broker": broker_status()}
         down = [name for name, status in checks.items() if status != "ok"]

@@ -28,6 +28,9 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "django_prometheus",
+    "django_htmx",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "fleet",
     "reservations",
     "attestation",
@@ -37,12 +40,14 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -89,16 +94,37 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# whitenoise serves static files from both listeners; from the apps' folders too until
+# collectstatic has run, so a fresh checkout works without a build step.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/my/reservations"
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["gpufleet.api.SizeLimitedJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "gpufleet.api.Pagination",
     "PAGE_SIZE": 100,
     "EXCEPTION_HANDLER": "gpufleet.api.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gpu-fleet API",
+    "DESCRIPTION": "Reserve bare-metal GPU nodes by fabric topology; read the fleet, attestations and remediations.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc from local static files: no CDN on operators' control networks.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 API_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_API_MAX_BODY_BYTES", str(256 * 1024)))
 

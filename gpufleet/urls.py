@@ -1,18 +1,20 @@
-"""URLs of the private listener."""
+"""URLs of the private listener (:8000): the whole API, the admin, and every page."""
 
 from django.contrib import admin
 from django.urls import include, path
 
 from gpufleet.healthz import HealthzView
+from gpufleet.schema import schema_patterns
 
 urlpatterns = [
     path("healthz", HealthzView.as_view(), name="healthz"),
     path("v1/", include("fleet.api.urls")),
     path("v1/", include("attestation.api.urls")),
-    path("v1/", include("remediation.api.urls")),
-    path("", include("django_prometheus.urls")),
     path("v1/", include("reservations.api.urls")),
+    path("v1/", include("remediation.api.urls")),
+    *schema_patterns("gpufleet.urls"),
     path("admin/", admin.site.urls),
+    path("", include("django_prometheus.urls")),
 ]
 
 handler404 = "gpufleet.api.json_not_found"

@@ -1,11 +1,13 @@
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from rest_framework import permissions
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from attestation import services
 from fleet.models import Node
+from gpufleet.api import ERROR
 
 
 class PublicReadView(APIView):
@@ -16,6 +18,14 @@ class PublicReadView(APIView):
 class NodeAttestationView(PublicReadView):
     """The node's latest signed attestation result, and its claims as the signature vouches for them."""
 
+    @extend_schema(
+        responses={
+            200: inline_serializer(
+                "SignedResult", {"token": serializers.CharField(), "claims": serializers.DictField()}
+            ),
+            404: ERROR,
+        }
+    )
     def get(self, request, name: str):
         node = get_object_or_404(Node, name=name)
         result = services.latest_result(node)
@@ -28,5 +38,6 @@ class NodeAttestationView(PublicReadView):
 class SigningKeysView(PublicReadView):
     """The JWKS of every key that signed or signs results: verify a result offline with it."""
 
+    @extend_schema(responses=inline_serializer("JWKS", {"keys": serializers.ListField(child=serializers.DictField())}))
     def get(self, request):
         return Response(services.public_keys())

@@ -1,12 +1,14 @@
 import hmac
 
 from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, generics, permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fleet.models import Node, NodeState
-from gpufleet.api import SizeLimitedJSONParser
+from gpufleet.api import ERROR, SizeLimitedJSONParser
 from remediation import rules, services
 from remediation.models import Remediation
 from remediation.targets import scrape_target
@@ -38,6 +40,21 @@ class AlertmanagerWebhookView(APIView):
     def get_authenticate_header(self, request):
         return 'Bearer realm="alertmanager"'
 
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={
+            200: inline_serializer(
+                "AlertsReceived",
+                {
+                    "received": serializers.IntegerField(),
+                    "remediations": serializers.ListField(child=serializers.DictField()),
+                },
+            ),
+            400: ERROR,
+            401: ERROR,
+            413: ERROR,
+        },
+    )
     def post(self, request):
         try:
             alerts = rules.parse_webhook(request.data)
@@ -77,6 +94,7 @@ class PrometheusTargetsView(APIView):
     authentication_classes = []
     permission_classes = [permissions.AllowAny]
 
+    @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request):
         nodes = (
             Node.objects.filter(state__in=[NodeState.AVAILABLE, NodeState.ACTIVE])

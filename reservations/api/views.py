@@ -1,8 +1,10 @@
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, permissions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from gpufleet.api import ERROR
 from reservations import selectors, services
 from reservations.api.serializers import CapacitySerializer, ReservationRequestSerializer, ReservationSerializer
 from reservations.models import Reservation
@@ -30,10 +32,12 @@ class ReservationListView(generics.GenericAPIView):
     def get_queryset(self):
         return Reservation.objects.filter(tenant=self.request.user.tenant).select_related("pod")
 
+    @extend_schema(operation_id="reservations_list")
     def get(self, request):
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(_reservation_answer(page, many=True))
 
+    @extend_schema(request=ReservationRequestSerializer, responses={201: ReservationSerializer, 409: ERROR})
     def post(self, request):
         wanted = ReservationRequestSerializer(data=request.data)
         wanted.is_valid(raise_exception=True)
@@ -46,6 +50,7 @@ class ReservationListView(generics.GenericAPIView):
 class ReservationDetailView(APIView):
     permission_classes = [IsTenant]
 
+    @extend_schema(responses={200: ReservationSerializer, 404: ERROR})
     def get(self, request, pk: int):
         # Another tenant's reservation is answered exactly like one that does not exist.
         reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
@@ -55,6 +60,7 @@ class ReservationDetailView(APIView):
 class ReservationReleaseView(APIView):
     permission_classes = [IsTenant]
 
+    @extend_schema(request=None, responses={200: ReservationSerializer, 404: ERROR})
     def post(self, request, pk: int):
         reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
         released = services.release_reservation(
@@ -69,5 +75,6 @@ class CapacityView(APIView):
     authentication_classes = []
     permission_classes = [permissions.AllowAny]
 
+    @extend_schema(responses=CapacitySerializer)
     def get(self, request):
         return Response(CapacitySerializer({"pods": selectors.capacity_by_pod()}).data)

@@ -1,0 +1,28 @@
+"""URLs of the public listener (:8001): reads that hold no tenant's private data, and nothing else.
+
+Read-only by construction: every route here is to a view that has no write method at all, not
+to one that refuses writes (tests/test_public_listener.py walks every pattern to prove it).
+"""
+
+from django.urls import path
+
+from attestation.api.views import NodeAttestationView, SigningKeysView
+from fleet.api.views import NodeDetailView, NodeListView
+from gpufleet.healthz import HealthzView
+from gpufleet.schema import schema_patterns
+from remediation.api.views import RemediationListView
+from reservations.api.views import CapacityView
+
+urlpatterns = [
+    path("healthz", HealthzView.as_view(), name="healthz"),
+    path("v1/capacity", CapacityView.as_view(), name="capacity"),
+    path("v1/nodes", NodeListView.as_view(), name="node-list"),
+    path("v1/nodes/<slug:name>", NodeDetailView.as_view(), name="node-detail"),
+    path("v1/nodes/<slug:name>/attestation", NodeAttestationView.as_view(), name="node-attestation"),
+    path("v1/attestation/keys", SigningKeysView.as_view(), name="attestation-keys"),
+    path("v1/remediations", RemediationListView.as_view(), name="remediation-list"),
+    *schema_patterns("gpufleet.urls_public"),
+]
+
+handler404 = "gpufleet.api.json_not_found"
+handler500 = "gpufleet.api.json_server_error"
