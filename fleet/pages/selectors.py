@@ -1,0 +1,436 @@
+"""Reads for the server-rendered pages: the fleet floor, a node, incidents and their replay.
+
+Every function runs a fixed number of queries whatever the fleet size: rows come back through
+values() with the names they need already joined, and counts are aggregated in SQL.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Count, F
+
+from attestation.models import AttestationResult
+from fleet.lifecycle import Event, State
+from fleet.models import GPU, AuditEvent, Node
+from remediation.models import IncidentStep, Remediation, RemediationStatus
+from reservations.models import Reservation, ReservationEventKind, Tenant
+from reservations.models import ReservationEvent as ReservationHistory
+from reservations.selectors import capacity_by_pod, reservation_nodes
+
+# Above this many nodes on screen a rack collapses into a bar of per-state counts: 10,000
+# tiles would be megabytes of HTML every poll, and no operator reads them one by one.
+COLLAPSE_ABOVE = 2000
+# Nodes listed one by one under a collapsed floor: those an operator must look at.
+ATTENTION_STATES = (State.QUARANTINED, State.MAINTENANCE)
+ATTENTION_LIMIT = 200
+NODE_TIMELINE_LIMIT = 200
+INCIDENT_LIMIT = 50
+REMEDIATION_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    css: str
+    label: str
+    states: tuple[State, ...]
+
+
+# What the floor colours: provisioning and active share the tenant-workload colour.
+LEGEND = (
+    LegendEntry("available", "available", (State.AVAILABLE,)),
+    LegendEntry("workload", "tenant workload", (State.PROVISIONING, State.ACTIVE)),
+    LegendEntry("inspecting", "inspecting", (State.INSPECTING,)),
+    LegendEntry("wiping", "wiping", (State.WIPING,)),
+    LegendEntry("quarantined", "quarantined", (State.QUARANTINED,)),
+    LegendEntry("maintenance", "maintenance", (State.MAINTENANCE,)),
+    LegendEntry("enrolled", "enrolled", (State.ENROLLED,)),
+)
+STATE_ORDER = [state for entry in LEGEND for state in entry.states]
+
+
+@dataclass
+class RackView:
+    pod: str
+    name: str
+    counts: dict[str, int]
+    tiles: list[dict] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def segments(self) -> list[tuple[str, int]]:
+        return [(state, self.counts[state]) for state in STATE_ORDER if self.counts.get(state)]
+
+
+@dataclass
+class PodView:
+    name: str
+    racks: list[RackView]
+    capacity: dict | None = None
+
+    @property
+    def size(self) -> int:
+        return sum(rack.size for rack in self.racks)
+
+
+@dataclass
+class FloorView:
+    pods: list[PodView]
+    legend: list[dict]
+    total: int
+    collapsed: bool
+    attention: list[dict]
+    shown: int
+
+
+def _tile(row: dict) -> dict:
+    row["label"] = row["name"].rsplit("-", 1)[-1]
+    return row
+
+
+TILE_FIELDS = ("name", "state", "step", "rack__name", "tenant__name")
+
+
+def fleet_floor(*, pod: str | None = None, rack: str | None = None) -> FloorView:
+    """Every rack of every pod (or of one pod or rack) with its nodes as tiles, or collapsed to
+    per-state counts when too many nodes are on screen; counts by state and capacity per pod."""
+    per_rack = (
+        Node.objects.values_list("rack__pod__name", "rack__name", "state")
+        .annotate(count=Count("id"))
+        .order_by("rack__pod__name", "rack__name")
+    )
+    pods: dict[str, PodView] = {}
+    racks: dict[str, RackView] = {}
+    by_state: Counter[str] = Counter()
+    for pod_name, rack_name, state, count in per_rack:
+        by_state[state] += count
+        if (pod and pod_name != pod) or (rack and rack_name != rack):
+            continue
+        if rack_name not in racks:
+            racks[rack_name] = RackView(pod=pod_name, name=rack_name, counts={})
+            pods.setdefault(pod_name, PodView(name=pod_name, racks=[])).racks.append(racks[rack_name])
+        racks[rack_name].counts[state] = count
+    shown = sum(r.size for r in racks.values())
+    collapsed = shown > COLLAPSE_ABOVE
+
+    nodes = Node.objects.order_by("rack__name", "position")
+    if pod:
+        nodes = nodes.filter(rack__pod__name=pod)
+    if rack:
+        nodes = nodes.filter(rack__name=rack)
+    attention = []
+    if collapsed:
+        attention = [_tile(row) for row in nodes.filter(state__in=ATTENTION_STATES).values(*TILE_FIELDS)]
+        attention = attention[:ATTENTION_LIMIT]
+    else:
+        for row in nodes.values(*TILE_FIELDS):
+            racks[row["rack__name"]].tiles.append(_tile(row))
+
+    for summary in capacity_by_pod():
+        if summary["name"] in pods:
+            pods[summary["name"]].capacity = summary
+    return FloorView(
+        pods=list(pods.values()),
+        legend=legend_counts(by_state),
+        total=sum(by_state.values()),
+        collapsed=collapsed,
+        attention=attention,
+        shown=shown,
+    )
+
+
+def legend_counts(by_state: Counter[str]) -> list[dict]:
+    return [
+        {
+            "css": entry.css,
+            "label": entry.label,
+            "count": sum(by_state[state] for state in entry.states),
+            "states": [(state.value, by_state[state]) for state in entry.states] if len(entry.states) > 1 else [],
+        }
+        for entry in LEGEND
+    ]
+
+
+# -- a node --------------------------------------------------------------------------------
+
+
+@dataclass
+class NodePage:
+    node: Node
+    gpus: list[GPU]
+    timeline: list[AuditEvent]
+    attestation: AttestationResult | None
+    remediations: list[Remediation]
+
+
+def node_page(name: str) -> NodePage | None:
+    node = Node.objects.select_related("rack__pod", "tenant").filter(name=name).first()
+    if node is None:
+        return None
+    return NodePage(
+        node=node,
+        gpus=list(node.gpus.order_by("index")),
+        timeline=list(node.audit_events.order_by("-at", "-id")[:NODE_TIMELINE_LIMIT]),
+        attestation=AttestationResult.objects.filter(node=node).first(),
+        remediations=list(node.remediations.order_by("-at", "-id")[:10]),
+    )
+
+
+# -- incidents -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    at: datetime | None  # None: expected, not happened yet
+    detail: str = ""
+
+
+@dataclass
+class Incident:
+    key: str  # "remediation-<id>" or "attestation-<id>"
+    kind: str
+    node: str
+    title: str
+    at: datetime
+    outcome: str
+    steps: list[Step]
+    involved: list[str]
+
+    @property
+    def happened(self) -> list[Step]:
+        return [step for step in self.steps if step.at is not None]
+
+
+def _remediation_incidents(remediations: list[Remediation]) -> list[Incident]:
+    """Alert firing -> webhook received -> quarantined or suppressed, then the replacement placed
+    and active, from the reservation's history after the quarantine."""
+    history = defaultdict(list)
+    reservation_ids = {r.reservation_id for r in remediations if r.reservation_id}
+    for event in ReservationHistory.objects.filter(
+        reservation_id__in=reservation_ids,
+        event__in=[ReservationEventKind.REPLACEMENT_PLACED, ReservationEventKind.ACTIVE],
+    ).order_by("at", "id"):
+        history[event.reservation_id].append(event)
+    incidents = []
+    for remediation in remediations:
+        steps = [Step(e.step, e.at, e.detail) for e in remediation.timeline.all()]
+        involved = [remediation.node.name] if remediation.node else []
+        quarantined = next((s.at for s in steps if s.name == IncidentStep.QUARANTINED), None)
+        if quarantined and remediation.reservation_id:
+            later = [e for e in history[remediation.reservation_id] if e.at >= quarantined]
+            placed = next((e for e in later if e.event == ReservationEventKind.REPLACEMENT_PLACED), None)
+            active = placed and next(
+                (e for e in later if e.event == ReservationEventKind.ACTIVE and e.at >= placed.at), None
+            )
+            steps.append(Step("replacement_placed", placed and placed.at, placed.detail if placed else ""))
+            steps.append(Step("replacement_active", active and active.at))
+            if placed:
+                involved += [name.strip() for name in placed.detail.split(",") if name.strip()]
+        incidents.append(
+            Incident(
+                key=f"remediation-{remediation.pk}",
+                kind="remediation",
+                node=remediation.node.name if remediation.node else remediation.labels.get("node", "?"),
+                title=f"{remediation.alert}: {remediation.reason}",
+                at=remediation.at,
+                outcome=remediation.status,
+                steps=steps,
+                involved=involved,
+            )
+        )
+    return incidents
+
+
+ATTESTATION_PATH = (Event.RELEASED, Event.WIPE_SUCCEEDED, Event.INSPECTION_STARTED, Event.ATTESTATION_FAILED)
+# Longer than any wipe plus inspection may take (their deadlines are hours): the audit rows of
+# one cycle, released to attestation, fall within it.
+ATTESTATION_CYCLE = timedelta(days=1)
+
+
+def _attestation_incidents(results: list[AttestationResult]) -> list[Incident]:
+    """Released -> wipe succeeded -> inspection -> attestation failed, from the node's audit log."""
+    if not results:
+        return []
+    events = defaultdict(list)
+    for event in AuditEvent.objects.filter(
+        node_id__in={r.node_id for r in results},
+        event__in=[*ATTESTATION_PATH, Event.ATTESTATION_PASSED],
+        at__gte=min(r.at for r in results) - ATTESTATION_CYCLE,
+        at__lte=max(r.at for r in results) + ATTESTATION_CYCLE,
+    ).order_by("at", "id"):
+        events[event.node_id].append(event)
+    incidents = []
+    for result in results:
+        history = events[result.node_id]
+        failed = next((e for e in history if e.event == Event.ATTESTATION_FAILED and e.at >= result.at), None)
+        # Walk back from the verdict to the start of its cycle: the previous verdict ends the search.
+        steps: list[Step] = []
+        wanted = list(ATTESTATION_PATH[:-1])
+        before = [e for e in history if failed is None or (e.at, e.pk) < (failed.at, failed.pk)]
+        for event in reversed(before):
+            if event.event in (Event.ATTESTATION_PASSED, Event.ATTESTATION_FAILED) or not wanted:
+                break
+            while wanted and wanted[-1] != event.event:
+                wanted.pop()
+            if wanted:
+                steps.insert(0, Step(wanted.pop(), event.at, event.reason))
+        codes = ", ".join(sorted({f.get("code", "?") for f in result.failures}))
+        steps.append(Step(Event.ATTESTATION_FAILED, failed.at if failed else result.at, codes))
+        incidents.append(
+            Incident(
+                key=f"attestation-{result.pk}",
+                kind="attestation",
+                node=result.node.name,
+                title=f"attestation contraindicated: {codes}",
+                at=result.at,
+                outcome="contraindicated",
+                steps=steps,
+                involved=[result.node.name],
+            )
+        )
+    return incidents
+
+
+def _automatic_remediations():
+    return (
+        Remediation.objects.filter(status__in=[RemediationStatus.APPLIED, RemediationStatus.SUPPRESSED])
+        .select_related("node")
+        .prefetch_related("timeline")
+        .order_by("-at", "-id")
+    )
+
+
+def _failed_attestations():
+    return AttestationResult.objects.filter(affirming=False).select_related("node").order_by("-at", "-id")
+
+
+def incidents(limit: int = INCIDENT_LIMIT) -> list[Incident]:
+    """The latest automatic remediations and failed attestations, newest first."""
+    found = _remediation_incidents(list(_automatic_remediations()[:limit]))
+    found += _attestation_incidents(list(_failed_attestations()[:limit]))
+    return sorted(found, key=lambda incident: incident.at, reverse=True)[:limit]
+
+
+def incident(key: str) -> Incident | None:
+    kind, _, pk = key.partition("-")
+    if not pk.isdigit():
+        return None
+    if kind == "remediation":
+        found = _remediation_incidents(list(_automatic_remediations().filter(pk=pk)))
+    elif kind == "attestation":
+        found = _attestation_incidents(list(_failed_attestations().filter(pk=pk)))
+    else:
+        return None
+    return found[0] if found else None
+
+
+# -- replay --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Frame:
+    at: datetime
+    caption: str
+    node: str = ""
+    to_state: str = ""
+
+
+@dataclass
+class Replay:
+    incident: Incident
+    frames: list[Frame]
+    step: int
+    floor: FloorView
+    changed: str  # the node whose state this step changed
+
+
+def replay(key: str, step: int) -> Replay | None:
+    """The floor of the incident's pods as it was just before the incident, with its events up
+    to `step` applied: the incident's own steps and the audit log of the nodes involved."""
+    found = incident(key)
+    if found is None or not found.happened:
+        return None
+    start, end = found.happened[0].at, max(s.at for s in found.happened)
+    pods = list(Node.objects.filter(name__in=found.involved).values_list("rack__pod__name", flat=True).distinct())
+    layout = list(
+        Node.objects.filter(rack__pod__name__in=pods)
+        .order_by("rack__pod__name", "rack__name", "position")
+        .values("id", "name", "rack__name", "rack__pod__name")
+    )
+    # Each node's state just before the incident: the last state its audit log recorded.
+    before = dict(
+        AuditEvent.objects.filter(node__rack__pod__name__in=pods, at__lt=start)
+        .exclude(to_state="")
+        .order_by("node_id", "-at", "-id")
+        .distinct("node_id")
+        .values_list("node_id", "to_state")
+    )
+    changes = [
+        Frame(e.at, f"{e.node.name}: {e.event} ({e.from_state} → {e.to_state}) by {e.actor}", e.node.name, e.to_state)
+        for e in AuditEvent.objects.filter(node__name__in=found.involved, at__gte=start, at__lte=end)
+        .exclude(to_state="")
+        .exclude(to_state=F("from_state"))
+        .select_related("node")
+        .order_by("at", "id")
+    ]
+    markers = [Frame(s.at, f"{s.name.replace('_', ' ')} {s.detail}".strip()) for s in found.happened]
+    frames = [Frame(start, "before the incident"), *sorted(markers + changes, key=lambda f: f.at)]
+    step = max(0, min(step, len(frames) - 1))
+
+    states = {row["name"]: before.get(row["id"]) for row in layout}
+    for frame in frames[1 : step + 1]:
+        if frame.node:
+            states[frame.node] = frame.to_state
+    racks: dict[str, RackView] = {}
+    floor_pods: dict[str, PodView] = {}
+    by_state: Counter[str] = Counter()
+    for row in layout:
+        state = states[row["name"]]
+        if state is None:  # not enrolled yet at the time
+            continue
+        by_state[state] += 1
+        rack = racks.get(row["rack__name"])
+        if rack is None:
+            rack = racks[row["rack__name"]] = RackView(pod=row["rack__pod__name"], name=row["rack__name"], counts={})
+            floor_pods.setdefault(rack.pod, PodView(name=rack.pod, racks=[])).racks.append(rack)
+        rack.counts[state] = rack.counts.get(state, 0) + 1
+        rack.tiles.append(_tile({"name": row["name"], "state": state, "step": "", "tenant__name": None}))
+    floor = FloorView(
+        pods=list(floor_pods.values()),
+        legend=legend_counts(by_state),
+        total=sum(by_state.values()),
+        collapsed=False,
+        attention=[],
+        shown=sum(by_state.values()),
+    )
+    return Replay(incident=found, frames=frames, step=step, floor=floor, changed=frames[step].node)
+
+
+# -- remediations and reservations ---------------------------------------------------------
+
+
+def remediations(limit: int = REMEDIATION_LIMIT) -> list[Remediation]:
+    return list(_automatic_remediations()[:limit])
+
+
+def tenant_of(user) -> Tenant | None:
+    return Tenant.objects.filter(user=user).first() if user.is_authenticated else None
+
+
+def tenant_reservations(tenant: Tenant) -> list[dict]:
+    """The tenant's reservations, newest first, each with the nodes it holds and their states."""
+    reservations = list(Reservation.objects.filter(tenant=tenant).select_related("pod").order_by("-created_at", "-id"))
+    held = reservation_nodes(reservations)
+    states = dict(
+        Node.objects.filter(name__in=[n for names in held.values() for n in names]).values_list("name", "state")
+    )
+    return [
+        {"reservation": r, "nodes": [(name, states.get(name, "")) for name in held.get(r.pk, [])]}
+        for r in reservations
+    ]

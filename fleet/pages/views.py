@@ -1,0 +1,66 @@
+"""The fleet floor and its pages: thin views over fleet/pages/selectors.py.
+
+Public pages answer GET, HEAD and OPTIONS only: they are served on the read-only listener too.
+"""
+
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import Http404
+from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
+from django.views import View
+
+from fleet.pages import selectors
+
+
+class ReadOnlyPage(View):
+    http_method_names = ["get", "head", "options"]
+
+
+def _page_or_fragment(request, page: str, fragment: str, context: dict):
+    """The whole page, or only its live part when htmx asks for it (polling, stepping)."""
+    response = render(request, fragment if request.htmx else page, context)
+    # A cache must not hand the fragment to a browser asking for the page, nor the reverse.
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+class FloorView(ReadOnlyPage):
+    def get(self, request):
+        floor = selectors.fleet_floor(pod=request.GET.get("pod") or None, rack=request.GET.get("rack") or None)
+        return _page_or_fragment(request, "fleet/floor.html", "fleet/_floor.html", {"floor": floor})
+
+
+class NodeView(ReadOnlyPage):
+    def get(self, request, name: str):
+        page = selectors.node_page(name)
+        if page is None:
+            raise Http404(f"no node {name}")
+        return render(request, "fleet/node.html", {"page": page, "host": request.get_host()})
+
+
+class IncidentsView(ReadOnlyPage):
+    def get(self, request):
+        return render(request, "fleet/incidents.html", {"incidents": selectors.incidents()})
+
+
+class IncidentReplayView(ReadOnlyPage):
+    def get(self, request, key: str):
+        step = request.GET.get("step", "0")
+        replay = selectors.replay(key, int(step) if step.isdigit() else 0)
+        if replay is None:
+            raise Http404(f"no incident {key} to replay")
+        return _page_or_fragment(request, "fleet/replay.html", "fleet/_replay.html", {"replay": replay})
+
+
+class RemediationsView(ReadOnlyPage):
+    def get(self, request):
+        return render(request, "fleet/remediations.html", {"remediations": selectors.remediations()})
+
+
+class MyReservationsView(LoginRequiredMixin, View):
+    http_method_names = ["get", "head", "options"]
+
+    def get(self, request):
+        tenant = selectors.tenant_of(request.user)
+        reservations = selectors.tenant_reservations(tenant) if tenant else []
+        return render(request, "fleet/my_reservations.html", {"tenant": tenant, "reservations": reservations})
