@@ -19,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.table import print_table  # noqa: E402
+
 os.environ.update(
     DJANGO_SETTINGS_MODULE="gpufleet.settings",
     DATABASE_URL="postgres://postgres@127.0.0.1:5432/gpufleet_bench_incident",
@@ -114,10 +116,7 @@ def main() -> None:
         ("XID 79 -> reservation active again, median s", f"{statistics.median(to_active):.2f}"),
         ("intervals", "scrape 1 s, rule evaluation 1 s, Alertmanager group_wait 0 s"),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"{'figure':<{width}}  value")
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    print_table(rows)
 
 
 if __name__ == "__main__":

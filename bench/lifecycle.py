@@ -25,6 +25,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.placement import PG, free_port, run  # noqa: E402
+from bench.table import print_table  # noqa: E402
 
 BENCH_DB = "gpufleet_bench_lifecycle"
 
@@ -187,10 +188,7 @@ def main() -> None:
         ("  the rest of the worker (Python), s", f"{other:.3f}"),
         ("Celery: queue and dispatch per node, s", f"{queued:.3f}"),
     ]
-    width = max(len(name) for name, _ in table)
-    print(f"{'figure':<{width}}  value")
-    for name, value in table:
-        print(f"{name:<{width}}  {value}")
+    print_table(table)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ from pathlib import Path
 
 import requests
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.table import print_table
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DB = "gpufleet_bench"
 PG = "postgres://postgres@127.0.0.1:5432"
@@ -237,10 +240,7 @@ def main() -> None:
         ("pgbench TPS (TPC-B, same clients)", f"{tps:.0f}"),
         ("reservations/s as a share of pgbench TPS", f"{rate / tps:.3f}"),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"{'figure':<{width}}  value")
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    print_table(rows)
     run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
 
 

@@ -113,15 +113,20 @@ def test_a_hung_secure_erase_ends_quarantined_at_its_timeout(bmcsim, control_pla
     assert not wiped(node)
 
 
-def test_a_worker_killed_mid_wipe_is_finished_by_another_after_its_lease_expires(bmcsim, control_plane):
+def worker_stuck_in_a_hung_wipe(bmcsim, control_plane):
+    """One worker, waiting on a wipe that erase_hang keeps from finishing: (node, worker, its actor)."""
     node = seed(bmcsim)[0]
-    first = control_plane.start_worker("w1")
+    worker = control_plane.start_worker("w1")
     control_plane.start_beat()
     wait_for("inspection", lambda: inspected(node), timeout=60)
     fault(bmcsim, node.name, "erase_hang")
     send_to_wiping([node])
     wait_for("the hung wipe", lambda: hung(node), timeout=60)
-    killed_actor = AuditEvent.objects.filter(node=node, event="step_changed").latest("id").actor
+    return node, worker, AuditEvent.objects.filter(node=node, event="step_changed").latest("id").actor
+
+
+def test_a_worker_killed_mid_wipe_is_finished_by_another_after_its_lease_expires(bmcsim, control_plane):
+    node, first, killed_actor = worker_stuck_in_a_hung_wipe(bmcsim, control_plane)
     first.signal(signal.SIGKILL)
     clear_faults(bmcsim, node.name)
     control_plane.start_worker("w2")
@@ -130,14 +135,7 @@ def test_a_worker_killed_mid_wipe_is_finished_by_another_after_its_lease_expires
 
 
 def test_a_stalled_workers_late_result_is_discarded_and_audited(bmcsim, control_plane):
-    node = seed(bmcsim)[0]
-    stalled = control_plane.start_worker("w1")
-    control_plane.start_beat()
-    wait_for("inspection", lambda: inspected(node), timeout=60)
-    fault(bmcsim, node.name, "erase_hang")
-    send_to_wiping([node])
-    wait_for("the hung wipe", lambda: hung(node), timeout=60)
-    stalled_actor = AuditEvent.objects.filter(node=node, event="step_changed").latest("id").actor
+    node, stalled, stalled_actor = worker_stuck_in_a_hung_wipe(bmcsim, control_plane)
     stalled.signal(signal.SIGSTOP)
     time.sleep(4)  # past the 3 s lease
     clear_faults(bmcsim, node.name)
