@@ -86,6 +86,7 @@ class FloorView:
     collapsed: bool
     attention: list[dict]
     shown: int
+    capacity: list[dict] = field(default_factory=list)
 
 
 def _tile(row: dict) -> dict:
@@ -131,7 +132,8 @@ def fleet_floor(*, pod: str | None = None, rack: str | None = None) -> FloorView
         for row in nodes.values(*TILE_FIELDS):
             racks[row["rack__name"]].tiles.append(_tile(row))
 
-    for summary in capacity_by_pod():
+    capacity = capacity_by_pod()
+    for summary in capacity:
         if summary["name"] in pods:
             pods[summary["name"]].capacity = summary
     return FloorView(
@@ -141,6 +143,7 @@ def fleet_floor(*, pod: str | None = None, rack: str | None = None) -> FloorView
         collapsed=collapsed,
         attention=attention,
         shown=shown,
+        capacity=capacity,
     )
 
 
@@ -166,6 +169,7 @@ class NodePage:
     timeline: list[AuditEvent]
     attestation: AttestationResult | None
     remediations: list[Remediation]
+    timeline_limit: int = NODE_TIMELINE_LIMIT
 
 
 def node_page(name: str) -> NodePage | None:
@@ -247,7 +251,13 @@ def _remediation_incidents(remediations: list[Remediation]) -> list[Incident]:
     return incidents
 
 
-ATTESTATION_PATH = (Event.RELEASED, Event.WIPE_SUCCEEDED, Event.INSPECTION_STARTED, Event.ATTESTATION_FAILED)
+# A failed attestation's story in the audit log: each step is the first matching event after the one before.
+ATTESTATION_PATH = (
+    ("released", (Event.RELEASED,)),
+    ("wipe_succeeded", (Event.WIPE_SUCCEEDED,)),
+    ("inspection", (Event.INSPECTION_STARTED, Event.INSPECTION_PASSED)),
+)
+VERDICTS = (Event.ATTESTATION_PASSED, Event.ATTESTATION_FAILED)
 # Longer than any wipe plus inspection may take (their deadlines are hours): the audit rows of
 # one cycle, released to attestation, fall within it.
 ATTESTATION_CYCLE = timedelta(days=1)
@@ -260,7 +270,7 @@ def _attestation_incidents(results: list[AttestationResult]) -> list[Incident]:
     events = defaultdict(list)
     for event in AuditEvent.objects.filter(
         node_id__in={r.node_id for r in results},
-        event__in=[*ATTESTATION_PATH, Event.ATTESTATION_PASSED],
+        event__in=[kind for _, kinds in ATTESTATION_PATH for kind in kinds] + list(VERDICTS),
         at__gte=min(r.at for r in results) - ATTESTATION_CYCLE,
         at__lte=max(r.at for r in results) + ATTESTATION_CYCLE,
     ).order_by("at", "id"):
@@ -269,19 +279,19 @@ def _attestation_incidents(results: list[AttestationResult]) -> list[Incident]:
     for result in results:
         history = events[result.node_id]
         failed = next((e for e in history if e.event == Event.ATTESTATION_FAILED and e.at >= result.at), None)
-        # Walk back from the verdict to the start of its cycle: the previous verdict ends the search.
+        verdict_at = failed.at if failed else result.at
+        # The cycle that led to this verdict starts after the previous verdict.
+        before = [e for e in history if e.at <= verdict_at and e is not failed]
+        previous_verdict = max((i for i, e in enumerate(before) if e.event in VERDICTS), default=-1)
+        cycle = before[previous_verdict + 1 :]
         steps: list[Step] = []
-        wanted = list(ATTESTATION_PATH[:-1])
-        before = [e for e in history if failed is None or (e.at, e.pk) < (failed.at, failed.pk)]
-        for event in reversed(before):
-            if event.event in (Event.ATTESTATION_PASSED, Event.ATTESTATION_FAILED) or not wanted:
-                break
-            while wanted and wanted[-1] != event.event:
-                wanted.pop()
-            if wanted:
-                steps.insert(0, Step(wanted.pop(), event.at, event.reason))
+        for name, kinds in ATTESTATION_PATH:
+            after = steps[-1].at if steps else None
+            found = next((e for e in cycle if e.event in kinds and (after is None or e.at >= after)), None)
+            if found:
+                steps.append(Step(name, found.at, found.reason))
         codes = ", ".join(sorted({f.get("code", "?") for f in result.failures}))
-        steps.append(Step(Event.ATTESTATION_FAILED, failed.at if failed else result.at, codes))
+        steps.append(Step(Event.ATTESTATION_FAILED.value, verdict_at, codes))
         incidents.append(
             Incident(
                 key=f"attestation-{result.pk}",
@@ -431,6 +441,5 @@ def tenant_reservations(tenant: Tenant) -> list[dict]:
         Node.objects.filter(name__in=[n for names in held.values() for n in names]).values_list("name", "state")
     )
     return [
-        {"reservation": r, "nodes": [(name, states.get(name, "")) for name in held.get(r.pk, [])]}
-        for r in reservations
+        {"reservation": r, "nodes": [(name, states.get(name, "")) for name in held.get(r.pk, [])]} for r in reservations
     ]
