@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.http import JsonResponse
-from drf_spectacular.utils import inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json
-from rest_framework.views import exception_handler
 
 from fleet.lifecycle import IllegalTransition
 from reservations.placement import PlacementRefused
@@ -54,6 +52,9 @@ def _first_error(errors, prefix: str = "") -> str:
 
 
 def api_exception_handler(error, context):
+    # Imported here: rest_framework.views reads the REST_FRAMEWORK settings, which name this module.
+    from rest_framework.views import exception_handler
+
     if isinstance(error, PlacementRefused):
         error = exceptions.APIException(error.reason)
         error.status_code = status.HTTP_409_CONFLICT
@@ -75,10 +76,6 @@ class Pagination(LimitOffsetPagination):
 
     def get_offset(self, request):
         return min(super().get_offset(request), self.max_offset)
-
-
-# The shape of every error answer, for the OpenAPI document.
-ERROR = inline_serializer("Error", {"detail": serializers.CharField()})
 
 
 class StrictInputSerializer(serializers.Serializer):

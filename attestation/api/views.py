@@ -7,7 +7,7 @@ from rest_framework.views import APIView
 
 from attestation import services
 from fleet.models import Node
-from gpufleet.api import ERROR
+from gpufleet.schema import ERROR
 
 
 class PublicReadView(APIView):

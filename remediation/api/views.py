@@ -8,7 +8,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fleet.models import Node, NodeState
-from gpufleet.api import ERROR, SizeLimitedJSONParser
+from gpufleet.api import SizeLimitedJSONParser
+from gpufleet.schema import ERROR
 from remediation import rules, services
 from remediation.models import Remediation
 from remediation.targets import scrape_target

@@ -4,7 +4,7 @@ from rest_framework import generics, permissions, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gpufleet.api import ERROR
+from gpufleet.schema import ERROR
 from reservations import selectors, services
 from reservations.api.serializers import CapacitySerializer, ReservationRequestSerializer, ReservationSerializer
 from reservations.models import Reservation
