@@ -1,0 +1,179 @@
+"""Whole-history checks of what must always hold, for `manage.py check_invariants` and the soak test.
+
+Each check reads the database and the audit log and returns the violations it finds, each with
+the rows involved. PostgreSQL already refuses most broken rows; these checks look for what no
+single row can show: histories, windows, and time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from itertools import pairwise
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from fleet import lifecycle
+from fleet.models import AuditEvent, AuditOnlyEvent, Node
+from reservations.models import Reservation, ReservationState
+
+S, E = lifecycle.State, lifecycle.Event
+
+
+@dataclass(frozen=True)
+class Violation:
+    check: str
+    message: str
+    rows: tuple[str, ...] = ()
+
+
+def overlapping_allocations() -> Iterator[Violation]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT a.id, b.id, n.name FROM reservations_allocation a"
+            " JOIN reservations_allocation b ON a.node_id = b.node_id AND a.id < b.id AND a.period && b.period"
+            " JOIN fleet_node n ON n.id = a.node_id"
+        )
+        for first, second, node in cursor.fetchall():
+            yield Violation(
+                "overlapping_allocations", f"{node} is booked twice", (f"allocation {first}", f"allocation {second}")
+            )
+
+
+def _transitions() -> Iterator[tuple[int, list[AuditEvent]]]:
+    """Each node's audited transitions in order (enrolment included, steps and discards left out)."""
+    rows = (
+        AuditEvent.objects.exclude(event__in=[AuditOnlyEvent.STEP_CHANGED, AuditOnlyEvent.RESULT_DISCARDED])
+        .order_by("node_id", "id")
+        .only("id", "node_id", "event", "from_state", "to_state", "at")
+    )
+    current, history = None, []
+    for row in rows.iterator(chunk_size=5000):
+        if row.node_id != current:
+            if current is not None:
+                yield current, history
+            current, history = row.node_id, []
+        history.append(row)
+    if current is not None:
+        yield current, history
+
+
+def dirty_nodes_made_available() -> Iterator[Violation]:
+    """After a tenant, `available` needs wipe_succeeded and then attestation_passed."""
+    names = dict(Node.objects.values_list("id", "name"))
+    for node_id, history in _transitions():
+        dirty, wiped = False, False
+        for row in history:
+            if row.event == E.PROVISION_REQUESTED:
+                dirty, wiped = True, False
+            elif row.event == E.WIPE_SUCCEEDED:
+                wiped = True
+            elif row.to_state == S.AVAILABLE:
+                if dirty and not (wiped and row.event == E.ATTESTATION_PASSED):
+                    yield Violation(
+                        "dirty_node_available",
+                        f"{names[node_id]} became available after a tenant without a wipe and a passing attestation",
+                        (f"audit {row.id}",),
+                    )
+                dirty = wiped = False
+
+
+def audit_gaps() -> Iterator[Violation]:
+    """Every state change has its row: each transition starts where the previous one ended, and the
+    last one ends in the node's present state."""
+    nodes = {pk: (name, state) for pk, name, state in Node.objects.values_list("id", "name", "state")}
+    seen = set()
+    for node_id, history in _transitions():
+        seen.add(node_id)
+        name, state = nodes[node_id]
+        for before, after in pairwise(history):
+            if after.from_state != before.to_state:
+                yield Violation(
+                    "audit_gap",
+                    f"{name}: a change from {before.to_state} to {after.from_state} has no audit row",
+                    (f"audit {before.id}", f"audit {after.id}"),
+                )
+        if history[-1].to_state != state:
+            yield Violation(
+                "audit_gap",
+                f"{name} is {state} but its last audit row says {history[-1].to_state}",
+                (f"audit {history[-1].id}",),
+            )
+    for node_id in nodes.keys() - seen:
+        yield Violation("audit_gap", f"{nodes[node_id][0]} has no audit row at all", (f"node {node_id}",))
+
+
+def active_without_live_reservation() -> Iterator[Violation]:
+    live = [ReservationState.PROVISIONING, ReservationState.ACTIVE, ReservationState.DEGRADED]
+    broken = Node.objects.filter(state=S.ACTIVE).exclude(reservation__state__in=live)
+    for name, reservation in broken.values_list("name", "reservation_id"):
+        yield Violation(
+            "active_without_reservation", f"{name} is active for no live reservation", (f"reservation {reservation}",)
+        )
+
+
+def quarantines_over_the_cap() -> Iterator[Violation]:
+    """In no window of REMEDIATION_WINDOW_SECONDS more automatic quarantines than the cap."""
+    from remediation.services import AUTOMATIC_ACTOR
+
+    window = timedelta(seconds=settings.REMEDIATION_WINDOW_SECONDS)
+    recent: deque[AuditEvent] = deque()
+    rows = AuditEvent.objects.filter(event=E.HARDWARE_FAULT, actor=AUTOMATIC_ACTOR).order_by("at", "id")
+    for row in rows.iterator():
+        recent.append(row)
+        while row.at - recent[0].at >= window:
+            recent.popleft()
+        if len(recent) > settings.REMEDIATION_CAP:
+            yield Violation(
+                "quarantine_cap",
+                f"{len(recent)} automatic quarantines within {window}",
+                tuple(f"audit {r.id}" for r in recent),
+            )
+
+
+def stuck_without_a_lease() -> Iterator[Violation]:
+    """A node owing work past its deadline that nobody holds: work lost somewhere."""
+    deadlines = {
+        S.INSPECTING: settings.INSPECTION_DEADLINE,
+        S.PROVISIONING: settings.PROVISION_DEADLINE,
+        S.WIPING: settings.WIPE_DEADLINE,
+    }
+    unleased = Q(lease_owner="") | Q(lease_expires_at__lte=Now())
+    for state, seconds in deadlines.items():
+        late = Node.objects.filter(unleased, state=state, state_since__lt=timezone.now() - timedelta(seconds=seconds))
+        for name, since in late.values_list("name", "state_since"):
+            yield Violation("stuck", f"{name} has been {state} since {since:%Y-%m-%d %H:%M:%S} with no worker on it")
+
+
+def unsettled_reservations() -> Iterator[Violation]:
+    """Once the fleet has settled, an accepted reservation is active, released, failed, or not due yet."""
+    unsettled = Reservation.objects.exclude(
+        state__in=[ReservationState.ACTIVE, ReservationState.RELEASED, ReservationState.FAILED]
+    ).exclude(state=ReservationState.PENDING, starts_at__gt=Now())
+    for pk, state, reason in unsettled.values_list("id", "state", "reason"):
+        yield Violation(
+            "unsettled_reservation",
+            f"reservation {pk} is {state}{': ' + reason if reason else ''}",
+            (f"reservation {pk}",),
+        )
+
+
+CHECKS: dict[str, Callable[[], Iterator[Violation]]] = {
+    "overlapping_allocations": overlapping_allocations,
+    "dirty_node_available": dirty_nodes_made_available,
+    "active_without_reservation": active_without_live_reservation,
+    "quarantine_cap": quarantines_over_the_cap,
+    "stuck": stuck_without_a_lease,
+    "unsettled_reservation": unsettled_reservations,
+    "audit_gap": audit_gaps,
+}
+
+
+def check_all() -> list[Violation]:
+    return [violation for check in CHECKS.values() for violation in check()]
