@@ -10,6 +10,7 @@ from pathlib import Path
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from fleet.invariants import check_all
 from fleet.models import AuditEvent, Node, Pod
 from fleet.services import transition
 from reservations import services as reservations
@@ -90,6 +91,7 @@ def test_twenty_nodes_go_round_the_whole_lifecycle(bmcsim, control_plane):
         ], (node.name, path)
     actors = set(AuditEvent.objects.filter(event="wipe_succeeded").values_list("actor", flat=True))
     assert len(actors) == 2
+    assert check_all() == []  # the whole history, as manage.py check_invariants reads it
 
 
 def test_a_gpu_fault_under_a_tenant_is_healed_in_the_same_pod(bmcsim, control_plane):
