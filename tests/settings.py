@@ -6,3 +6,5 @@ from gpufleet.settings import *  # noqa: F403
 
 REDIS_URL = os.environ.get("GPUFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CELERY_BROKER_URL = REDIS_URL
+# Two test runs on one machine (a developer's and a fresh clone's) each get their own database.
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("GPUFLEET_TEST_DATABASE", "test_gpufleet")}  # noqa: F405
