@@ -57,6 +57,7 @@ class RackView:
     name: str
     counts: dict[str, int]
     tiles: list[dict] = field(default_factory=list)
+    html: str = ""  # its tiles or its bar, filled in by fleet/pages/tiles.py
 
     @property
     def size(self) -> int:
@@ -87,6 +88,7 @@ class FloorView:
     attention: list[dict]
     shown: int
     capacity: list[dict] = field(default_factory=list)
+    attention_html: str = ""
 
 
 def _tile(row: dict) -> dict:

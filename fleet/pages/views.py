@@ -9,7 +9,7 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views import View
 
-from fleet.pages import selectors
+from fleet.pages import selectors, tiles
 
 
 class ReadOnlyPage(View):
@@ -27,7 +27,8 @@ def _page_or_fragment(request, page: str, fragment: str, context: dict):
 class FloorView(ReadOnlyPage):
     def get(self, request):
         floor = selectors.fleet_floor(pod=request.GET.get("pod") or None, rack=request.GET.get("rack") or None)
-        return _page_or_fragment(request, "fleet/floor.html", "fleet/_floor.html", {"floor": floor})
+        context = {"floor": tiles.render_racks(floor)}
+        return _page_or_fragment(request, "fleet/floor.html", "fleet/_floor.html", context)
 
 
 class NodeView(ReadOnlyPage):
@@ -49,6 +50,7 @@ class IncidentReplayView(ReadOnlyPage):
         replay = selectors.replay(key, int(step) if step.isdigit() else 0)
         if replay is None:
             raise Http404(f"no incident {key} to replay")
+        tiles.render_racks(replay.floor, changed=replay.changed)
         return _page_or_fragment(request, "fleet/replay.html", "fleet/_replay.html", {"replay": replay})
 
 

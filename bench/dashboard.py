@@ -1,0 +1,168 @@
+"""The fleet floor's server time and query count at 50, 1,000 and 10,000 nodes.
+
+Builds its own database (gpufleet_bench_dashboard) afresh for each size, enrols the default
+topology, puts the fleet in a busy mix of states (tenants on a third of it, some nodes wiping,
+inspecting, quarantined, in maintenance), then requests the floor through Django's whole stack
+(middleware, view, template) in this process: the full page and the fragment htmx polls.
+Prints a table; the target is < 300 ms at 10,000 nodes and the same query count at every size.
+Run: .venv/bin/python bench/dashboard.py [--sizes 50 1000 10000] [--requests 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_DB = "gpufleet_bench_dashboard"
+PG = "postgres://postgres@127.0.0.1:5432"
+TARGET_MS = 300
+
+os.environ["DATABASE_URL"] = f"{PG}/{BENCH_DB}"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
+sys.path.insert(0, str(ROOT))
+
+# Share of the fleet in each state, the rest available: (state, event into it, share).
+MIX = [
+    ("active", "provision_succeeded", 0.33),
+    ("wiping", "released", 0.03),
+    ("inspecting", "inspection_started", 0.02),
+    ("quarantined", "hardware_fault", 0.01),
+    ("maintenance", "operator_maintenance", 0.005),
+]
+
+
+def psql(sql: str) -> None:
+    subprocess.run(["psql", f"{PG}/postgres", "-qc", sql], check=True, capture_output=True)
+
+
+def fresh_database() -> None:
+    from django.db import connections
+
+    connections.close_all()
+    psql(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+    psql(f"CREATE DATABASE {BENCH_DB}")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, check=True)
+
+
+def build_fleet(size: int) -> None:
+    """Enrol `size` nodes, pass them all, then move shares of them into the other states.
+
+    Inspection and provisioning are not what this measures: the moves are bulk SQL, each with
+    its audit rows in the same transaction as the database's trigger demands.
+    """
+    from django.db import connection, transaction
+
+    from fleet.inventory import records_from_layout
+    from fleet.services import enrol_nodes
+    from fleet.topology import default_layout
+    from reservations.models import Reservation, Tenant
+
+    enrol_nodes(records=records_from_layout(default_layout(size), "http://127.0.0.1:8100"), actor="bench")
+    tenant = Tenant.objects.create(name="bench-tenant")
+    reservation = Reservation.objects.create(tenant=tenant, node_count=size, state="active")
+
+    def move(event: str, old: str, new: str, where: str, sets: str = "", params=()) -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO fleet_auditevent (actor, event, from_state, to_state, reason, detail, node_id)"
+                f" SELECT 'bench', %s, %s, %s, 'bench setup', '{{}}', id FROM fleet_node WHERE state = %s AND {where}",
+                [event, old, new, old],
+            )
+            cursor.execute(
+                f"UPDATE fleet_node SET state = %s, state_since = now() {sets} WHERE state = %s AND {where}",
+                [new, *params, old],
+            )
+
+    move("inspection_started", "enrolled", "inspecting", "true")
+    move("attestation_passed", "inspecting", "available", "true")
+    # What each state needs beside itself (the database's CHECK constraints): a tenant, a reason.
+    extra = {
+        "active": (
+            ", tenant_id = %s, reservation_id = %s, step = 'serving', step_since = now()",
+            (tenant.pk, reservation.pk),
+        ),
+        "wiping": (", tenant_id = %s, step = 'secure erase', step_since = now()", (tenant.pk,)),
+        "quarantined": (", quarantine_reason = 'hardware_fault: XID 79 on GPU 3'", ()),
+    }
+    start = 0
+    for state, event, share in MIX:
+        count = max(1, round(size * share))
+        where = f"id IN (SELECT id FROM fleet_node ORDER BY name OFFSET {start} LIMIT {count})"
+        start += count
+        move(event, "available", state, where, *extra.get(state, ("", ())))
+
+
+def measure(size: int, requests: int) -> dict:
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    figures = {"size": size}
+    for kind, headers in (("page", {}), ("fragment", {"HX-Request": "true"})):
+        response = client.get("/", headers=headers)  # warm: placement reads the topology once per process
+        if response.status_code != 200:
+            raise SystemExit(f"GET / answered {response.status_code}: are the pages in gpufleet/urls.py?")
+        with CaptureQueriesContext(connection) as captured:
+            client.get("/", headers=headers)
+        queries = len(captured)  # now: the next request empties the connection's query log
+        times = []
+        for _ in range(requests):
+            began = time.perf_counter()
+            response = client.get("/", headers=headers)
+            times.append((time.perf_counter() - began) * 1000)
+        figures[kind] = {
+            "median": statistics.median(times),
+            "p95": sorted(times)[int(0.95 * (len(times) - 1))],
+            "queries": queries,
+            "kib": len(response.content) / 1024,
+            "collapsed": b'class="racks collapsed"' in response.content,
+        }
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 1000, 10000])
+    parser.add_argument("--requests", type=int, default=20)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    rows = []
+    for size in args.sizes:
+        fresh_database()
+        began = time.perf_counter()
+        build_fleet(size)
+        print(f"{size} nodes built in {time.perf_counter() - began:.1f} s", file=sys.stderr)
+        rows.append(measure(size, args.requests))
+
+    print(f"\nGET / (the fleet floor), {args.requests} requests each, in-process through Django's whole stack")
+    print(f"{'nodes':>7} {'view':<9} {'racks':<10} {'median ms':>10} {'p95 ms':>8} {'queries':>8} {'KiB':>7}")
+    for row in rows:
+        for kind in ("page", "fragment"):
+            f = row[kind]
+            layout = "collapsed" if f["collapsed"] else "tiles"
+            print(
+                f"{row['size']:>7} {kind:<9} {layout:<10} {f['median']:>10.1f} {f['p95']:>8.1f} "
+                f"{f['queries']:>8} {f['kib']:>7.0f}"
+            )
+    largest = rows[-1]
+    same_queries = len({row[kind]["queries"] for row in rows for kind in ("page", "fragment")}) == 1
+    fast = largest["page"]["median"] < TARGET_MS
+    print(
+        f"\ntarget < {TARGET_MS} ms at {largest['size']} nodes: {'met' if fast else 'MISSED'}; "
+        f"same query count at every size: {'yes' if same_queries else 'NO'}"
+    )
+    return 0 if fast and same_queries else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
