@@ -3,6 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from fleet.pages.urls import public_patterns, tenant_patterns
 from gpufleet.healthz import HealthzView
 from gpufleet.schema import schema_patterns
 
@@ -15,6 +16,8 @@ urlpatterns = [
     *schema_patterns("gpufleet.urls"),
     path("admin/", admin.site.urls),
     path("", include("django_prometheus.urls")),
+    *public_patterns,
+    *tenant_patterns,
 ]
 
 handler404 = "gpufleet.api.json_not_found"

@@ -8,6 +8,7 @@ from django.urls import path
 
 from attestation.api.views import NodeAttestationView, SigningKeysView
 from fleet.api.views import NodeDetailView, NodeListView
+from fleet.pages.urls import public_patterns
 from gpufleet.healthz import HealthzView
 from gpufleet.schema import schema_patterns
 from remediation.api.views import RemediationListView
@@ -22,6 +23,7 @@ urlpatterns = [
     path("v1/attestation/keys", SigningKeysView.as_view(), name="attestation-keys"),
     path("v1/remediations", RemediationListView.as_view(), name="remediation-list"),
     *schema_patterns("gpufleet.urls_public"),
+    *public_patterns,
 ]
 
 handler404 = "gpufleet.api.json_not_found"

@@ -16,12 +16,20 @@ class PublicReadView(APIView):
 
 
 class NodeAttestationView(PublicReadView):
-    """The node's latest signed attestation result, and its claims as the signature vouches for them."""
+    """The node's latest signed attestation result, and its claims as the signature vouches for them.
+
+    A result signed by a key the control plane no longer serves is still shown, with `verified`
+    false and no claims: nobody, this server included, should read claims it cannot vouch for."""
 
     @extend_schema(
         responses={
             200: inline_serializer(
-                "SignedResult", {"token": serializers.CharField(), "claims": serializers.DictField()}
+                "SignedResult",
+                {
+                    "token": serializers.CharField(),
+                    "claims": serializers.DictField(allow_null=True),
+                    "verified": serializers.BooleanField(),
+                },
             ),
             404: ERROR,
         }
@@ -31,8 +39,11 @@ class NodeAttestationView(PublicReadView):
         result = services.latest_result(node)
         if result is None:
             raise Http404(f"node {name} has not been attested yet")
-        claims = services.ear.verify_result(result.token, services.public_keys())
-        return Response({"token": result.token, "claims": claims})
+        try:
+            claims = services.ear.verify_result(result.token, services.public_keys())
+        except services.ear.ResultInvalid as invalid:
+            return Response({"token": result.token, "claims": None, "verified": False, "detail": str(invalid)})
+        return Response({"token": result.token, "claims": claims, "verified": True})
 
 
 class SigningKeysView(PublicReadView):
