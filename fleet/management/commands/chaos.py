@@ -1,0 +1,135 @@
+"""The demo's chaos service: the two incidents that must play out with no operator.
+
+1. acme reserves 12 nodes in p2; after a while XID 79 strikes GPU 3 of one of them. The
+   metrics -> Prometheus -> Alertmanager -> webhook path quarantines it and a replacement in
+   p2 brings acme's reservation back to active.
+2. A tenant leaves an implant in the kernel image and releases its node. The wipe cannot remove
+   it; re-inspection's attestation fails and the node is quarantined before anyone gets it.
+With --churn, tenants keep reserving and releasing in the background afterwards.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+import requests
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from fleet.models import Node, Pod
+from reservations import services as reservations
+from reservations.models import LIVE_STATES, Reservation, ReservationState, Tenant
+from reservations.placement import PlacementRefused
+
+ACME_NODES = 12
+CHURN_TENANTS = ["globex", "initech", "umbrella"]
+
+
+class Command(BaseCommand):
+    help = __doc__.splitlines()[0]
+
+    def add_arguments(self, parser):
+        parser.add_argument("--pause", type=float, default=30, help="Seconds between the acts of the demo.")
+        parser.add_argument("--timeout", type=float, default=900, help="How long to wait for the fleet at most.")
+        parser.add_argument("--churn", action="store_true", help="Keep reserving and releasing afterwards.")
+        parser.add_argument("--bmcsim-url", default=settings.BMCSIM_URL)
+
+    def handle(self, *args, pause, timeout, churn, bmcsim_url, **options):
+        self.bmcsim_url = bmcsim_url.rstrip("/")
+        self.timeout = timeout
+        self.say("waiting for the fleet to be inspected and attested")
+        self.wait("enough available nodes in p2", lambda: self.available("p2") >= ACME_NODES)
+
+        acme = self.tenant("acme")
+        reservation = Reservation.objects.filter(tenant=acme, state__in=LIVE_STATES).first() or self.reserve(
+            acme, ACME_NODES, pod="p2"
+        )
+        self.wait("acme's reservation active", lambda: self.state(reservation) == ReservationState.ACTIVE)
+        self.say(f"acme holds {ACME_NODES} nodes in p2 (reservation {reservation.pk}); incident 1 in {pause:g} s")
+        time.sleep(pause)
+
+        victim = Node.objects.filter(reservation=reservation, state="active").order_by("name").first()
+        self.fault({"node": victim.name, "kind": "xid", "gpu": 3, "xid": 79})
+        self.say(f"incident 1: XID 79 on GPU 3 of {victim.name}")
+        self.wait(f"{victim.name} quarantined", lambda: self.node_state(victim) == "quarantined")
+        self.wait("acme's reservation healed", lambda: self.state(reservation) == ReservationState.ACTIVE)
+        self.say(f"incident 1 over: {victim.name} quarantined, acme back to {ACME_NODES} active nodes")
+        time.sleep(pause)
+
+        mallory = self.tenant("mallory")
+        tampered = self.reserve(mallory, 1)
+        self.wait("mallory's node active", lambda: self.state(tampered) == ReservationState.ACTIVE)
+        implanted = Node.objects.get(reservation=tampered)
+        self.fault({"node": implanted.name, "kind": "implant"})
+        reservations.release_reservation(reservation_id=tampered.pk, actor="tenant:mallory")
+        self.say(f"incident 2: mallory left an implant in {implanted.name}'s kernel and released it")
+        self.wait(f"{implanted.name} quarantined", lambda: self.node_state(implanted) == "quarantined")
+        self.say(f"incident 2 over: {Node.objects.get(pk=implanted.pk).quarantine_reason[:160]}")
+        if churn:
+            self.churn(pause)
+
+    # -- acts ----------------------------------------------------------------------------------
+
+    def churn(self, pause: float) -> None:
+        rng = random.Random()
+        tenants = [self.tenant(name) for name in CHURN_TENANTS]
+        self.say("churn: tenants reserving and releasing (Ctrl-C stops it)")
+        while True:
+            tenant = rng.choice(tenants)
+            held = Reservation.objects.filter(tenant=tenant, state__in=LIVE_STATES).first()
+            if held and rng.random() < 0.5:
+                reservations.release_reservation(reservation_id=held.pk, actor=f"tenant:{tenant.name}")
+            elif not held:
+                rack_scale = rng.random() < 0.1
+                try:
+                    self.reserve(tenant, 8 if rack_scale else rng.randint(1, 4), rack_scale=rack_scale)
+                except PlacementRefused as refused:
+                    self.say(f"churn: {tenant.name} refused: {refused.reason}")
+            time.sleep(max(1.0, pause / 3))
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def say(self, message: str) -> None:
+        self.stdout.write(f"[chaos] {message}")
+        self.stdout.flush()
+
+    def wait(self, what: str, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise CommandError(f"gave up after {self.timeout:g} s waiting for {what}")
+            time.sleep(0.5)
+
+    def tenant(self, name: str) -> Tenant:
+        return Tenant.objects.get_or_create(name=name)[0]
+
+    def reserve(self, tenant: Tenant, count: int, *, pod: str | None = None, rack_scale: bool = False) -> Reservation:
+        reservation = reservations.create_reservation(
+            tenant=tenant,
+            node_count=count,
+            pod=Pod.objects.get(name=pod) if pod else None,
+            rack_scale=rack_scale,
+            actor=f"tenant:{tenant.name}",
+        )
+        self.say(f"{tenant.name} reserved {count} node(s): {reservation.placement}")
+        return reservation
+
+    def fault(self, body: dict) -> None:
+        try:
+            requests.post(f"{self.bmcsim_url}/bmcsim/v1/faults", json=body, timeout=10).raise_for_status()
+        except requests.RequestException as error:
+            raise CommandError(f"bmcsim refused the fault {body}: {error}") from error
+
+    @staticmethod
+    def available(pod: str) -> int:
+        return Node.objects.filter(state="available", rack__pod__name=pod).count()
+
+    @staticmethod
+    def state(reservation: Reservation) -> str:
+        return Reservation.objects.values_list("state", flat=True).get(pk=reservation.pk)
+
+    @staticmethod
+    def node_state(node: Node) -> str:
+        return Node.objects.values_list("state", flat=True).get(pk=node.pk)

@@ -1,0 +1,63 @@
+"""The demo's two incidents, run by the chaos service against the whole stack with no operator."""
+
+import subprocess
+import sys
+from io import StringIO
+
+from django.core.management import call_command
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from attestation import services as attestation
+from fleet.invariants import dirty_nodes_made_available
+from fleet.models import Node
+from reservations.models import Reservation
+from tests.bmcsim.conftest import start_bmcsim
+from tests.e2e.conftest import REPO_ROOT, ControlPlane, Monitoring
+from tests.e2e.test_lifecycle import verify_offline
+
+
+def test_both_incidents_play_out_with_no_operator(transactional_db, tmp_path, private_redis):
+    bmcsim = start_bmcsim(tmp_path / "bmcsim", nodes=50)
+    plane = ControlPlane(tmp_path, bmcsim.url, private_redis)
+    monitoring = None
+    try:
+        call_command("seed_fleet", "--bmcsim-url", bmcsim.url, stdout=StringIO())
+        plane.configure_attestation()
+        web = plane.start_web()
+        plane.start_worker("w1")
+        plane.start_worker("w2")
+        plane.start_beat()
+        monitoring = Monitoring(tmp_path, web)
+        chaos = subprocess.run(
+            [sys.executable, "manage.py", "chaos", "--pause", "2", "--timeout", "240", "--bmcsim-url", bmcsim.url],
+            cwd=REPO_ROOT,
+            env=plane.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert chaos.returncode == 0, chaos.stdout + chaos.stderr
+    finally:
+        if monitoring is not None:
+            monitoring.stop()
+        plane.stop()
+        bmcsim.stop()
+
+    acme = Reservation.objects.get(tenant__name="acme")
+    serving = Node.objects.filter(reservation=acme, state="active")
+    assert acme.state == "active" and serving.count() == 12
+    assert {n.rack.pod.name for n in serving} == {"p2"}
+    xid_node = Node.objects.get(quarantine_reason__startswith="hardware_fault: XID 79 on GPU 3")
+
+    implanted = Node.objects.get(quarantine_reason__startswith="attestation_failed")
+    assert "kernel" in implanted.quarantine_reason and implanted != xid_node
+    with override_settings(GPUFLEET_SIGNING_KEY=str(plane.signing_keys)):  # the workers' keys
+        attestation.signing_keys.cache_clear()
+        result = APIClient().get(f"/v1/nodes/{implanted.name}/attestation").json()
+        assert result["verified"] is True
+        assert verify_offline(result["token"], tmp_path).returncode == 0
+    attestation.signing_keys.cache_clear()
+    assert result["claims"]["submods"][implanted.name]["ear.status"] == "contraindicated"
+
+    assert list(dirty_nodes_made_available()) == []
