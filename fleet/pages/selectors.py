@@ -128,8 +128,8 @@ def fleet_floor(*, pod: str | None = None, rack: str | None = None) -> FloorView
         nodes = nodes.filter(rack__name=rack)
     attention = []
     if collapsed:
-        attention = [_tile(row) for row in nodes.filter(state__in=ATTENTION_STATES).values(*TILE_FIELDS)]
-        attention = attention[:ATTENTION_LIMIT]
+        out_of_service = nodes.filter(state__in=ATTENTION_STATES).values(*TILE_FIELDS)[:ATTENTION_LIMIT]
+        attention = [_tile(row) for row in out_of_service]
     else:
         for row in nodes.values(*TILE_FIELDS):
             racks[row["rack__name"]].tiles.append(_tile(row))

@@ -12,8 +12,6 @@ from reservations import services as reservations
 from tests.conftest import drive, enrol_default_fleet, make_available
 from tests.pages.conftest import bring_up, signed_result
 
-pytestmark = pytest.mark.urls("tests.pages.urls_for_tests")
-
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",

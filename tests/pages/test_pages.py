@@ -13,8 +13,6 @@ from reservations.models import Tenant
 from tests.conftest import drive, enrol_default_fleet, make_available
 from tests.pages.conftest import bring_up, failed_attestation_after_a_tenant, signed_result, xid_under_a_tenant
 
-pytestmark = pytest.mark.urls("tests.pages.urls_for_tests")
-
 PUBLIC_PAGES = ["/", "/nodes/node-001", "/incidents", "/remediations"]
 
 
@@ -230,3 +228,14 @@ def test_reservations_need_a_login_and_the_login_page_leads_there(client, alice_
     )
     assert client.post("/accounts/logout/").status_code == 200
     assert client.get("/my/reservations").status_code == 302
+
+
+@pytest.mark.urls("gpufleet.urls_public")
+def test_the_public_listener_serves_the_pages_with_no_link_to_a_tenant_page(client, xid_incident):
+    applied, _, _ = xid_incident
+    for url in [*PUBLIC_PAGES, f"/incidents/remediation-{applied.pk}/replay"]:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert "My reservations" not in response.content.decode(), url
+    assert client.get("/my/reservations").status_code == 404
+    assert client.get("/accounts/login/").status_code == 404
