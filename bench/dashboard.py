@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,8 @@ TARGET_MS = 300
 os.environ["DATABASE_URL"] = f"{PG}/{BENCH_DB}"
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
 sys.path.insert(0, str(ROOT))
+# whitenoise notes that collectstatic has not run: the pages do not need it (it finds app files).
+warnings.filterwarnings("ignore", message="No directory at")
 
 # Share of the fleet in each state, the rest available: (state, event into it, share).
 MIX = [
