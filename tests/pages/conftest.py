@@ -74,7 +74,7 @@ def signed_result(node: Node, *, failures=(FAILURE,)) -> AttestationResult:
     )
 
 
-def failed_attestation_after_a_tenant(node: Node, reservation) -> AttestationResult:
+def failed_attestation_after_a_tenant(node: Node) -> AttestationResult:
     """An active node released, wiped, re-inspected, and its attestation failed (an implant)."""
     drive(node, "released", "wipe_succeeded", "inspection_passed")
     result = signed_result(node)
