@@ -2,7 +2,6 @@
 
 from datetime import UTC, datetime
 
-import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.utils import timezone
 
@@ -17,12 +16,6 @@ from tests.conftest import drive
 from tests.remediation.test_webhook import alert, payload
 
 FAILURE = Failure(code="unknown_component_digest", component="kernel", expected="a1" * 32, found="b2" * 32)
-
-
-@pytest.fixture
-def no_workflows(monkeypatch):
-    """The pages show state; no worker runs here to act on the workflow messages a transition sends."""
-    monkeypatch.setattr("fleet.services._enqueue_workflow", lambda node_id: None)
 
 
 def bring_up(reservation):

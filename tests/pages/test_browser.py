@@ -46,7 +46,7 @@ def page(browser):
 
 
 @pytest.fixture
-def default_fleet(transactional_db, no_workflows) -> list[Node]:
+def default_fleet(transactional_db) -> list[Node]:
     return enrol_default_fleet(50)
 
 

@@ -117,7 +117,7 @@ def test_an_unknown_node_is_404(client, db):
 
 
 @pytest.fixture
-def xid_incident(transactional_db, no_workflows):
+def xid_incident(transactional_db):
     make_available(enrol_default_fleet())
     return xid_under_a_tenant(Tenant.objects.create(name="acme"))
 
@@ -138,7 +138,7 @@ def test_an_automatic_remediation_is_a_timeline_to_its_replacement_active(client
     assert replacement.name in incident[: incident.index("</article>")]
 
 
-def test_a_failed_attestation_is_a_timeline_from_release_to_the_verdict(client, alice, transactional_db, no_workflows):
+def test_a_failed_attestation_is_a_timeline_from_release_to_the_verdict(client, alice, transactional_db):
     make_available(enrol_default_fleet())
     reservation = reservations.create_reservation(tenant=alice, node_count=1, actor="test")
     bring_up(reservation)
