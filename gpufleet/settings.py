@@ -14,8 +14,20 @@ def env_bool(name: str, default: bool) -> bool:
 
 DEBUG = env_bool("GPUFLEET_DEBUG", False)
 # A development key keeps `make demo` working out of the box; production sets SECRET_KEY.
-SECRET_KEY = os.environ.get("SECRET_KEY", "gpufleet-insecure-development-key-set-SECRET_KEY-in-production")
+SECRET_KEY = os.environ.get("SECRET_KEY", "django-insecure-gpufleet-development-key-set-SECRET_KEY-in-production")
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
+
+# Production serves over TLS (terminated at a proxy that sets X-Forwarded-Proto):
+# GPUFLEET_HTTPS=1 turns on what `manage.py check --deploy` asks for.
+if env_bool("GPUFLEET_HTTPS", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes speak plain HTTP inside the cluster
+    SECURE_HSTS_SECONDS = int(os.environ.get("GPUFLEET_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -31,6 +43,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "gpufleet",
     "fleet",
     "reservations",
     "attestation",
@@ -158,7 +171,8 @@ LEASE_SECONDS = float(os.environ.get("GPUFLEET_LEASE_SECONDS", "60"))
 
 # Remediation: Alertmanager authenticates with this bearer token (its config reads it from a
 # file); automatic quarantines are capped per window, fleet-wide and per pod.
-GPUFLEET_WEBHOOK_TOKEN = os.environ.get("GPUFLEET_WEBHOOK_TOKEN", "gpufleet-development-webhook-token")
+DEVELOPMENT_WEBHOOK_TOKEN = "gpufleet-development-webhook-token"
+GPUFLEET_WEBHOOK_TOKEN = os.environ.get("GPUFLEET_WEBHOOK_TOKEN", DEVELOPMENT_WEBHOOK_TOKEN)
 REMEDIATION_CAP = int(os.environ.get("GPUFLEET_REMEDIATION_CAP", "5"))
 REMEDIATION_POD_CAP = int(os.environ.get("GPUFLEET_REMEDIATION_POD_CAP", "3"))
 REMEDIATION_WINDOW_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_WINDOW_SECONDS", "600"))

@@ -1,0 +1,43 @@
+"""Production settings come from the environment, and `manage.py check --deploy` is clean with them."""
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def check_deploy(**env) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "SECRET_KEY", "ALLOWED_HOSTS"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO_ROOT,
+        env={**base, "DJANGO_SETTINGS_MODULE": "gpufleet.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_check_deploy_is_clean_with_production_settings(tmp_path):
+    from attestation.ear import generate_signing_key
+
+    generate_signing_key(tmp_path / "signing.pem")
+    result = check_deploy(
+        GPUFLEET_SIGNING_KEY=str(tmp_path / "signing.pem"),
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="fleet.example.net",
+        GPUFLEET_HTTPS="1",
+        GPUFLEET_WEBHOOK_TOKEN=secrets.token_urlsafe(32),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_development_defaults_do_not_pass_for_production():
+    result = check_deploy()
+    assert result.returncode != 0
+    found = result.stderr + result.stdout
+    assert "security.W009" in found  # the development SECRET_KEY
+    assert "gpufleet.W001" in found and "gpufleet.W002" in found  # our own development defaults
