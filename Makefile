@@ -15,6 +15,7 @@ $(VENV)/.installed: requirements.txt
 setup: $(VENV)/.installed
 
 database: setup
+	bin/start-services
 	$(PY) manage.py ensure_database
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py collectstatic --no-input -v0
