@@ -1,0 +1,583 @@
+"""deploy/: the Dockerfile, compose.yaml, the Kubernetes manifests and the Grafana files, checked
+without a container engine or a cluster.
+
+What a tool here can check is checked by the tool: promtool and amtool (required: a missing one
+fails, `.ci/run` installs them), promtool again for every dashboard query, `kubectl kustomize` and
+`docker compose config` where those clients work (the compose plugin is not installed on our
+machines, so the YAML structure is asserted instead). Plain pytest: no database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = REPO_ROOT / "deploy"
+COMPOSE_FILE = DEPLOY / "compose.yaml"
+DOCKERFILE = DEPLOY / "Dockerfile"
+K8S = DEPLOY / "k8s"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "gpu-fleet.json"
+DATASOURCES = DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yaml"
+DASHBOARD_PROVIDERS = DEPLOY / "grafana" / "provisioning" / "dashboards" / "gpu-fleet.yaml"
+COMPOSE_PROMETHEUS = DEPLOY / "compose" / "prometheus.yml"
+COMPOSE_ALERTMANAGER = DEPLOY / "compose" / "alertmanager.yml"
+DEPLOY_README = DEPLOY / "README.md"
+
+APP_IMAGE = "gpu-fleet"
+APP_UID = 10001
+# The contract's ports (shared DESIGN.md), plus Grafana's.
+PORTS = {"web": 8000, "public": 8001, "bmcsim": 8100, "prometheus": 9090, "alertmanager": 9093, "grafana": 3000}
+PRODUCTION = {
+    "web",
+    "public",
+    "worker",
+    "beat",
+    "migrate",
+    "postgres",
+    "redis",
+    "prometheus",
+    "alertmanager",
+    "grafana",
+}
+DEMO_ONLY = {"bmcsim", "seed", "chaos"}
+# The variables compose.yaml refuses to start without: every secret, and nothing else.
+REQUIRED_VARIABLES = {"SECRET_KEY", "GPUFLEET_WEBHOOK_TOKEN", "POSTGRES_PASSWORD", "GRAFANA_ADMIN_PASSWORD"}
+SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|DATABASE_URL|REDIS_URL|SIGNING_KEY$")
+PLACEHOLDER = "REPLACE_WITH_"
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: apt-get install prometheus prometheus-alertmanager")
+    return path
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=env)
+
+
+def load_all(path: Path) -> list:
+    with path.open() as handle:
+        return [doc for doc in yaml.safe_load_all(handle) if doc is not None]
+
+
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+def k8s_objects() -> dict[tuple[str, str], dict]:
+    objects = {}
+    for path in sorted(K8S.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in load_all(path):
+            key = (doc["kind"], doc["metadata"]["name"])
+            assert key not in objects, f"{key} defined twice"
+            objects[key] = doc
+    return objects
+
+
+def containers(deployment: dict) -> list[dict]:
+    return deployment["spec"]["template"]["spec"]["containers"]
+
+
+# --- every file parses -----------------------------------------------------------------------
+
+YAML_FILES = sorted([*DEPLOY.rglob("*.yml"), *DEPLOY.rglob("*.yaml")])
+
+
+def test_the_deploy_files_exist():
+    for path in [
+        COMPOSE_FILE,
+        DOCKERFILE,
+        DASHBOARD,
+        DATASOURCES,
+        DASHBOARD_PROVIDERS,
+        COMPOSE_PROMETHEUS,
+        COMPOSE_ALERTMANAGER,
+        DEPLOY_README,
+        K8S / "kustomization.yaml",
+        REPO_ROOT / ".dockerignore",
+    ]:
+        assert path.is_file(), path
+
+
+@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_every_yaml_file_parses(path):
+    docs = load_all(path)
+    assert docs, f"{path} holds no document"
+    assert all(isinstance(doc, dict) for doc in docs), f"{path}: every document must be a mapping"
+
+
+def test_the_dashboard_parses():
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] and dashboard["title"] and dashboard["panels"]
+
+
+# --- Dockerfile --------------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines()]
+    return [tuple(line.split(None, 1)) for line in lines if line and not line.startswith("#")]
+
+
+def test_dockerfile_builds_on_python_311_slim_and_installs_the_pinned_requirements():
+    instructions = dockerfile_instructions()
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    runs = " ".join(arg for op, arg in instructions if op == "RUN")
+    assert "pip install -r requirements.txt" in runs
+    assert "manage.py collectstatic --no-input" in runs
+
+
+def test_dockerfile_runs_as_the_non_root_uid_the_manifests_name():
+    users = [arg for op, arg in dockerfile_instructions() if op == "USER"]
+    assert users, "no USER: the image would run as root"
+    user = users[-1].split(":")[0]
+    assert user not in {"root", "0"}
+    assert user == str(APP_UID)
+    for (kind, _), obj in k8s_objects().items():
+        if kind in {"Deployment", "Job"}:
+            security = obj["spec"]["template"]["spec"]["securityContext"]
+            assert security["runAsNonRoot"] is True and security["runAsUser"] == APP_UID
+
+
+def test_dockerfile_default_command_is_the_private_listener():
+    cmd = json.loads(next(arg for op, arg in dockerfile_instructions() if op == "CMD"))
+    assert cmd[:2] == ["gunicorn", "gpufleet.wsgi"]
+    assert "0.0.0.0:8000" in cmd
+
+
+def test_dockerignore_keeps_local_state_and_secrets_out_of_the_image():
+    ignored = {line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()}
+    assert {".git", ".venv", "var/", "**/.env", "*.pem"} <= ignored
+
+
+# --- compose.yaml ------------------------------------------------------------------------------
+
+
+def app_services() -> dict[str, dict]:
+    return {name: s for name, s in compose()["services"].items() if s["image"].split(":")[0] == APP_IMAGE}
+
+
+def test_compose_profiles_are_demo_and_production():
+    services = compose()["services"]
+    for name, service in services.items():
+        assert set(service.get("profiles", [])) in ({"demo"}, {"demo", "production"}), name
+    assert {n for n, s in services.items() if "production" in s["profiles"]} == PRODUCTION
+    assert set(services) == PRODUCTION | DEMO_ONLY, "the demo runs everything"
+
+
+def test_compose_dependencies_exist_in_the_same_profiles():
+    services = compose()["services"]
+    for name, service in services.items():
+        for dependency in service.get("depends_on", {}):
+            assert dependency in services, f"{name} depends on unknown {dependency}"
+            missing = set(service["profiles"]) - set(services[dependency]["profiles"])
+            assert not missing, f"{name} needs {dependency}, absent from profile(s) {missing}"
+
+
+def test_compose_every_app_process_waits_for_the_migrations():
+    services = compose()["services"]
+    for name in ["web", "public", "worker", "beat", "seed"]:
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
+    assert services["migrate"]["restart"] == "no"
+    assert "manage.py migrate --no-input" in " ".join(services["migrate"]["command"])
+
+
+def check_app_command(command: list[str]) -> None:
+    """The command must start something that exists in the repository."""
+    # `sh -c "a && b"` runs a chain: check each command of it.
+    commands = [shlex.split(part) for part in command[-1].split("&&")] if command[0] == "sh" else [command]
+    for words in commands:
+        program = words[0]
+        if program == "gunicorn":
+            module = words[1]
+            assert (REPO_ROOT / (module.replace(".", "/") + ".py")).is_file(), module
+        elif program == "celery":
+            assert words[1:3] == ["-A", "gpufleet"] and words[3] in {"worker", "beat"}, words
+        elif program == "python" and words[1] == "-m":
+            assert (REPO_ROOT / words[2] / "__main__.py").is_file(), words
+        elif program == "python" and words[1] == "manage.py":
+            found = list(REPO_ROOT.glob(f"*/management/commands/{words[2]}.py"))
+            assert found or words[2] in {"migrate", "shell", "collectstatic"}, f"no management command {words[2]}"
+        else:
+            pytest.fail(f"unexpected program {program!r} in {command}")
+
+
+def test_compose_app_services_share_one_image_and_run_real_commands():
+    for name, service in app_services().items():
+        assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}, name
+        assert (DEPLOY / service["build"]["context"] / service["build"]["dockerfile"]).resolve() == DOCKERFILE
+        check_app_command(service["command"])
+    assert set(app_services()) == {"migrate", "web", "public", "worker", "beat", "bmcsim", "seed", "chaos"}
+
+
+def test_compose_commands_match_the_procfile_processes():
+    services = compose()["services"]
+    assert services["web"]["command"][:2] == ["gunicorn", "gpufleet.wsgi"]
+    assert services["public"]["command"][:2] == ["gunicorn", "gpufleet.wsgi_public"]
+    assert services["worker"]["command"][:4] == ["celery", "-A", "gpufleet", "worker"]
+    assert services["beat"]["command"][:4] == ["celery", "-A", "gpufleet", "beat"]
+    assert services["bmcsim"]["command"][:3] == ["python", "-m", "bmcsim"]
+    assert services["chaos"]["command"][:4] == ["python", "manage.py", "chaos", "--churn"]
+    assert services["bmcsim"]["environment"]["SIM_TIME_SCALE"] == "${SIM_TIME_SCALE:-1}"
+
+
+def test_compose_third_party_images_are_pinned():
+    services = compose()["services"]
+    assert services["postgres"]["image"] == "postgres:15"
+    assert services["redis"]["image"] == "redis:7"
+    for name in ["prometheus", "alertmanager", "grafana"]:
+        _, _, tag = services[name]["image"].partition(":")
+        assert tag and tag != "latest", f"{name}: pin the image tag"
+
+
+def test_compose_publishes_the_contract_ports_on_loopback_by_default():
+    services = compose()["services"]
+    for name, port in PORTS.items():
+        (mapping,) = services[name]["ports"]
+        assert mapping["target"] == port and mapping["published"] == str(port), name
+        assert mapping["host_ip"] == "${GPUFLEET_BIND:-127.0.0.1}", name
+
+
+def environment_values(service: dict) -> dict:
+    env = service.get("environment") or {}
+    assert isinstance(env, dict), "environment as a mapping, so merges work"
+    return env
+
+
+def test_compose_holds_no_secret_literal():
+    required = re.compile(r"\$\{(\w+):\?[^}]*\}")
+    for name, service in compose()["services"].items():
+        for key, value in environment_values(service).items():
+            if not SECRET_NAME.search(key):
+                continue
+            # Either passed through from the caller's environment (no value) or a required variable.
+            if value is None:
+                continue
+            if key in {"DATABASE_URL"}:
+                assert "${POSTGRES_PASSWORD:?" in value, f"{name}: {key}"
+                continue
+            if key == "REDIS_URL":
+                assert "@" not in value, f"{name}: {key} holds credentials"
+                continue
+            assert required.fullmatch(value), f"{name}: {key} must be ${{VAR:?...}}, not {value!r}"
+
+
+def interpolate(text: str, env: dict[str, str]) -> tuple[str, set[str]]:
+    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error}, and $$; returns the text and the missing variables."""
+    missing: set[str] = set()
+
+    def substitute(match: re.Match) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, op, arg = match.group("name"), match.group("op"), match.group("arg") or ""
+        value = env.get(name, "")
+        if op == ":?" and not value:
+            missing.add(name)
+        return value or (arg if op == ":-" else "")
+
+    pattern = re.compile(r"\$\$|\$\{(?P<name>\w+)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
+    return pattern.sub(substitute, text), missing
+
+
+def test_compose_requires_exactly_the_secrets_and_the_readme_names_them():
+    _, missing = interpolate(COMPOSE_FILE.read_text(), {})
+    assert missing == REQUIRED_VARIABLES
+    readme = DEPLOY_README.read_text()
+    for name in REQUIRED_VARIABLES:
+        assert name in readme, f"deploy/README.md does not say how to set {name}"
+
+
+def test_compose_interpolated_with_the_secrets_is_valid_yaml_with_the_values_in_place():
+    env = {name: f"value-of-{name.lower()}" for name in REQUIRED_VARIABLES}
+    text, missing = interpolate(COMPOSE_FILE.read_text(), env)
+    assert not missing
+    services = yaml.safe_load(text)["services"]
+    web = services["web"]["environment"]
+    assert web["SECRET_KEY"] == "value-of-secret_key"
+    assert web["DATABASE_URL"] == "postgres://gpufleet:value-of-postgres_password@postgres:5432/gpufleet"
+    assert web["ALLOWED_HOSTS"].split(",")[0] == "web", "Prometheus and Alertmanager call web:8000"
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == "value-of-postgres_password"
+    # `$$` reaches the container's shell as `$`: the seed reads BMCSIM_NODES at run time.
+    assert '"$BMCSIM_NODES"' in services["seed"]["command"][-1]
+
+
+def test_compose_mounts_exist_and_the_rule_path_resolves_in_the_container():
+    services = compose()["services"]
+    mounts = {}
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source, target, *_ = volume.split(":")
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), f"{name} mounts missing {source}"
+                mounts[Path(target)] = (DEPLOY / source).resolve()
+            else:
+                assert source in compose()["volumes"], f"{name}: undeclared volume {source}"
+    # The compose Prometheus config names its rules relative to itself: the same relative path
+    # must reach the shipped rules both in the repository and in the container.
+    config_target = next(t for t, s in mounts.items() if s == COMPOSE_PROMETHEUS.resolve())
+    (rule_glob,) = yaml.safe_load(COMPOSE_PROMETHEUS.read_text())["rule_files"]
+    rule_dir = Path(os.path.normpath(config_target.parent / Path(rule_glob).parent))
+    assert mounts[rule_dir] == (DEPLOY / "prometheus" / "rules").resolve()
+    assert (COMPOSE_PROMETHEUS.parent / rule_glob).parent.resolve() == mounts[rule_dir]
+    assert any(mounts[rule_dir].glob(Path(rule_glob).name))
+    # Grafana loads the dashboards from where the provider looks.
+    provider = yaml.safe_load(DASHBOARD_PROVIDERS.read_text())["providers"][0]
+    assert mounts[Path(provider["options"]["path"])] == DASHBOARD.parent.resolve()
+    assert mounts[Path("/etc/grafana/provisioning")] == (DEPLOY / "grafana" / "provisioning").resolve()
+
+
+def test_compose_prometheus_and_alertmanager_reach_the_services_by_name():
+    services = compose()["services"]
+    prometheus = yaml.safe_load(COMPOSE_PROMETHEUS.read_text())
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    assert jobs["node-agents"]["http_sd_configs"][0]["url"] == "http://web:8000/v1/prometheus/targets"
+    assert jobs["control-plane"]["static_configs"][0]["targets"] == ["web:8000"]
+    assert prometheus["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
+    receiver = yaml.safe_load(COMPOSE_ALERTMANAGER.read_text())["receivers"][0]["webhook_configs"][0]
+    assert receiver["url"] == "http://web:8000/v1/alerts/alertmanager"
+    # The bearer token file is the compose secret made from the token the control plane checks.
+    (secret,) = services["alertmanager"]["secrets"]
+    assert receiver["http_config"]["authorization"]["credentials_file"] == f"/run/secrets/{secret}"
+    assert compose()["secrets"][secret] == {"environment": "GPUFLEET_WEBHOOK_TOKEN"}
+    # Each config file the containers start with is the one checked below.
+    assert "--config.file=/etc/gpufleet/compose/prometheus.yml" in services["prometheus"]["command"]
+    assert "--config.file=/etc/gpufleet/compose/alertmanager.yml" in services["alertmanager"]["command"]
+
+
+def test_promtool_accepts_the_compose_prometheus_config():
+    result = run(tool("promtool"), "check", "config", str(COMPOSE_PROMETHEUS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rule files found" in result.stdout and "0 rule files" not in result.stdout
+
+
+def test_amtool_accepts_the_compose_alertmanager_config():
+    result = run(tool("amtool"), "check-config", str(COMPOSE_ALERTMANAGER))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def docker_compose_works() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return run("docker", "compose", "version").returncode == 0
+
+
+def test_docker_compose_config_accepts_both_profiles():
+    if not docker_compose_works():
+        pytest.skip("the docker compose plugin is missing: the compose tests above assert the structure instead")
+    env = {**os.environ, **{name: "x" for name in REQUIRED_VARIABLES}}
+    for profile in ["demo", "production"]:
+        result = run("docker", "compose", "-f", str(COMPOSE_FILE), "--profile", profile, "config", "--quiet", env=env)
+        assert result.returncode == 0, result.stderr
+
+
+# --- Kubernetes --------------------------------------------------------------------------------
+
+
+def test_k8s_has_the_expected_objects():
+    objects = k8s_objects()
+    expected = {
+        ("Deployment", "gpufleet-web"),
+        ("Deployment", "gpufleet-public"),
+        ("Deployment", "gpufleet-worker"),
+        ("Deployment", "gpufleet-beat"),
+        ("Service", "gpufleet-web"),
+        ("Service", "gpufleet-public"),
+        ("ConfigMap", "gpufleet-config"),
+        ("Secret", "gpufleet-secrets"),
+        ("Secret", "gpufleet-signing-keys"),
+        ("Job", "gpufleet-migrate"),
+    }
+    assert set(objects) == expected
+    # PostgreSQL and Redis are external: nothing here runs them.
+    images = {c["image"] for obj in objects.values() if "template" in obj.get("spec", {}) for c in containers(obj)}
+    assert {image.split(":")[0] for image in images} == {APP_IMAGE}
+
+
+def test_k8s_beat_runs_exactly_once():
+    beat = k8s_objects()[("Deployment", "gpufleet-beat")]
+    assert beat["spec"]["replicas"] == 1
+    assert beat["spec"]["strategy"]["type"] == "Recreate", "a rolling update would run two beats"
+
+
+@pytest.mark.parametrize(
+    ("name", "module", "port"), [("web", "gpufleet.wsgi", 8000), ("public", "gpufleet.wsgi_public", 8001)]
+)
+def test_k8s_listeners_have_healthz_probes_and_a_service(name, module, port):
+    objects = k8s_objects()
+    deployment = objects[("Deployment", f"gpufleet-{name}")]
+    (container,) = containers(deployment)
+    assert container["command"][:2] == ["gunicorn", module]
+    assert f"0.0.0.0:{port}" in container["command"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe in ["readinessProbe", "livenessProbe"]:
+        get = container[probe]["httpGet"]
+        assert get["path"] == "/healthz"
+        assert ports[get["port"]] == port
+        # The kubelet sends the pod IP as Host, which ALLOWED_HOSTS would answer with a 400.
+        assert {"name": "Host", "value": "localhost"} in get["httpHeaders"]
+    config = objects[("ConfigMap", "gpufleet-config")]["data"]
+    assert "localhost" in config["ALLOWED_HOSTS"].split(",")
+    service = objects[("Service", f"gpufleet-{name}")]
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    assert service["spec"]["ports"][0]["port"] == port
+    assert f"gpufleet-{name}" in config["ALLOWED_HOSTS"].split(","), "in-cluster clients use the Service name"
+
+
+def test_k8s_workloads_request_resources_and_read_their_settings_from_the_configmap_and_secret():
+    objects = k8s_objects()
+    for (kind, name), obj in objects.items():
+        if kind not in {"Deployment", "Job"}:
+            continue
+        for container in containers(obj):
+            requests = container["resources"]["requests"]
+            assert {"cpu", "memory"} <= requests.keys(), name
+            refs = {(k, ref["name"]) for source in container["envFrom"] for k, ref in source.items()}
+            assert refs == {("configMapRef", "gpufleet-config"), ("secretRef", "gpufleet-secrets")}, name
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False
+            if kind == "Deployment":
+                check_app_command(container["command"])
+        for volume in obj["spec"]["template"]["spec"].get("volumes", []):
+            if "secret" in volume:
+                assert ("Secret", volume["secret"]["secretName"]) in objects, name
+
+
+def test_k8s_signing_keys_reach_every_process_that_signs_or_serves_them():
+    objects = k8s_objects()
+    path = objects[("ConfigMap", "gpufleet-config")]["data"]["GPUFLEET_SIGNING_KEY"]
+    for name in ["web", "public", "worker"]:
+        (container,) = containers(objects[("Deployment", f"gpufleet-{name}")])
+        assert path in {m["mountPath"] for m in container["volumeMounts"]}, name
+
+
+def test_k8s_secrets_are_templates_with_placeholders_only():
+    secrets = [obj for (kind, _), obj in k8s_objects().items() if kind == "Secret"]
+    assert secrets
+    for secret in secrets:
+        assert "data" not in secret, "base64 data would hide a real value"
+        assert secret["stringData"]
+        for key, value in secret["stringData"].items():
+            assert value.startswith(PLACEHOLDER), f"{secret['metadata']['name']}.{key} holds a value"
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert "secret.template.yaml" not in kustomization["resources"], "the template must not be applied as is"
+    assert set(kustomization["resources"]) == {"configmap.yaml", "web.yaml", "public.yaml", "worker.yaml", "beat.yaml"}
+
+
+def test_k8s_configmap_holds_no_secret_and_every_setting_is_read_somewhere():
+    objects = k8s_objects()
+    config = objects[("ConfigMap", "gpufleet-config")]["data"]
+    assert not [key for key in config if SECRET_NAME.search(key) and key != "GPUFLEET_SIGNING_KEY"]
+    assert config["GPUFLEET_DEBUG"] == "false"
+    sources = (REPO_ROOT / "gpufleet" / "settings.py").read_text() + (REPO_ROOT / "bmcsim" / "settings.py").read_text()
+    keys = set(config) | set(objects[("Secret", "gpufleet-secrets")]["stringData"])
+    for key in keys - {"DJANGO_SETTINGS_MODULE"}:
+        assert f'"{key}"' in sources, f"{key} is not a setting the code reads"
+
+
+def test_kubectl_kustomize_builds_the_manifests():
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    result = run("kubectl", "kustomize", str(K8S))
+    assert result.returncode == 0, result.stderr
+    kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(result.stdout) if doc)
+    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Deployment", "Deployment", "Service", "Service"]
+
+
+# --- Grafana -----------------------------------------------------------------------------------
+
+
+def dashboard_panels() -> list[dict]:
+    return [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["type"] != "row"]
+
+
+def test_every_panel_has_the_provisioned_datasource_and_targets():
+    (datasource,) = yaml.safe_load(DATASOURCES.read_text())["datasources"]
+    assert datasource["url"] == "http://prometheus:9090"
+    panels = dashboard_panels()
+    assert len({p["id"] for p in panels}) == len(panels)
+    for panel in panels:
+        assert panel["datasource"] == {"type": "prometheus", "uid": datasource["uid"]}, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["expr"].strip() and target["refId"], panel["title"]
+            assert target["datasource"]["uid"] == datasource["uid"], panel["title"]
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+
+
+def test_the_dashboard_covers_state_health_remediations_and_churn():
+    titles = " ".join(p["title"] for p in dashboard_panels()).lower()
+    for topic in ["by state", "unhealthy gpus", "xid", "temperature", "remediations", "reservation churn"]:
+        assert topic in titles, topic
+
+
+def dashboard_exprs() -> list[tuple[str, str]]:
+    # Grafana's variables become what they stand for at query time.
+    return [
+        (f"{p['id']}_{t['refId']}", t["expr"].replace("$__rate_interval", "1m").replace("$pod", ".*"))
+        for p in dashboard_panels()
+        for t in p["targets"]
+    ]
+
+
+def test_promtool_parses_every_dashboard_query(tmp_path):
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [{"record": f"dashboard:panel_{ref}", "expr": expr} for ref, expr in dashboard_exprs()],
+            }
+        ]
+    }
+    path = tmp_path / "dashboard_rules.yml"
+    path.write_text(yaml.safe_dump(rules))
+    result = run(tool("promtool"), "check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dashboard_reads_metrics_that_exist():
+    """Names from the node agent (bmcsim), from django-prometheus and from Prometheus or Alertmanager
+    themselves; gpufleet_nodes is the one gauge the control plane is to add (deploy/README.md)."""
+    agent = (REPO_ROOT / "bmcsim" / "metrics.py").read_text()
+    import django_prometheus.middleware as django_metrics  # the installed package, read as text
+
+    middleware = Path(django_metrics.__file__).read_text()
+    builtin = {"up", "ALERTS", "alertmanager_notifications_failed_total", "vector", "gpufleet_nodes"}
+    words = set()
+    for _, expr in dashboard_exprs():
+        expr = re.sub(r'"[^"]*"|\[[^]]*\]|\{[^}]*\}', "", expr)
+        words |= set(re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()", expr))
+    metrics = {w for w in words if w.startswith(("DCGM_", "gpu_agent_", "django_", "gpufleet_")) or w in builtin}
+    assert metrics, "no metric found in the dashboard"
+    for name in metrics - builtin:
+        base = re.sub(r"_(total|bucket)$", "", name)
+        source = middleware if name.startswith("django_") else agent
+        assert f'"{base}"' in source, f"the dashboard reads {name}, which nothing exports"
+
+
+def test_dashboard_counts_views_that_exist():
+    from django.urls import NoReverseMatch, reverse
+
+    views = set()
+    for _, expr in dashboard_exprs():
+        views |= set(re.findall(r'view="([^"]+)"', expr))
+    assert views
+    for view in views:
+        try:
+            reverse(view, urlconf="gpufleet.urls")
+        except NoReverseMatch:
+            reverse(view, urlconf="gpufleet.urls", kwargs={"pk": 1})
