@@ -148,6 +148,9 @@ def test_dockerfile_runs_as_the_non_root_uid_the_manifests_name():
     user = users[-1].split(":")[0]
     assert user not in {"root", "0"}
     assert user == str(APP_UID)
+    # The code stays root's; only var/ (and the metrics directory) belong to the app user.
+    copies = [arg for op, arg in dockerfile_instructions() if op == "COPY"]
+    assert not [arg for arg in copies if "--chown" in arg]
     for (kind, _), obj in k8s_objects().items():
         if kind in {"Deployment", "Job"}:
             security = obj["spec"]["template"]["spec"]["securityContext"]
