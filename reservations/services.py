@@ -193,24 +193,29 @@ def let_node_go(*, node_id: int, reservation_id: int, reason: str, actor: str) -
 
 
 def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Reservation:
-    """Place replacements for the nodes a live reservation lost, in its pod; say why if none is free."""
-    reservation = Reservation.objects.get(pk=reservation_id)
-    if reservation.state not in LIVE_STATES:
-        return reservation
-    held = live_allocations().filter(reservation=reservation)
-    missing = reservation.node_count - held.count()
-    if missing > 0:
-        pod = reservation.pod.name if reservation.pod_id else _pod_of(held)
-        try:
-            chosen = _with_retries(
-                lambda lost_races: _allocate(reservation, count=missing, pod=pod, rack_scale=False, actor=actor)
-            )
-        except PlacementRefused as refused:
-            Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
-                state=RS.DEGRADED, reason=f"waiting for capacity to replace {missing} node(s): {refused.reason}"
-            )
-        else:
-            _record(reservation, ReservationEventKind.REPLACEMENT_PLACED, actor, ", ".join(chosen))
+    """Place replacements for the nodes a live reservation lost, in its pod; say why if none is free.
+
+    The reservation's row is locked while it is counted and topped up: the healing enqueued on
+    commit and the reconciler's may run at the same moment, and only one may place the replacement.
+    """
+    with transaction.atomic():
+        reservation = Reservation.objects.select_for_update().get(pk=reservation_id)
+        if reservation.state not in LIVE_STATES:
+            return reservation
+        held = live_allocations().filter(reservation=reservation)
+        missing = reservation.node_count - held.count()
+        if missing > 0:
+            pod = reservation.pod.name if reservation.pod_id else _pod_of(held)
+            try:
+                chosen = _with_retries(
+                    lambda lost_races: _allocate(reservation, count=missing, pod=pod, rack_scale=False, actor=actor)
+                )
+            except PlacementRefused as refused:
+                Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
+                    state=RS.DEGRADED, reason=f"waiting for capacity to replace {missing} node(s): {refused.reason}"
+                )
+            else:
+                _record(reservation, ReservationEventKind.REPLACEMENT_PLACED, actor, ", ".join(chosen))
     return settle_reservation(reservation_id=reservation_id, actor=actor)
 
 
