@@ -153,6 +153,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout"
 # Publishing gives up fast: the reconciler enqueues again whatever a lost message was for.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 RECONCILE_SECONDS = float(os.environ.get("GPUFLEET_RECONCILE_SECONDS", "5"))
+# The reconcilers have a queue of their own, consumed by the beat process itself: workers busy
+# with long workflows must never starve the safety net that re-sends lost work.
+CELERY_TASK_ROUTES = {
+    "fleet.tasks.reconcile_nodes": {"queue": "reconcile"},
+    "reservations.tasks.reconcile_reservations": {"queue": "reconcile"},
+}
 CELERY_BEAT_SCHEDULE = {
     "reconcile-nodes": {
         "task": "fleet.tasks.reconcile_nodes",

@@ -133,6 +133,7 @@ class ControlPlane:
         }
         self.workers: dict[str, Process] = {}
         self.beat: Process | None = None
+        self.monitoring: Monitoring | None = None
 
     def start_worker(self, name: str) -> Process:
         args = [
@@ -161,7 +162,14 @@ class ControlPlane:
             "celery",
             "-A",
             "gpufleet",
-            "beat",
+            "worker",
+            "--beat",  # as the Procfile's beat: the scheduler, and the worker of the reconcile queue
+            "--queues",
+            "reconcile",
+            "--pool",
+            "solo",
+            "-n",
+            "beat@e2e",
             "--loglevel",
             "INFO",
             "--schedule",
@@ -195,7 +203,21 @@ class ControlPlane:
         call_command("import_trust_anchors", f"{self.bmcsim_url}/bmcsim/v1/roots", stdout=StringIO())
         call_command("import_reference_values", f"{self.bmcsim_url}/bmcsim/v1/reference-values", stdout=StringIO())
 
+    def start_stack(self) -> Monitoring:
+        """The whole demo stack but bmcsim: the fleet enrolled from it and attestation configured,
+        gunicorn, two workers, beat, and Prometheus with Alertmanager pointed at this web server."""
+        call_command("seed_fleet", "--bmcsim-url", self.bmcsim_url, stdout=StringIO())
+        self.configure_attestation()
+        web = self.start_web()
+        self.start_worker("w1")
+        self.start_worker("w2")
+        self.start_beat()
+        self.monitoring = Monitoring(self.tmp_path, web)
+        return self.monitoring
+
     def stop(self) -> None:
+        if self.monitoring is not None:
+            self.monitoring.stop()
         for process in [*self.workers.values(), self.beat]:
             if process is not None:
                 process.stop()
