@@ -43,7 +43,7 @@ def main() -> None:
     from reservations import services as reservations
     from reservations.models import Reservation, ReservationEvent, Tenant
     from tests.bmcsim.conftest import start_bmcsim
-    from tests.e2e.conftest import ControlPlane, Monitoring, RedisServer, wait_for
+    from tests.e2e.conftest import ControlPlane, RedisServer, wait_for
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-incident-"))
     call_command("ensure_database", stdout=StringIO())
@@ -57,15 +57,8 @@ def main() -> None:
     plane = ControlPlane(
         scratch, bmcsim.url, redis_server, GPUFLEET_REMEDIATION_CAP="100", GPUFLEET_REMEDIATION_POD_CAP="100"
     )
-    monitoring = None
     try:
-        call_command("seed_fleet", "--bmcsim-url", bmcsim.url, stdout=StringIO())
-        plane.configure_attestation()
-        web = plane.start_web()
-        plane.start_worker("w1")
-        plane.start_worker("w2")
-        plane.start_beat()
-        monitoring = Monitoring(scratch, web)
+        monitoring = plane.start_stack()
         total = Node.objects.count()
         wait_for("every node available", lambda: Node.objects.filter(state="available").count() == total, 300)
         reservation = reservations.create_reservation(
@@ -97,8 +90,6 @@ def main() -> None:
 
         to_quarantine, to_placed, to_active = zip(*(incident(run) for run in range(args.runs)), strict=True)
     finally:
-        if monitoring is not None:
-            monitoring.stop()
         plane.stop()
         redis_server.stop()
         bmcsim.stop()

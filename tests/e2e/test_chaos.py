@@ -2,9 +2,7 @@
 
 import subprocess
 import sys
-from io import StringIO
 
-from django.core.management import call_command
 from django.test import override_settings
 from rest_framework.test import APIClient
 
@@ -13,22 +11,15 @@ from fleet.invariants import dirty_nodes_made_available
 from fleet.models import Node
 from reservations.models import Reservation
 from tests.bmcsim.conftest import start_bmcsim
-from tests.e2e.conftest import REPO_ROOT, ControlPlane, Monitoring
+from tests.e2e.conftest import REPO_ROOT, ControlPlane
 from tests.e2e.test_lifecycle import verify_offline
 
 
 def test_both_incidents_play_out_with_no_operator(transactional_db, tmp_path, private_redis):
     bmcsim = start_bmcsim(tmp_path / "bmcsim", nodes=50)
     plane = ControlPlane(tmp_path, bmcsim.url, private_redis)
-    monitoring = None
     try:
-        call_command("seed_fleet", "--bmcsim-url", bmcsim.url, stdout=StringIO())
-        plane.configure_attestation()
-        web = plane.start_web()
-        plane.start_worker("w1")
-        plane.start_worker("w2")
-        plane.start_beat()
-        monitoring = Monitoring(tmp_path, web)
+        plane.start_stack()
         chaos = subprocess.run(
             [sys.executable, "manage.py", "chaos", "--pause", "2", "--timeout", "240", "--bmcsim-url", bmcsim.url],
             cwd=REPO_ROOT,
@@ -39,8 +30,6 @@ def test_both_incidents_play_out_with_no_operator(transactional_db, tmp_path, pr
         )
         assert chaos.returncode == 0, chaos.stdout + chaos.stderr
     finally:
-        if monitoring is not None:
-            monitoring.stop()
         plane.stop()
         bmcsim.stop()
 

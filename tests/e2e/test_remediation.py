@@ -14,7 +14,7 @@ from fleet.models import Node, Pod
 from remediation.models import Remediation
 from reservations import services as reservations
 from reservations.models import Reservation, Tenant
-from tests.e2e.conftest import WEBHOOK_TOKEN, Monitoring, wait_for
+from tests.e2e.conftest import WEBHOOK_TOKEN, wait_for
 from tests.remediation.test_webhook import alert, payload
 
 
@@ -23,42 +23,33 @@ def state_of(reservation: Reservation) -> str:
 
 
 def test_xid_79_under_a_tenant_is_quarantined_and_replaced_with_no_operator(bmcsim, control_plane, tmp_path):
-    call_command("seed_fleet", "--bmcsim-url", bmcsim.url, stdout=StringIO())
-    control_plane.configure_attestation()
-    web = control_plane.start_web()
-    control_plane.start_worker("w1")
-    control_plane.start_worker("w2")
-    control_plane.start_beat()
-    monitoring = Monitoring(tmp_path, web)
-    try:
-        nodes = Node.objects.count()
-        wait_for("every node available", lambda: Node.objects.filter(state="available").count() == nodes, 180)
-        reservation = reservations.create_reservation(
-            tenant=Tenant.objects.create(name="acme"), node_count=4, pod=Pod.objects.get(name="p2"), actor="test"
-        )
-        wait_for("the reservation active", lambda: state_of(reservation) == "active", timeout=120)
-        wait_for("Prometheus scraping every agent", lambda: monitoring.active_targets() == nodes, timeout=60)
-        victim = Node.objects.filter(reservation=reservation).order_by("name").first()
+    monitoring = control_plane.start_stack()
+    nodes = Node.objects.count()
+    wait_for("every node available", lambda: Node.objects.filter(state="available").count() == nodes, 180)
+    reservation = reservations.create_reservation(
+        tenant=Tenant.objects.create(name="acme"), node_count=4, pod=Pod.objects.get(name="p2"), actor="test"
+    )
+    wait_for("the reservation active", lambda: state_of(reservation) == "active", timeout=120)
+    wait_for("Prometheus scraping every agent", lambda: monitoring.active_targets() == nodes, timeout=60)
+    victim = Node.objects.filter(reservation=reservation).order_by("name").first()
 
-        injected = time.monotonic()
-        fault = bmcsim.post("/bmcsim/v1/faults", json={"node": victim.name, "kind": "xid", "gpu": 3, "xid": 79})
-        assert fault.status_code in (200, 201), fault.text
-        wait_for("quarantine", lambda: Node.objects.get(pk=victim.pk).state == "quarantined", timeout=60)
-        to_quarantine = time.monotonic() - injected
-        wait_for("the replacement active", lambda: state_of(reservation) == "active", timeout=120)
-        to_replacement = time.monotonic() - injected
-        print(f"\nXID 79 -> quarantined in {to_quarantine:.1f} s, -> replacement active in {to_replacement:.1f} s")
+    injected = time.monotonic()
+    fault = bmcsim.post("/bmcsim/v1/faults", json={"node": victim.name, "kind": "xid", "gpu": 3, "xid": 79})
+    assert fault.status_code in (200, 201), fault.text
+    wait_for("quarantine", lambda: Node.objects.get(pk=victim.pk).state == "quarantined", timeout=60)
+    to_quarantine = time.monotonic() - injected
+    wait_for("the replacement active", lambda: state_of(reservation) == "active", timeout=120)
+    to_replacement = time.monotonic() - injected
+    print(f"\nXID 79 -> quarantined in {to_quarantine:.1f} s, -> replacement active in {to_replacement:.1f} s")
 
-        victim.refresh_from_db()
-        assert victim.quarantine_reason.startswith("hardware_fault: XID 79 on GPU 3")
-        remediation = Remediation.objects.get(node=victim, status="applied")
-        assert remediation.reservation == reservation
-        assert [e.step for e in remediation.timeline.all()] == ["alert_firing", "webhook_received", "quarantined"]
-        serving = Node.objects.filter(reservation=reservation)
-        assert serving.count() == 4 and victim not in serving
-        assert {n.rack.pod.name for n in serving} == {"p2"}
-    finally:
-        monitoring.stop()
+    victim.refresh_from_db()
+    assert victim.quarantine_reason.startswith("hardware_fault: XID 79 on GPU 3")
+    remediation = Remediation.objects.get(node=victim, status="applied")
+    assert remediation.reservation == reservation
+    assert [e.step for e in remediation.timeline.all()] == ["alert_firing", "webhook_received", "quarantined"]
+    serving = Node.objects.filter(reservation=reservation)
+    assert serving.count() == 4 and victim not in serving
+    assert {n.rack.pod.name for n in serving} == {"p2"}
 
 
 def test_the_cap_holds_across_two_web_processes(bmcsim, control_plane):
