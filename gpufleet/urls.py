@@ -3,6 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from fleet.metrics import FleetMetricsView
 from fleet.pages.urls import public_patterns, tenant_patterns
 from gpufleet.healthz import HealthzView
 from gpufleet.schema import schema_patterns
@@ -15,6 +16,7 @@ urlpatterns = [
     path("v1/", include("remediation.api.urls")),
     *schema_patterns("gpufleet.urls"),
     path("admin/", admin.site.urls),
+    path("metrics/fleet", FleetMetricsView.as_view(), name="fleet-metrics"),
     path("", include("django_prometheus.urls")),
     *public_patterns,
     *tenant_patterns,

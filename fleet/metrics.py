@@ -1,0 +1,61 @@
+"""GET /metrics/fleet: the fleet's own gauges, read from the database at scrape time.
+
+A registry of its own, apart from django-prometheus's /metrics: under gunicorn's multiprocess
+mode that one only aggregates per-process counters, while these are facts of the database that
+any one process can tell.
+"""
+
+from collections import defaultdict
+
+from django.db.models import Count
+from django.http import HttpResponse
+from django.views import View
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from fleet.models import GPU, Node, NodeState
+from remediation.models import Remediation
+from reservations.models import Reservation, ReservationState
+
+
+class FleetCollector:
+    def collect(self):
+        nodes = GaugeMetricFamily("gpufleet_nodes", "Nodes by lifecycle state and pod.", labels=["state", "pod"])
+        per_state: dict[str, dict[str, int]] = defaultdict(dict)
+        for state, pod, count in Node.objects.values_list("state", "rack__pod__name").annotate(n=Count("id")):
+            per_state[state][pod] = count
+        for state in NodeState.values:  # every state, so a panel shows zeros rather than gaps
+            for pod, count in (per_state[state] or {"": 0}).items():
+                nodes.add_metric([state, pod], count)
+        yield nodes
+
+        unhealthy = GaugeMetricFamily("gpufleet_gpus", "GPUs by recorded health.", labels=["health"])
+        for health, count in GPU.objects.values_list("health").annotate(n=Count("id")):
+            unhealthy.add_metric([health], count)
+        yield unhealthy
+
+        reservations = GaugeMetricFamily("gpufleet_reservations", "Reservations by state.", labels=["state"])
+        by_state = dict(Reservation.objects.values_list("state").annotate(n=Count("id")))
+        for state in ReservationState.values:
+            reservations.add_metric([state], by_state.get(state, 0))
+        yield reservations
+
+        remediations = GaugeMetricFamily(
+            "gpufleet_remediations",
+            "Alerts acted on, by action and outcome, since the start.",
+            labels=["action", "status"],
+        )
+        for action, status, count in Remediation.objects.values_list("action", "status").annotate(n=Count("id")):
+            remediations.add_metric([action, status], count)
+        yield remediations
+
+
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(FleetCollector())
+
+
+class FleetMetricsView(View):
+    http_method_names = ["get", "head", "options"]
+
+    def get(self, request):
+        return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
