@@ -178,3 +178,35 @@ def test_503_retry_after_is_honoured():
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "content_type", "body", "error"),
+    [
+        (200, "application/json", b'{"PowerState": "On"', BMCTransientError),  # truncated
+        (200, "text/html", b"<html>login</html>", BMCTransientError),  # a captive page
+        (200, "application/json", b'["On"]', BMCTransientError),  # JSON, not an object
+        (200, "application/octet-stream", bytes(range(256)), BMCTransientError),  # garbage
+        (404, "text/plain", b"nope", BMCPermanentError),  # a 4xx without a Redfish error body
+    ],
+)
+def test_a_bmc_answering_garbage_gives_a_clear_error_naming_node_and_call(status, content_type, body, error):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = RedfishClient(BMCAccess("node-042", f"http://127.0.0.1:{server.server_port}", "s", "u", "p"))
+        with pytest.raises(error, match=r"^node-042: GET /redfish/v1/Systems/s: "):
+            client.power_state()
+    finally:
+        server.shutdown()
+        server.server_close()
