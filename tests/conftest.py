@@ -1,6 +1,9 @@
 """Shared fixtures: a small enrolled fleet and named tenants, on the real PostgreSQL."""
 
+from io import StringIO
+
 import pytest
+from django.core.management import call_command
 
 from fleet.inventory import records_from_layout
 from fleet.models import Node
@@ -9,6 +12,13 @@ from fleet.topology import default_layout
 from reservations.models import Reservation, Tenant
 
 SMALL_FLEET = 12  # two racks: r01 full, r02 with four nodes
+
+
+def tenant_token(name: str) -> str:
+    """Create the tenant as an operator would, and read its API token from the last line printed."""
+    out = StringIO()
+    call_command("create_tenant", name, stdout=out)
+    return out.getvalue().strip().splitlines()[-1]
 
 
 def enrol_default_fleet(node_count: int = SMALL_FLEET) -> list[Node]:

@@ -1,20 +1,13 @@
 """The public listener is read-only by construction, and its OpenAPI document holds up to schemathesis."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from django.db import connection
 from django.test import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from tests.e2e.conftest import Process, _answers, free_port, wait_for
+from tests.e2e.conftest import run_schemathesis
 
 PUBLIC = "gpufleet.urls_public"
 READS = {"get", "head", "options"}
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def patterns(resolver, prefix=""):
@@ -100,54 +93,5 @@ def test_schemathesis_finds_no_server_error_on_the_public_listener(tmp_path):
     from tests.conftest import enrol_default_fleet
 
     enrol_default_fleet(12)
-    db = connection.settings_dict
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "GPUFLEET_SIGNING_KEY": str(tmp_path / "keys"),
-    }
-    (tmp_path / "keys").mkdir()
-    from attestation.ear import generate_signing_key
-
-    generate_signing_key(tmp_path / "keys" / "key.pem")
-    server = Process(
-        "public",
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "gpufleet.wsgi_public",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
-            "--log-level",
-            "warning",
-        ],
-        env,
-        tmp_path,
-    )
-    try:
-        wait_for("the public listener", lambda: _answers(f"http://127.0.0.1:{port}/healthz"), timeout=30)
-        result = subprocess.run(
-            [
-                str(Path(sys.executable).with_name("schemathesis")),
-                "run",
-                f"http://127.0.0.1:{port}/v1/schema",
-                "--checks",
-                "not_a_server_error",
-                "--max-examples",
-                "30",
-                "--generation-deterministic",
-                "--request-timeout",
-                "10",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    finally:
-        server.stop()
+    result = run_schemathesis("gpufleet.wsgi_public", tmp_path, "--max-examples", "30")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -104,21 +104,77 @@ def _pings(client) -> bool:
         return False
 
 
+def process_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a control-plane process in a test: the project's settings on this
+    test's database, with a result-signing key of its own (under tmp_path/signing-keys)."""
+    db = connection.settings_dict
+    keys = tmp_path / "signing-keys"
+    if not keys.exists():
+        keys.mkdir()
+        generate_signing_key(keys / "key.pem")
+    return {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
+        "GPUFLEET_SIGNING_KEY": str(keys),
+    }
+
+
+def start_gunicorn(name: str, wsgi: str, env: dict, log_dir: Path, processes: int = 2) -> tuple[Process, str]:
+    """gunicorn serving a listener on a free port; the process and its base URL, once it answers."""
+    port = free_port()
+    args = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        wsgi,
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(processes),
+        "--log-level",
+        "warning",
+    ]
+    process = Process(name, args, env, log_dir)
+    url = f"http://127.0.0.1:{port}"
+    wait_for(f"{name} ({wsgi})", lambda: _answers(f"{url}/healthz"), timeout=30)
+    return process, url
+
+
+def run_schemathesis(wsgi: str, tmp_path: Path, *options: str, **env: str) -> subprocess.CompletedProcess:
+    """schemathesis against a listener's own OpenAPI document, checking that nothing answers 5xx."""
+    server, url = start_gunicorn("listener", wsgi, {**process_env(tmp_path), **env}, tmp_path)
+    try:
+        return subprocess.run(
+            [
+                str(Path(sys.executable).with_name("schemathesis")),
+                "run",
+                f"{url}/v1/schema",
+                *options,
+                "--checks",
+                "not_a_server_error",
+                "--generation-deterministic",
+                "--request-timeout",
+                "20",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        server.stop()
+
+
 class ControlPlane:
     """Workers and beat of the control plane, started with the settings a test needs."""
 
     def __init__(self, tmp_path: Path, bmcsim_url: str, redis_server: RedisServer, **overrides: str):
-        db = connection.settings_dict
         self.tmp_path = tmp_path
         self.bmcsim_url = bmcsim_url
-        self.signing_keys = tmp_path / "signing-keys"
-        self.signing_keys.mkdir()
-        generate_signing_key(self.signing_keys / "key.pem")
         self.redis = redis_server
         self.env = {
-            **os.environ,
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-            "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
+            **process_env(tmp_path),
             "REDIS_URL": redis_server.url,
             "BMCSIM_URL": bmcsim_url,
             "GPUFLEET_LEASE_SECONDS": "3",
@@ -127,7 +183,6 @@ class ControlPlane:
             "GPUFLEET_BMC_TIMEOUT": "2",
             "GPUFLEET_AGENT_BOOT_TIMEOUT": "20",
             "GPUFLEET_WIPE_TIMEOUT": "30",
-            "GPUFLEET_SIGNING_KEY": str(self.signing_keys),
             "GPUFLEET_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
             **overrides,
         }
@@ -178,24 +233,13 @@ class ControlPlane:
         self.beat = Process("beat", args, self.env, self.tmp_path)
         return self.beat
 
+    @property
+    def signing_keys(self) -> Path:
+        return Path(self.env["GPUFLEET_SIGNING_KEY"])
+
     def start_web(self, name: str = "web", processes: int = 2) -> str:
         """gunicorn serving the private listener; returns its base URL once it answers."""
-        port = free_port()
-        args = [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "gpufleet.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(processes),
-            "--log-level",
-            "warning",
-        ]
-        self.workers[name] = Process(name, args, self.env, self.tmp_path)
-        url = f"http://127.0.0.1:{port}"
-        wait_for("the web server", lambda: _answers(f"{url}/healthz"), timeout=30)
+        self.workers[name], url = start_gunicorn(name, "gpufleet.wsgi", self.env, self.tmp_path, processes)
         return url
 
     def configure_attestation(self) -> None:
