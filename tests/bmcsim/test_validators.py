@@ -28,18 +28,16 @@ def run_validator(command: list[str], logdir: Path) -> tuple[int, int, str]:
     return int(match.group(1)), int(match.group(3)), logs[0].read_text()
 
 
+def operator_login(bmcsim) -> list[str]:
+    """How both DMTF validators reach bmcsim: its URL and the fleet-wide operator's basic auth."""
+    return ["--rhost", bmcsim.url, "--user", OPERATOR[0], "--password", OPERATOR[1], "--authtype", "Basic"]
+
+
 def test_service_validator_finds_no_failure(bmcsim, tmp_path):
     passed, failed, log = run_validator(
         [
             str(BIN / "rf_service_validator"),
-            "--rhost",
-            bmcsim.url,
-            "--user",
-            OPERATOR[0],
-            "--password",
-            OPERATOR[1],
-            "--authtype",
-            "Basic",
+            *operator_login(bmcsim),
             "--skipschema",
             "--schema_directory",
             str(SHARED / "redfish" / "csdl"),
@@ -66,14 +64,7 @@ def test_interop_validator_finds_no_failed_mandatory_requirement(bmcsim, tmp_pat
     passed, failed, log = run_validator(
         [
             str(BIN / "rf_interop_validator"),
-            "--rhost",
-            bmcsim.url,
-            "--user",
-            OPERATOR[0],
-            "--password",
-            OPERATOR[1],
-            "--authtype",
-            "Basic",
+            *operator_login(bmcsim),
             "--logdir",
             str(tmp_path),
             str(profile),
