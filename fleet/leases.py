@@ -88,6 +88,13 @@ def complete(lease: Lease, *, event: lifecycle.Event | str, actor: str, reason: 
         return None
 
 
+def kept(lease: Lease, node: Node | None) -> Lease | None:
+    """The new lease, if completing `lease` with keep_lease=True moved the node on to more work."""
+    if node is None or node.lease_owner != lease.owner or node.fencing_token == lease.token:
+        return None
+    return Lease(node_id=node.pk, owner=lease.owner, token=node.fencing_token)
+
+
 def set_step(lease: Lease, *, step: str, actor: str) -> bool:
     """Record the workflow step the worker is on (audited when it changes); False, and an
     audited discard, if the lease is gone."""

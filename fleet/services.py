@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from fleet import lifecycle
@@ -64,6 +67,7 @@ def transition(
     reason: str = "",
     reservation=None,
     lease: Lease | None = None,
+    keep_lease: bool = False,
     detail: dict | None = None,
 ) -> Node:
     """Apply `event` to the node and audit it; returns the updated node.
@@ -71,10 +75,12 @@ def transition(
     Raises lifecycle.IllegalTransition if the state machine refuses the event,
     ConcurrentTransition if someone else changed the node first, and, with a `lease`,
     LeaseLost if the lease is no longer the node's current one (the discard is audited).
-    A change of state ends any lease on the node: the new state's work is claimed afresh.
+    A change of state ends any lease on the node: the new state's work is claimed afresh,
+    unless the worker asks to `keep_lease` and go straight on to it: then it holds the node
+    under a new fencing token, and nothing is enqueued.
     """
     event = lifecycle.Event(event)
-    applied = False
+    applied = kept = False
     with transaction.atomic():
         node = Node.objects.get(pk=node_id)
         try:
@@ -86,6 +92,13 @@ def transition(
             new_state = None
         if new_state is not None:
             fields = _state_fields(node, new_state, event, reason, reservation)
+            kept = keep_lease and lease is not None and new_state != node.state and new_state in lifecycle.WORK_STATES
+            if kept:
+                fields.update(
+                    lease_owner=lease.owner,
+                    lease_expires_at=Now() + timedelta(seconds=settings.LEASE_SECONDS),
+                    fencing_token=F("fencing_token") + 1,
+                )
             target = Node.objects.filter(pk=node_id, state=node.state)
             if lease is not None:
                 target = fenced(target, lease)
@@ -110,7 +123,7 @@ def transition(
                 reservation_id=node.reservation_id,
             )
     if applied:
-        if new_state != node.state and new_state in lifecycle.WORK_STATES:
+        if new_state != node.state and new_state in lifecycle.WORK_STATES and not kept:
             # Start the new state's workflow at once; the reconciler is the fallback if this is lost.
             transaction.on_commit(lambda: _enqueue_workflow(node_id), robust=True)
         return Node.objects.get(pk=node_id)

@@ -2,8 +2,10 @@
 
 A worker claims a node under a lease (fleet/leases.py), runs the workflow its state calls for
 from the step the node is on, records each step, heartbeats through every wait, and applies
-the outcome as a lifecycle event through the fenced update. BMC and agent calls happen outside
-any database transaction. A step that meets a transient fault gives the node back unchanged;
+the outcome as a lifecycle event through the fenced update. When that outcome owes more work
+(a wipe is followed by inspection) the worker keeps the node and goes straight on, with the
+same BMC connection and what it learnt of the BMC. BMC and agent calls happen outside any
+database transaction. A step that meets a transient fault gives the node back unchanged;
 the reconciler enqueues it again and the workflow resumes at that step, until its deadline.
 """
 
@@ -60,6 +62,12 @@ class Run:
     last_heartbeat: float = field(default_factory=time.monotonic)
     started: float = field(default_factory=time.monotonic)
     database_seconds: float = 0.0
+    next_lease: Lease | None = None  # kept for the work the outcome calls for next
+
+    def __post_init__(self):
+        # The clients serve every workflow of a worker's visit; figures are per workflow.
+        self._bmc_before = (self.bmc.calls, self.bmc.seconds)
+        self._agent_before = (self.agent.calls, self.agent.seconds)
 
     def time_queries(self, execute, sql, params, many, context):
         began = time.perf_counter()
@@ -72,11 +80,11 @@ class Run:
         """Where this run's time went, recorded with its outcome in the audit log."""
         return {
             "seconds": round(time.monotonic() - self.started, 3),
-            "bmc_seconds": round(self.bmc.seconds, 3),
-            "agent_seconds": round(self.agent.seconds, 3),
+            "bmc_seconds": round(self.bmc.seconds - self._bmc_before[1], 3),
+            "agent_seconds": round(self.agent.seconds - self._agent_before[1], 3),
             "database_seconds": round(self.database_seconds, 3),
-            "redfish_calls": self.bmc.calls,
-            "agent_calls": self.agent.calls,
+            "redfish_calls": self.bmc.calls - self._bmc_before[0],
+            "agent_calls": self.agent.calls - self._agent_before[0],
         }
 
     def heartbeat(self) -> None:
@@ -272,29 +280,32 @@ def _remaining_steps(workflow: Workflow, run: Run) -> tuple[Callable[[Run], None
 
 
 def run_workflow(*, node_id: int, worker: str) -> str:
-    """Claim the node if it owes work and nobody holds it, and run its workflow. Returns what happened."""
+    """Claim the node if it owes work and nobody holds it, and run its workflows until it owes
+    none. Returns what happened, one outcome per workflow."""
     claimed = leases.claim(owner=worker, node_ids=[node_id])
     if not claimed:
         return "not claimed"
     lease = claimed[0]
     node = Node.objects.get(pk=node_id)
-    workflow = WORKFLOWS[lifecycle.State(node.state)]
     access = BMCAccess(node.name, node.redfish_url, node.system_id, node.bmc_username, node.bmc_password)
-    run = Run(
-        node=node,
-        lease=lease,
-        actor=f"worker:{worker}",
-        bmc=RedfishClient(access, timeout=settings.BMC_TIMEOUT),
-        agent=AgentClient(node.name, node.agent_url, timeout=settings.BMC_TIMEOUT),
-    )
+    bmc = RedfishClient(access, timeout=settings.BMC_TIMEOUT)
+    agent = AgentClient(node.name, node.agent_url, timeout=settings.BMC_TIMEOUT)
+    outcomes = []
     try:
-        with connection.execute_wrapper(run.time_queries):
-            return _run_steps(run, workflow)
-    except LeaseLost:
-        return "lease lost"
+        while lease is not None:
+            run = Run(node=node, lease=lease, actor=f"worker:{worker}", bmc=bmc, agent=agent)
+            try:
+                with connection.execute_wrapper(run.time_queries):
+                    outcomes.append(_run_steps(run, WORKFLOWS[lifecycle.State(node.state)]))
+            except LeaseLost:
+                outcomes.append("lease lost")
+            lease = run.next_lease
+            if lease is not None:
+                node = Node.objects.get(pk=node_id)
     finally:
-        run.bmc.close()
-        run.agent.close()
+        bmc.close()
+        agent.close()
+    return ", ".join(outcomes)
 
 
 def _run_steps(run: Run, workflow: Workflow) -> str:
@@ -312,7 +323,10 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
     except (StepFailed, BMCPermanentError) as failure:
         reason = f"{current}: {failure}"
         log.warning("%s: %s failed at %s", run.node.name, run.node.state, reason)
-        leases.complete(run.lease, event=workflow.failed, actor=run.actor, reason=reason, detail=run.figures())
+        node = leases.complete(
+            run.lease, event=workflow.failed, actor=run.actor, reason=reason, keep_lease=True, detail=run.figures()
+        )
+        run.next_lease = leases.kept(run.lease, node)
         return workflow.failed.value
     except (NotYet, BMCTransientError, AgentUnavailable, AgentError) as pause:
         log.info("%s: %s paused at %s: %s", run.node.name, run.node.state, current, pause)
@@ -321,6 +335,9 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
             return "lease lost"
         return f"paused at {current}"
     if workflow.succeeded is not None:
-        leases.complete(run.lease, event=workflow.succeeded, actor=run.actor, detail=run.figures())
+        node = leases.complete(
+            run.lease, event=workflow.succeeded, actor=run.actor, keep_lease=True, detail=run.figures()
+        )
+        run.next_lease = leases.kept(run.lease, node)
         return workflow.succeeded.value
     return "done"

@@ -64,6 +64,14 @@ def test_twenty_four_nodes_are_inspected_then_wiped_by_two_workers(bmcsim, contr
     wait_for("every node wiped and inspected again", lambda: all(wiped(n) and inspected(n) for n in nodes), timeout=120)
     actors = set(AuditEvent.objects.filter(event="wipe_succeeded").values_list("actor", flat=True))
     assert len(actors) == 2, actors  # both workers took part
+    # The worker that wiped a node kept it and went straight on to inspect it.
+    for node in nodes:
+        wipe, inspection = list(
+            AuditEvent.objects.filter(node=node, event__in=["wipe_succeeded", "inspection_passed"])
+            .order_by("-id")
+            .values_list("actor", flat=True)[:2]
+        )[::-1]
+        assert wipe == inspection, (node.name, wipe, inspection)
 
     node = nodes[0]
     drives = bmcsim.get(f"/agent/{node.name}/inventory").json()["drives"]

@@ -147,6 +147,28 @@ def test_a_same_state_result_keeps_the_lease():
     assert (node.state, node.lease_owner) == ("available", "")
 
 
+def test_a_worker_that_keeps_its_lease_goes_on_to_the_next_state_under_a_new_token():
+    node = wiping_fleet(1)[0]
+    lease = leases.claim(owner="worker-a", seconds=60)[0]
+    node = leases.complete(lease, event="wipe_succeeded", actor="worker-a", keep_lease=True)
+    kept = leases.kept(lease, node)
+    assert node.state == "inspecting" and kept == leases.Lease(node_id=node.pk, owner="worker-a", token=lease.token + 1)
+    assert leases.claim(owner="worker-b") == []  # nobody else may start the inspection meanwhile
+    assert leases.complete(lease, event="inspection_passed", actor="worker-a") is None  # the old token is void
+    assert leases.set_step(kept, step="boot_service_image", actor="worker-a")
+
+
+def test_keeping_the_lease_is_only_for_more_work_and_only_for_its_holder():
+    node = drive(enrol_default_fleet(1)[0], "inspection_started")
+    lease = leases.claim(owner="worker-a", seconds=60)[0]
+    node = leases.complete(lease, event="attestation_passed", actor="worker-a", keep_lease=True)
+    assert (node.state, node.lease_owner, leases.kept(lease, node)) == ("available", "", None)
+    node = wiping_fleet(2)[1]
+    lease = leases.claim(owner="worker-a", seconds=0)[0]  # expires at once
+    assert leases.complete(lease, event="wipe_succeeded", actor="worker-a", keep_lease=True) is None
+    assert Node.objects.get(pk=node.pk).state == "wiping"
+
+
 def test_steps_are_recorded_under_the_lease_and_audited():
     node = wiping_fleet(1)[0]
     lease = leases.claim(owner="worker-a", seconds=60)[0]
