@@ -4,8 +4,9 @@ Builds its own database (gpufleet_bench), enrols 10 pods x 125 racks x 8 nodes, 
 with gunicorn, and drives it with 32 concurrent clients: 5,000 reservations of 1-16 nodes (10%
 rack-scale), each in a future window so that nodes are shared over time, about half released
 again. Prints reservations/s, latency percentiles, lost placement races, double bookings
-(must be 0), GET /v1/capacity latency, and pgbench's TPS measured in the same run as the
-ceiling. Run: .venv/bin/python bench/placement.py [--reservations N] [--clients N]
+(must be 0), GET /v1/capacity latency, and two ceilings measured in the same run: pgbench's
+TPS, and the rate of the cheapest authenticated read through the same server and clients.
+Run: .venv/bin/python bench/placement.py [--reservations N] [--clients N]
 """
 
 from __future__ import annotations
@@ -144,12 +145,33 @@ def drive(base: str, tokens: list[str], total: int, seed: int) -> dict:
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
+    floor = framework_floor(base, tokens)
     probe = requests.Session()
     for _ in range(100):
         t0 = time.perf_counter()
         probe.get(f"{base}/v1/capacity", timeout=30).raise_for_status()
         capacity_latencies.append(time.perf_counter() - t0)
-    return {"wall": wall, "latencies": latencies, "capacity": capacity_latencies, **outcome}
+    return {"wall": wall, "latencies": latencies, "capacity": capacity_latencies, "floor": floor, **outcome}
+
+
+def framework_floor(base: str, tokens: list[str], per_client: int = 40) -> float:
+    """Requests/s of the cheapest authenticated read (one reservation of the caller's) by the
+    same clients and server: what Django, DRF, gunicorn and this load generator cost by
+    themselves, the ceiling any write path lies under on this machine."""
+
+    def client(token: str) -> None:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {token}"
+        for _ in range(per_client):
+            session.get(f"{base}/v1/reservations?limit=1", timeout=30).raise_for_status()
+
+    threads = [threading.Thread(target=client, args=(token,)) for token in tokens]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(tokens) * per_client / (time.perf_counter() - started)
 
 
 def database_figures(env: dict) -> tuple[int, int]:
@@ -239,6 +261,11 @@ def main() -> None:
         ),
         ("pgbench TPS (TPC-B, same clients)", f"{tps:.0f}"),
         ("reservations/s as a share of pgbench TPS", f"{rate / tps:.3f}"),
+        ("floor: authenticated GET /v1/reservations?limit=1, req/s", f"{figures['floor']:.0f}"),
+        (
+            "requests/s of the mix (creates + releases) as a share of the floor",
+            f"{(figures['created'] + figures['released']) / figures['wall'] / figures['floor']:.2f}",
+        ),
     ]
     print_table(rows)
     run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")

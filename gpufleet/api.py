@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import JsonResponse
 from rest_framework import exceptions, serializers, status
+from rest_framework.authentication import TokenAuthentication
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json
@@ -65,6 +66,20 @@ def api_exception_handler(error, context):
     if response is not None and isinstance(error, exceptions.ValidationError):
         response.data = {"detail": _first_error(response.data), "errors": response.data}
     return response
+
+
+class TenantTokenAuthentication(TokenAuthentication):
+    """DRF's token authentication, reading the user's tenant in the same query: every tenant
+    request needs it, and the reservations API is the hot path."""
+
+    def authenticate_credentials(self, key):
+        try:
+            token = self.get_model().objects.select_related("user__tenant").get(key=key)
+        except self.get_model().DoesNotExist:
+            raise exceptions.AuthenticationFailed("Invalid token.") from None
+        if not token.user.is_active:
+            raise exceptions.AuthenticationFailed("User inactive or deleted.")
+        return token.user, token
 
 
 class Pagination(LimitOffsetPagination):

@@ -16,6 +16,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,8 @@ class PlacementRefused(Exception):
 Strategy = Callable[[PlacementRequest, Sequence[RackCapacity]], list[str]]
 
 
-@dataclass(frozen=True)
-class _Rack:
-    """A rack as one request sees it."""
+class _Rack(NamedTuple):
+    """A rack as one request sees it (a tuple: placement builds one per rack per request)."""
 
     pod: str
     name: str
@@ -152,21 +152,15 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
         # A rack with no nodes can hold nothing and is no NVLink domain to keep whole.
         if not r.nodes or request.pod not in (None, r.pod):
             continue
+        if model is None and r.free is r.nodes:  # a wholly free rack, as the service hands most of them
+            pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, r.nodes, True, True))
+            continue
         free = set(r.free)
         models = r.gpu_models or {}
         usable = tuple(n for n in r.nodes if n in free and (model is None or models.get(n) == model))
         model_present = model_present or any(models.get(n) == model for n in r.nodes)
         whole = len(free) == len(r.nodes)
-        pods[r.pod].append(
-            _Rack(
-                pod=r.pod,
-                name=r.rack,
-                nodes=r.nodes,
-                usable=usable,
-                whole=whole,
-                whole_usable=whole and len(usable) == len(r.nodes),
-            )
-        )
+        pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, usable, whole, whole and len(usable) == len(r.nodes)))
     if not pods:
         raise PlacementRefused("no rack is known to placement")
     if not model_present:
@@ -177,9 +171,14 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
 
 def _check_capacity(racks: Sequence[RackCapacity]) -> None:
     """Refuse input that could make placement pick an unknown node or one node twice."""
+    every_node = [node for r in racks for node in r.nodes]
+    if len({(r.pod, r.rack) for r in racks}) == len(racks) and len(set(every_node)) == len(every_node):
+        suspects = [r for r in racks if r.free is not r.nodes]  # the rest are free in full: nothing to check
+    else:
+        suspects = list(racks)
     seen_racks: set[tuple[str, str]] = set()
     seen_nodes: set[str] = set()
-    for r in racks:
+    for r in suspects:
         if (r.pod, r.rack) in seen_racks:
             raise ValueError(f"rack {r.rack} of pod {r.pod} is listed twice")
         seen_racks.add((r.pod, r.rack))

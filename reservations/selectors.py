@@ -6,7 +6,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, Q
+from django.db import connection
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 from psycopg.types.range import Range
@@ -31,65 +32,79 @@ def live_allocations():
 
 
 @dataclass(frozen=True)
-class _Rack:
-    pod: str
-    name: str
-    ids: tuple[int, ...]  # in slot order
-    names: tuple[str, ...]
+class Topology:
+    """The fleet's racks and nodes as placement sees them, with every rack wholly free."""
+
+    version: int
+    racks: tuple[RackCapacity, ...]
+    rack_ids: tuple[tuple[int, ...], ...]  # node ids of each rack, in slot order
+    rack_of: dict[int, int]  # node id -> index into racks
+    node_ids: dict[str, int]  # node name -> id
 
 
-_topology: dict[str, object] = {}
+_topology: list[Topology] = []
 
 
-def _racks() -> list[_Rack]:
-    """The fleet's racks and their nodes, read again only when enrolment changed them.
+def topology() -> Topology:
+    """The fleet's topology, read again only when enrolment changed it.
 
     Placement runs on every reservation; the topology changes on enrolment only, so it is kept
     per process and checked with one cheap query instead of being read whole each time.
     """
-    version = tuple(
-        Node.objects.aggregate(count=Count("id"), last=Max("id"), racks=Count("rack_id", distinct=True)).values()
-    )
-    if _topology.get("version") != version:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT version FROM fleet_topology_version")  # see fleet/migrations/0004
+        (version,) = cursor.fetchone()
+    if not _topology or _topology[0].version != version:
         racks: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
         rows = Node.objects.order_by("rack__pod__name", "rack__name", "position")
         for node_id, name, rack, pod in rows.values_list("id", "name", "rack__name", "rack__pod__name"):
             racks[(pod, rack)].append((node_id, name))
-        _topology.update(
-            version=version,
-            racks=[_Rack(pod, rack, *map(tuple, zip(*members, strict=True))) for (pod, rack), members in racks.items()],
-        )
-    return _topology["racks"]
+        members = [tuple(zip(*nodes, strict=True)) for nodes in racks.values()]
+        _topology[:] = [
+            Topology(
+                version=version,
+                racks=tuple(
+                    RackCapacity(pod=pod, rack=rack, nodes=names, free=names)
+                    for (pod, rack), (_, names) in zip(racks, members, strict=True)
+                ),
+                rack_ids=tuple(ids for ids, _ in members),
+                rack_of={node_id: i for i, (ids, _) in enumerate(members) for node_id in ids},
+                node_ids={name: node_id for ids, names in members for node_id, name in zip(ids, names, strict=True)},
+            )
+        ]
+    return _topology[0]
 
 
-def rack_capacity(*, starts_at: datetime, ends_at: datetime | None, pod: str | None = None) -> list[RackCapacity]:
+def rack_capacity(
+    *, starts_at: datetime, ends_at: datetime | None, pod: str | None = None, fleet: Topology | None = None
+) -> list[RackCapacity]:
     """Every rack with its nodes and those free for the period.
 
     Free: no allocation overlaps the period, and the node can serve then: available if the
     period starts now, in service (not quarantined, in maintenance or still unenrolled) if later.
+    Only the racks that hold a node that is not free are looked at node by node.
     """
-    booked = set(
-        Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).values_list("node_id", flat=True)
-    )
+    fleet = fleet or topology()
+    # Unordered: the models' default orderings would join and sort thousands of rows for nothing.
+    taken = Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).order_by()
     if starts_at <= timezone.now():
-        usable = set(Node.objects.filter(state=State.AVAILABLE).values_list("id", flat=True)).__contains__
+        unusable = Node.objects.exclude(state=State.AVAILABLE).order_by()
     else:
-        out = set(Node.objects.exclude(state__in=IN_SERVICE_STATES).values_list("id", flat=True))
-        usable = lambda node_id: node_id not in out  # noqa: E731 - the cheaper of two membership tests
-    return [
-        RackCapacity(
-            pod=rack.pod,
-            rack=rack.name,
-            nodes=rack.names,
-            free=tuple(
-                name
-                for node_id, name in zip(rack.ids, rack.names, strict=True)
-                if node_id not in booked and usable(node_id)
-            ),
-        )
-        for rack in _racks()
-        if pod is None or rack.pod == pod
-    ]
+        unusable = Node.objects.exclude(state__in=IN_SERVICE_STATES).order_by()
+    blocked: dict[int, set[int]] = defaultdict(set)
+    for node_id in (*taken.values_list("node_id", flat=True), *unusable.values_list("id", flat=True)):
+        if (rack := fleet.rack_of.get(node_id)) is not None:  # else enrolled since: not placeable yet
+            blocked[rack].add(node_id)
+    racks = []
+    for i, rack in enumerate(fleet.racks):
+        if pod is not None and rack.pod != pod:
+            continue
+        if i in blocked:
+            out, ids = blocked[i], fleet.rack_ids[i]
+            free = tuple(name for node_id, name in zip(ids, rack.nodes, strict=True) if node_id not in out)
+            rack = RackCapacity(pod=rack.pod, rack=rack.rack, nodes=rack.nodes, free=free)
+        racks.append(rack)
+    return racks
 
 
 def capacity_by_pod() -> list[dict]:

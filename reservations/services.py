@@ -8,12 +8,14 @@ concurrent one is placed again on fresh capacity, a bounded number of times.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Func
 from django.db.models.functions import Greatest, Now
 from django.utils import timezone
+from psycopg.types.range import Range
 
 from fleet import lifecycle
 from fleet.models import Node, Pod
@@ -28,7 +30,7 @@ from reservations.models import (
     Tenant,
 )
 from reservations.placement import PlacementRefused, PlacementRequest, place
-from reservations.selectors import live_allocations, period, rack_capacity
+from reservations.selectors import Topology, live_allocations, period, rack_capacity, topology
 
 log = logging.getLogger(__name__)
 
@@ -50,39 +52,53 @@ def _is_exclusion_violation(error: IntegrityError) -> bool:
     return getattr(error.__cause__, "sqlstate", None) == EXCLUSION_VIOLATION
 
 
-def _allocate(reservation: Reservation, *, count: int, pod: str | None, rack_scale: bool, actor: str) -> list[str]:
-    """Place `count` nodes for the reservation's period and hold them; provision them if it has started.
+@dataclass(frozen=True)
+class _Placement:
+    node_ids: dict[str, int]  # the chosen nodes by name, in placement order
+    held_for: Range
+    description: str  # where they are, in words
 
-    Runs inside the caller's transaction. Raises PlacementRefused, or LostPlacementRace when a
+
+def _choose(*, starts_at: datetime, ends_at: datetime | None, count: int, pod: str | None, rack_scale: bool):
+    """Place `count` nodes on the capacity free for the period; PlacementRefused if none fit."""
+    # A replacement is held from now on: the node may have served someone else before.
+    starts_at = max(starts_at, timezone.now())
+    fleet = topology()
+    racks = rack_capacity(starts_at=starts_at, ends_at=ends_at, pod=pod, fleet=fleet)
+    chosen = place(PlacementRequest(node_count=count, pod=pod, rack_scale=rack_scale), racks)
+    return _Placement(
+        node_ids={name: fleet.node_ids[name] for name in chosen},
+        held_for=period(starts_at, ends_at),
+        description=_describe(chosen, fleet),
+    )
+
+
+def _hold(reservation: Reservation, placement: _Placement, *, actor: str) -> None:
+    """Hold the placed nodes for the reservation, and provision them if it has started.
+
+    Runs inside _with_retries' transaction, which a LostPlacementRace rolls back: raised when a
     concurrent placement took a chosen node first.
     """
-    # A replacement is held from now on: the node may have served someone else before.
-    starts_at = max(reservation.starts_at, timezone.now())
-    racks = rack_capacity(starts_at=starts_at, ends_at=reservation.ends_at, pod=pod)
-    chosen = place(PlacementRequest(node_count=count, pod=pod, rack_scale=rack_scale), racks)
-    nodes = Node.objects.in_bulk(chosen, field_name="name")
-    held_for = period(starts_at, reservation.ends_at)
     try:
-        with transaction.atomic():
-            Allocation.objects.bulk_create(
-                Allocation(reservation=reservation, node=nodes[name], period=held_for) for name in chosen
-            )
+        Allocation.objects.bulk_create(
+            Allocation(reservation=reservation, node_id=node_id, period=placement.held_for)
+            for node_id in placement.node_ids.values()
+        )
     except IntegrityError as error:
         if _is_exclusion_violation(error):
             raise LostPlacementRace from error
         raise
     if reservation.starts_at <= timezone.now():
-        for name in chosen:
+        for node_id in placement.node_ids.values():
             try:
                 transition(
-                    node_id=nodes[name].pk,
+                    node_id=node_id,
                     event=lifecycle.Event.PROVISION_REQUESTED,
                     actor=actor,
                     reservation=reservation,
                 )
             except (ConcurrentTransition, lifecycle.IllegalTransition) as error:
                 raise LostPlacementRace from error
-    return chosen
 
 
 def _with_retries(attempt):
@@ -115,6 +131,9 @@ def create_reservation(
         raise ValueError("ends_at must be after starts_at")
 
     def attempt(lost_races: int) -> Reservation:
+        placement = _choose(
+            starts_at=starts_at, ends_at=ends_at, count=node_count, pod=pod.name if pod else None, rack_scale=rack_scale
+        )
         reservation = Reservation.objects.create(
             tenant=tenant,
             node_count=node_count,
@@ -123,12 +142,9 @@ def create_reservation(
             starts_at=starts_at,
             ends_at=ends_at,
             state=RS.PROVISIONING if starts_at <= timezone.now() else RS.PENDING,
+            placement=placement.description,
         )
-        chosen = _allocate(
-            reservation, count=node_count, pod=pod.name if pod else None, rack_scale=rack_scale, actor=actor
-        )
-        reservation.placement = _describe(chosen)
-        reservation.save(update_fields=["placement"])
+        _hold(reservation, placement, actor=actor)
         retried = f" (placed again after {lost_races} lost race(s))" if lost_races else ""
         _record(reservation, ReservationEventKind.CREATED, actor, reservation.placement + retried)
         return reservation
@@ -136,12 +152,11 @@ def create_reservation(
     return _with_retries(attempt)
 
 
-def _describe(chosen: list[str]) -> str:
-    placed = Node.objects.filter(name__in=chosen).values_list("rack__pod__name", "rack__name", "name")
-    by_rack: dict[tuple[str, str], list[str]] = {}
-    for pod, rack, name in placed.order_by("rack__name", "position"):
-        by_rack.setdefault((pod, rack), []).append(name)
-    return "; ".join(f"{pod}/{rack}: {', '.join(names)}" for (pod, rack), names in by_rack.items())
+def _describe(chosen: list[str], fleet: Topology) -> str:
+    """'p1/p1-r01: n1, n2; p1/p1-r02: n9': the chosen nodes by rack, in slot order."""
+    wanted = set(chosen)
+    racks = (fleet.racks[i] for i in sorted({fleet.rack_of[fleet.node_ids[name]] for name in chosen}))
+    return "; ".join(f"{r.pod}/{r.rack}: {', '.join(n for n in r.nodes if n in wanted)}" for r in racks)
 
 
 def _end_allocations(allocations, reason: str) -> int:
@@ -206,10 +221,20 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Re
         missing = reservation.node_count - held.count()
         if missing > 0:
             pod = reservation.pod.name if reservation.pod_id else _pod_of(held)
-            try:
-                chosen = _with_retries(
-                    lambda lost_races: _allocate(reservation, count=missing, pod=pod, rack_scale=False, actor=actor)
+
+            def replace(lost_races: int) -> list[str]:
+                placement = _choose(
+                    starts_at=reservation.starts_at,
+                    ends_at=reservation.ends_at,
+                    count=missing,
+                    pod=pod,
+                    rack_scale=False,
                 )
+                _hold(reservation, placement, actor=actor)
+                return list(placement.node_ids)
+
+            try:
+                chosen = _with_retries(replace)
             except PlacementRefused as refused:
                 Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
                     state=RS.DEGRADED, reason=f"waiting for capacity to replace {missing} node(s): {refused.reason}"

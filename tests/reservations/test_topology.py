@@ -1,0 +1,41 @@
+"""Placement's per-process topology: read again exactly when enrolment or a move changed it."""
+
+import pytest
+from django.db import transaction
+
+from fleet.models import Node, Rack
+from reservations import selectors
+from tests.conftest import drive, enrol_default_fleet
+
+
+class Rollback(Exception):
+    pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_topology_is_read_again_only_after_it_changed():
+    nodes = enrol_default_fleet(10)
+    first = selectors.topology()
+    assert selectors.topology() is first
+    drive(nodes[0], "inspection_started")  # work on a node is no change of topology
+    assert selectors.topology() is first
+
+    moved = nodes[0]
+    other_rack = Rack.objects.exclude(pk=moved.rack_id).first()
+    Node.objects.filter(pk=moved.pk).update(rack=other_rack, position=99)
+    after_move = selectors.topology()
+    assert after_move is not first
+    assert after_move.racks[after_move.rack_of[moved.pk]].rack == other_rack.name
+
+    enrol_default_fleet(12)
+    assert len(selectors.topology().node_ids) == 12
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_topology_seen_inside_a_rolled_back_enrolment_is_never_taken_for_the_current_one():
+    enrol_default_fleet(10)
+    with pytest.raises(Rollback), transaction.atomic():
+        enrol_default_fleet(12)
+        assert len(selectors.topology().node_ids) == 12
+        raise Rollback
+    assert len(selectors.topology().node_ids) == 10
