@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DJANGO_SETTINGS_MODULE ?= gpufleet.settings
 
-.PHONY: setup database demo test lint bench
+.PHONY: setup database demo test lint bench soak
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,3 +47,9 @@ lint: setup
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The whole stack under churn, faults and process kills, then check_invariants (tests/soak.py).
+DURATION ?= 600
+soak: setup
+	bin/start-services
+	$(PY) -m tests.soak --duration $(DURATION)

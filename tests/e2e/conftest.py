@@ -69,8 +69,8 @@ class Process:
 class RedisServer:
     """A private Redis, so a test may restart it without touching anyone else's."""
 
-    def __init__(self, log_dir: Path):
-        self.port = free_port()
+    def __init__(self, log_dir: Path, port: int | None = None):
+        self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.log_dir = log_dir
         self.process = None

@@ -1,0 +1,408 @@
+"""The soak: the whole stack under churn, faults and process kills, then the invariants.
+
+Builds its own database (gpufleet_soak), starts bmcsim (50 nodes, SIM_TIME_SCALE=0), a private
+Redis, gunicorn, two workers, beat, and Prometheus with Alertmanager from Debian's packages,
+each on a port of its own that a restart keeps. For DURATION seconds, tenants reserve (rack-scale
+among them, some for later) and release through the API; faults strike through bmcsim's fault
+API (XID 79, BMC 500s and timeouts, hung erases, implants); an operator clears the faults of
+quarantined nodes and returns them; and a driver kills and restarts, in turn: a worker (SIGKILL),
+beat, the web server, bmcsim, Redis, and stalls a worker with SIGSTOP past its lease before it
+resumes. After each kill a probe reservation measures the time until the system provisions a
+node again. At the end the fleet settles and `check_invariants` runs.
+
+Prints a table: operations, faults, kills, violations (must be 0), reservations lost (must be
+0), recovery time per kill. Exit status 1 on any violation or lost reservation.
+Run: make soak DURATION=600   or   .venv/bin/python -m tests.soak --duration 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.bmcsim.conftest import free_port  # noqa: E402
+
+SOAK_DB = os.environ.get("GPUFLEET_SOAK_DATABASE", "gpufleet_soak")
+PG = os.environ.get("GPUFLEET_SOAK_PG", "postgres://postgres@127.0.0.1:5432")
+REDIS_PORT = free_port()
+# This process is a control-plane process too (the operator's returns enqueue work on commit):
+# it must use the soak's database and its private Redis.
+os.environ.update(
+    DATABASE_URL=f"{PG}/{SOAK_DB}",
+    REDIS_URL=f"redis://127.0.0.1:{REDIS_PORT}/0",
+    DJANGO_SETTINGS_MODULE="gpufleet.settings",
+)
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import CommandError, call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from attestation.ear import generate_signing_key  # noqa: E402
+from bench.table import print_table  # noqa: E402
+from fleet import lifecycle  # noqa: E402
+from fleet.models import AuditEvent, Node  # noqa: E402
+from fleet.services import ConcurrentTransition, transition  # noqa: E402
+from reservations.models import Reservation, ReservationState  # noqa: E402
+from tests.e2e.conftest import WEBHOOK_TOKEN, Monitoring, Process, RedisServer, wait_for  # noqa: E402
+
+NODES = 50
+TENANTS = ["soak-a", "soak-b", "soak-c"]
+KILLS = ["worker", "beat", "web", "bmcsim", "redis", "stall"]
+TRANSITIONAL = [lifecycle.State.INSPECTING, lifecycle.State.WIPING, lifecycle.State.PROVISIONING]
+RS = ReservationState
+# What a reservation the API accepted may be once the fleet has settled; anything else is lost.
+SETTLED = {RS.ACTIVE, RS.RELEASED, RS.PENDING, RS.FAILED}
+LEASE_SECONDS = 3
+
+
+def prepare_database() -> None:
+    subprocess.run(["psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {SOAK_DB} WITH (FORCE)"], check=True)
+    call_command("ensure_database", stdout=StringIO())
+    call_command("migrate", verbosity=0)
+
+
+class Stack:
+    """Every process of the control plane, each restartable on the port it started on."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+        self.redis = RedisServer(scratch, port=REDIS_PORT)
+        self.bmcsim_port, self.web_port = free_port(), free_port()
+        self.bmcsim_url = f"http://127.0.0.1:{self.bmcsim_port}"
+        self.web_url = f"http://127.0.0.1:{self.web_port}"
+        keys = scratch / "signing-keys"
+        keys.mkdir()
+        generate_signing_key(keys / "key.pem")
+        self.env = {
+            **os.environ,
+            "REDIS_URL": self.redis.url,
+            "BMCSIM_URL": self.bmcsim_url,
+            "GPUFLEET_SIGNING_KEY": str(keys),
+            "SIM_TIME_SCALE": "0",
+            "GPUFLEET_LEASE_SECONDS": str(LEASE_SECONDS),
+            "GPUFLEET_RECONCILE_SECONDS": "0.5",
+            "GPUFLEET_WORKFLOW_POLL_SECONDS": "0.05",
+            "GPUFLEET_BMC_TIMEOUT": "2",
+            "GPUFLEET_AGENT_BOOT_TIMEOUT": "20",
+            "GPUFLEET_WIPE_TIMEOUT": "10",
+            "GPUFLEET_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
+            "GPUFLEET_LOG_LEVEL": "WARNING",
+        }
+        self.processes: dict[str, Process] = {}
+        self.monitoring: Monitoring | None = None
+
+    def start(self, name: str) -> None:
+        python = [sys.executable]
+        celery = [*python, "-m", "celery", "-A", "gpufleet", "worker", "--pool", "solo", "--loglevel", "WARNING"]
+        commands = {
+            "bmcsim": [
+                *python,
+                *("-m", "bmcsim", "--port", str(self.bmcsim_port), "--nodes", str(NODES)),
+                *("--data-dir", str(self.scratch / "bmcsim"), "--time-scale", "0"),
+            ],
+            "web": [
+                *python,
+                *("-m", "gunicorn", "gpufleet.wsgi", "--bind", f"127.0.0.1:{self.web_port}"),
+                *("--workers", "2", "--log-level", "warning"),
+            ],
+            "w1": [*celery, "-n", "w1@soak", "--without-gossip", "--without-mingle"],
+            "w2": [*celery, "-n", "w2@soak", "--without-gossip", "--without-mingle"],
+            "beat": [
+                *celery,
+                *("-n", "beat@soak", "--beat", "--queues", "reconcile"),
+                *("--schedule", str(self.scratch / "beat-schedule")),
+            ],
+        }
+        self.processes[name] = Process(name, commands[name], self.env, self.scratch)
+        if name == "bmcsim":
+            wait_for("bmcsim", lambda: _answers(f"{self.bmcsim_url}/redfish/v1/"), timeout=30)
+        elif name == "web":
+            wait_for("the web server", lambda: _answers(f"{self.web_url}/healthz"), timeout=30)
+
+    def kill(self, name: str) -> None:
+        if name == "redis":
+            self.redis.process.signal(signal.SIGKILL)
+            self.redis.process.popen.wait(timeout=10)
+            return
+        process = self.processes[name]
+        process.signal(signal.SIGKILL)
+        process.popen.wait(timeout=10)
+
+    def restart(self, name: str) -> None:
+        if name == "redis":
+            self.redis.start()
+        else:
+            self.start(name)
+
+    def stop(self) -> None:
+        if self.monitoring is not None:
+            self.monitoring.stop()
+        for process in self.processes.values():
+            process.stop()
+        self.redis.stop()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+class Soak:
+    def __init__(self, stack: Stack, tokens: dict[str, str], seed: int):
+        self.stack = stack
+        self.rng = random.Random(seed)
+        self.sessions = {}
+        for name, token in tokens.items():
+            session = requests.Session()
+            session.headers["Authorization"] = f"Token {token}"
+            self.sessions[name] = session
+        self.accepted: set[int] = set()
+        self.operations: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        self.kills: list[tuple[str, float | None]] = []
+
+    # -- tenants -------------------------------------------------------------------------------
+
+    def api(self, tenant: str, method: str, path: str, **kwargs) -> requests.Response | None:
+        try:
+            return self.sessions[tenant].request(method, f"{self.stack.web_url}{path}", timeout=10, **kwargs)
+        except requests.RequestException:
+            self.operations["API calls that found the web server down"] += 1
+            return None
+
+    def reserve(self, tenant: str, body: dict) -> int | None:
+        answer = self.api(tenant, "POST", "/v1/reservations", json=body)
+        if answer is None:
+            return None
+        if answer.status_code >= 500:
+            raise SystemExit(f"the API answered {answer.status_code} to {body}: {answer.text[:300]}")
+        if answer.status_code == 201:
+            self.accepted.add(answer.json()["id"])
+            self.operations["reservations accepted"] += 1
+            return answer.json()["id"]
+        self.operations[f"reservations refused ({answer.status_code})"] += 1
+        return None
+
+    def churn_tenant(self) -> None:
+        tenant = self.rng.choice(TENANTS)
+        live = [
+            r
+            for r in Reservation.objects.filter(tenant__name=tenant, state__in=[RS.ACTIVE, RS.PENDING, RS.DEGRADED])
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        ]
+        if live and self.rng.random() < 0.45:
+            answer = self.api(tenant, "POST", f"/v1/reservations/{self.rng.choice(live)}/release")
+            if answer is not None and answer.status_code >= 500:
+                raise SystemExit(f"the API answered {answer.status_code} to a release: {answer.text[:300]}")
+            self.operations["releases"] += answer is not None and answer.status_code == 200
+            return
+        rack_scale = self.rng.random() < 0.1
+        body = {"node_count": 8 if rack_scale else self.rng.randint(1, 4), "rack_scale": rack_scale}
+        if self.rng.random() < 0.2:  # an advance reservation, due within the run
+            starts = datetime.now(UTC) + timedelta(seconds=self.rng.randint(5, 30))
+            body.update(starts_at=starts.isoformat(), ends_at=(starts + timedelta(minutes=10)).isoformat())
+        self.reserve(tenant, body)
+
+    # -- faults and the operator ---------------------------------------------------------------
+
+    def fault(self, body: dict) -> None:
+        try:
+            requests.post(f"{self.stack.bmcsim_url}/bmcsim/v1/faults", json=body, timeout=5).raise_for_status()
+            self.faults[body["kind"]] += 1
+        except requests.RequestException:
+            self.operations["faults that found bmcsim down"] += 1
+
+    def clear_faults(self, node: str | None = None) -> None:
+        with contextlib.suppress(requests.RequestException):  # bmcsim is down: cleared when it is back
+            requests.delete(
+                f"{self.stack.bmcsim_url}/bmcsim/v1/faults", params={"node": node} if node else {}, timeout=5
+            )
+
+    def inject_fault(self) -> None:
+        active = list(Node.objects.filter(state="active").values_list("name", flat=True))
+        anyone = list(Node.objects.values_list("name", flat=True))
+        kind = self.rng.choice(["xid", "bmc_error", "bmc_timeout", "erase_hang", "implant"])
+        if kind in ("xid", "implant", "erase_hang") and not active:
+            return
+        node = self.rng.choice(active if kind in ("xid", "implant", "erase_hang") else anyone)
+        self.fault({"node": node, "kind": kind, **({"gpu": self.rng.randrange(8), "xid": 79} if kind == "xid" else {})})
+        if kind in ("bmc_error", "bmc_timeout"):
+            self.transient.append((time.monotonic() + self.rng.uniform(2, 6), node))
+
+    def operator(self) -> None:
+        """Clear what struck quarantined nodes and return them, as an operator does after a repair;
+        and clear transient BMC faults whose time has come."""
+        now = time.monotonic()
+        for due, node in [t for t in self.transient if t[0] <= now]:
+            self.clear_faults(node)
+            self.transient.remove((due, node))
+        for node_id, name in Node.objects.filter(state="quarantined").values_list("pk", "name"):
+            self.clear_faults(name)
+            try:
+                transition(node_id=node_id, event=lifecycle.Event.OPERATOR_RETURN, actor="operator:soak")
+                self.operations["quarantined nodes repaired and returned"] += 1
+            except (ConcurrentTransition, lifecycle.IllegalTransition):
+                pass
+
+    # -- kills ---------------------------------------------------------------------------------
+
+    def kill(self, what: str) -> None:
+        killed_at = time.monotonic()
+        if what == "stall":
+            worker = self.stack.processes[self.rng.choice(["w1", "w2"])]
+            worker.signal(signal.SIGSTOP)
+            time.sleep(2 * LEASE_SECONDS)  # past its lease: a successor takes its node over
+            worker.signal(signal.SIGCONT)
+        else:
+            name = self.rng.choice(["w1", "w2"]) if what == "worker" else what
+            self.stack.kill(name)
+            time.sleep(1)
+            self.stack.restart(name)
+        self.kills.append((what, self.probe(killed_at)))
+
+    def probe(self, since: float, timeout: float = 120) -> float | None:
+        """Seconds from `since` until a one-node reservation made now is active; None if never."""
+        deadline = time.monotonic() + timeout
+        reservation = None
+        while time.monotonic() < deadline:
+            if reservation is None:
+                reservation = self.reserve(TENANTS[0], {"node_count": 1})
+            elif Reservation.objects.get(pk=reservation).state == RS.ACTIVE:
+                recovered = time.monotonic() - since
+                self.api(TENANTS[0], "POST", f"/v1/reservations/{reservation}/release")
+                return recovered
+            self.operator()
+            time.sleep(0.2)
+        return None
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def run(self, duration: float) -> None:
+        self.transient: list[tuple[float, str]] = []
+        started = time.monotonic()
+        kill_every = duration / (len(KILLS) + 1)  # every kind at least once, whatever the duration
+        kills = 0
+        next_fault = started + 2
+        while time.monotonic() - started < duration or kills < len(KILLS):
+            self.churn_tenant()
+            if time.monotonic() >= next_fault:
+                self.inject_fault()
+                next_fault = time.monotonic() + self.rng.uniform(2, 8)
+            self.operator()
+            if time.monotonic() >= started + (kills + 1) * kill_every:
+                self.kill(KILLS[kills % len(KILLS)])
+                kills += 1
+            time.sleep(self.rng.uniform(0.1, 0.5))
+
+    def settle(self, timeout: float) -> float:
+        """Clear every fault, return every quarantined node and wait until nothing owes work."""
+        started = time.monotonic()
+        self.clear_faults()
+        self.transient.clear()
+
+        def settled() -> bool:
+            self.operator()
+            busy = Node.objects.filter(state__in=[*TRANSITIONAL, lifecycle.State.QUARANTINED]).exists()
+            owing = Reservation.objects.filter(state__in=[RS.PROVISIONING, RS.RELEASING, RS.DEGRADED]).exists()
+            return not busy and not owing
+
+        wait_for("the fleet to settle", settled, timeout=timeout, interval=1)
+        return time.monotonic() - started
+
+    def lost(self) -> list[str]:
+        found = dict(Reservation.objects.filter(pk__in=self.accepted).values_list("pk", "state"))
+        lost = [f"reservation {pk} is missing" for pk in sorted(self.accepted - set(found))]
+        lost += [f"reservation {pk} ended {state}" for pk, state in sorted(found.items()) if state not in SETTLED]
+        return lost
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=600, help="seconds of churn")
+    parser.add_argument("--settle-timeout", type=float, default=300)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    scratch = Path(tempfile.mkdtemp(prefix="gpufleet-soak-"))
+    print(f"soak: logs in {scratch}", file=sys.stderr)
+    prepare_database()
+    stack = Stack(scratch)
+    try:
+        stack.start("bmcsim")
+        call_command("seed_fleet", "--bmcsim-url", stack.bmcsim_url, stdout=StringIO())
+        call_command("import_trust_anchors", f"{stack.bmcsim_url}/bmcsim/v1/roots", stdout=StringIO())
+        call_command("import_reference_values", f"{stack.bmcsim_url}/bmcsim/v1/reference-values", stdout=StringIO())
+        tokens = {}
+        for name in TENANTS:
+            out = StringIO()
+            call_command("create_tenant", name, stdout=out)
+            tokens[name] = out.getvalue().strip().splitlines()[-1]
+        for name in ("web", "w1", "w2", "beat"):
+            stack.start(name)
+        stack.monitoring = Monitoring(scratch, stack.web_url)
+        wait_for("the fleet inspected", lambda: Node.objects.filter(state="available").count() >= NODES - 2, 180, 1)
+
+        soak = Soak(stack, tokens, args.seed)
+        print(f"soak: {args.duration:g} s of churn, faults and kills ...", file=sys.stderr)
+        soak.run(args.duration)
+        print("soak: settling ...", file=sys.stderr)
+        settle_seconds = soak.settle(args.settle_timeout)
+        connection.close()
+        report = StringIO()
+        try:
+            call_command("check_invariants", stdout=report)
+            violations = 0
+        except CommandError as failed:
+            violations = int(str(failed).split()[0])
+        lost = soak.lost()
+        quarantines = Counter(
+            AuditEvent.objects.filter(to_state="quarantined").values_list("event", flat=True).order_by()
+        )
+        discarded = AuditEvent.objects.filter(event="result_discarded").count()
+    finally:
+        stack.stop()
+
+    rows = [
+        ("duration of churn, s", f"{args.duration:g}"),
+        *((f"operations: {name}", count) for name, count in sorted(soak.operations.items())),
+        ("faults injected", ", ".join(f"{kind} {n}" for kind, n in sorted(soak.faults.items())) or "none"),
+        ("quarantines by cause", ", ".join(f"{event} {n}" for event, n in sorted(quarantines.items())) or "none"),
+        ("late results discarded by fencing", discarded),
+        ("kills and stalls", len(soak.kills)),
+        *(
+            (f"  {what}: recovered (probe reservation active) after, s", "never" if s is None else f"{s:.1f}")
+            for what, s in soak.kills
+        ),
+        ("time to settle at the end, s", f"{settle_seconds:.1f}"),
+        ("invariant violations", f"{violations}  (must be 0)"),
+        ("reservations lost", f"{len(lost)}  (must be 0)"),
+    ]
+    print_table(rows)
+    if violations or lost or any(s is None for _, s in soak.kills):
+        print(report.getvalue(), *lost, sep="\n", file=sys.stderr)
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""`make soak` for a minute: churn, faults and every kind of kill, then no violation and no lost reservation."""
+
+import os
+import subprocess
+import sys
+
+from tests.e2e.conftest import REPO_ROOT
+
+
+def test_a_minute_of_soak_ends_with_no_violation_and_no_lost_reservation(settings):
+    database = f"{settings.DATABASES['default']['TEST']['NAME']}_soak"  # beside this run's test database
+    soak = subprocess.run(
+        [sys.executable, "-m", "tests.soak", "--duration", "60", "--settle-timeout", "240"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "GPUFLEET_SOAK_DATABASE": database},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert soak.returncode == 0, soak.stdout + soak.stderr
+    table = {}
+    for line in soak.stdout.splitlines():
+        for figure in ("invariant violations", "reservations lost", "kills and stalls"):
+            if line.startswith(figure):
+                table[figure] = line.removeprefix(figure).split()[0]
+    assert table == {"invariant violations": "0", "reservations lost": "0", "kills and stalls": "6"}, soak.stdout
