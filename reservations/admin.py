@@ -1,7 +1,13 @@
 """Operators see reservations with where they were placed, their allocations and their history.
-State changes go through reservations.services (the release action), never a form field."""
+State changes go through reservations.services (the release action), never a form field.
+
+API tokens are not listed: DRF's token admin shows every key, and an operator has no need to
+read a tenant's credential back. Revoking one is an action on the tenant; `create_tenant`
+issues a new one.
+"""
 
 from django.contrib import admin, messages
+from rest_framework.authtoken.models import Token, TokenProxy
 
 from reservations import services
 from reservations.models import Allocation, Reservation, ReservationEvent, Tenant
@@ -30,11 +36,20 @@ class ReservationEventInline(ReadOnlyInline):
     readonly_fields = fields
 
 
+admin.site.unregister(TokenProxy)
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = ["name", "user", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["created_at"]
+    actions = ["revoke_api_tokens"]
+
+    @admin.action(description="Revoke the API tokens of selected tenants (manage.py create_tenant issues new ones)")
+    def revoke_api_tokens(self, request, queryset):
+        revoked, _ = Token.objects.filter(user__tenant__in=queryset).delete()
+        self.message_user(request, f"Revoked {revoked} API token(s)", messages.SUCCESS)
 
 
 @admin.register(Reservation)
