@@ -5,10 +5,11 @@ Redis, gunicorn, two workers, beat, and Prometheus with Alertmanager from Debian
 each on a port of its own that a restart keeps. For DURATION seconds, tenants reserve (rack-scale
 among them, some for later) and release through the API; faults strike through bmcsim's fault
 API (XID 79, BMC 500s and timeouts, hung erases, implants); an operator clears the faults of
-quarantined nodes and returns them; and a driver kills and restarts, in turn: a worker (SIGKILL),
-beat, the web server, bmcsim, Redis, and stalls a worker with SIGSTOP past its lease before it
-resumes. After each kill a probe reservation measures the time until the system provisions a
-node again. At the end the fleet settles and `check_invariants` runs.
+quarantined nodes and returns them; and a driver kills and restarts, every kind once in a random
+order and then at random, at least every 40 s: a worker (SIGKILL), beat, the web server, bmcsim,
+Redis, or stalls a worker with SIGSTOP past its lease before it resumes. After each kill a probe
+reservation measures the time until the system provisions a node again. At the end the fleet
+settles and `check_invariants` runs.
 
 Prints a table: operations, faults, kills, violations (must be 0), reservations lost (must be
 0), recovery time per kill. Exit status 1 on any violation or lost reservation.
@@ -54,6 +55,7 @@ django.setup()
 
 from django.core.management import CommandError, call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.db.models.functions import Now  # noqa: E402
 
 from attestation.ear import generate_signing_key  # noqa: E402
 from bench.table import print_table  # noqa: E402
@@ -204,18 +206,11 @@ class Soak:
         return None
 
     def churn_tenant(self) -> None:
+        """One tenant's move: release one of its reservations, the likelier the fuller the fleet
+        (so the fleet stays about half held), or reserve."""
         tenant = self.rng.choice(TENANTS)
-        live = [
-            r
-            for r in Reservation.objects.filter(tenant__name=tenant, state__in=[RS.ACTIVE, RS.PENDING, RS.DEGRADED])
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        ]
-        if live and self.rng.random() < 0.45:
-            answer = self.api(tenant, "POST", f"/v1/reservations/{self.rng.choice(live)}/release")
-            if answer is not None and answer.status_code >= 500:
-                raise SystemExit(f"the API answered {answer.status_code} to a release: {answer.text[:300]}")
-            self.operations["releases"] += answer is not None and answer.status_code == 200
+        held = Node.objects.filter(state__in=lifecycle.SERVING_STATES).count() / NODES
+        if self.rng.random() < held and self.release_one(tenant):
             return
         rack_scale = self.rng.random() < 0.1
         body = {"node_count": 8 if rack_scale else self.rng.randint(1, 4), "rack_scale": rack_scale}
@@ -223,6 +218,20 @@ class Soak:
             starts = datetime.now(UTC) + timedelta(seconds=self.rng.randint(5, 30))
             body.update(starts_at=starts.isoformat(), ends_at=(starts + timedelta(minutes=10)).isoformat())
         self.reserve(tenant, body)
+
+    def release_one(self, tenant: str) -> bool:
+        live = list(
+            Reservation.objects.filter(tenant__name=tenant, state__in=[RS.ACTIVE, RS.PENDING, RS.DEGRADED])
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        if not live:
+            return False
+        answer = self.api(tenant, "POST", f"/v1/reservations/{self.rng.choice(live)}/release")
+        if answer is not None and answer.status_code >= 500:
+            raise SystemExit(f"the API answered {answer.status_code} to a release: {answer.text[:300]}")
+        self.operations["releases"] += answer is not None and answer.status_code == 200
+        return True
 
     # -- faults and the operator ---------------------------------------------------------------
 
@@ -288,6 +297,8 @@ class Soak:
         while time.monotonic() < deadline:
             if reservation is None:
                 reservation = self.reserve(TENANTS[0], {"node_count": 1})
+                if reservation is None:  # no free node, or the web server still down: make room
+                    self.release_one(self.rng.choice(TENANTS))
             elif Reservation.objects.get(pk=reservation).state == RS.ACTIVE:
                 recovered = time.monotonic() - since
                 self.api(TENANTS[0], "POST", f"/v1/reservations/{reservation}/release")
@@ -301,31 +312,35 @@ class Soak:
     def run(self, duration: float) -> None:
         self.transient: list[tuple[float, str]] = []
         started = time.monotonic()
-        kill_every = duration / (len(KILLS) + 1)  # every kind at least once, whatever the duration
-        kills = 0
+        # Every kind at least once, in a random order, then at random; at least every 40 s.
+        kill_every = min(duration / (len(KILLS) + 1), 40)
+        schedule = self.rng.sample(KILLS, len(KILLS))
         next_fault = started + 2
-        while time.monotonic() - started < duration or kills < len(KILLS):
+        while time.monotonic() - started < duration or len(self.kills) < len(KILLS):
             self.churn_tenant()
             if time.monotonic() >= next_fault:
                 self.inject_fault()
                 next_fault = time.monotonic() + self.rng.uniform(2, 8)
             self.operator()
-            if time.monotonic() >= started + (kills + 1) * kill_every:
-                self.kill(KILLS[kills % len(KILLS)])
-                kills += 1
+            if time.monotonic() >= started + (len(self.kills) + 1) * kill_every:
+                self.kill(schedule[len(self.kills)] if len(self.kills) < len(KILLS) else self.rng.choice(KILLS))
             time.sleep(self.rng.uniform(0.1, 0.5))
 
     def settle(self, timeout: float) -> float:
-        """Clear every fault, return every quarantined node and wait until nothing owes work."""
+        """Clear every fault, return every quarantined node and wait until nothing owes work, and
+        no advance reservation is about to start, twice in a row a second apart."""
         started = time.monotonic()
         self.clear_faults()
         self.transient.clear()
+        calm = []
 
         def settled() -> bool:
             self.operator()
             busy = Node.objects.filter(state__in=[*TRANSITIONAL, lifecycle.State.QUARANTINED]).exists()
             owing = Reservation.objects.filter(state__in=[RS.PROVISIONING, RS.RELEASING, RS.DEGRADED]).exists()
-            return not busy and not owing
+            due = Reservation.objects.filter(state=RS.PENDING, starts_at__lte=Now() + timedelta(seconds=5)).exists()
+            calm.append(not (busy or owing or due))
+            return calm[-2:] == [True, True]
 
         wait_for("the fleet to settle", settled, timeout=timeout, interval=1)
         return time.monotonic() - started

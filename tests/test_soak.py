@@ -23,4 +23,5 @@ def test_a_minute_of_soak_ends_with_no_violation_and_no_lost_reservation(setting
         for figure in ("invariant violations", "reservations lost", "kills and stalls"):
             if line.startswith(figure):
                 table[figure] = line.removeprefix(figure).split()[0]
-    assert table == {"invariant violations": "0", "reservations lost": "0", "kills and stalls": "6"}, soak.stdout
+    assert (table["invariant violations"], table["reservations lost"]) == ("0", "0"), soak.stdout
+    assert int(table["kills and stalls"]) >= 6, soak.stdout  # every kind at least once
