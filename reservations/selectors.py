@@ -92,7 +92,7 @@ def rack_capacity(
     else:
         unusable = Node.objects.exclude(state__in=IN_SERVICE_STATES).order_by()
     blocked: dict[int, set[int]] = defaultdict(set)
-    for node_id in (*taken.values_list("node_id", flat=True), *unusable.values_list("id", flat=True)):
+    for node_id in _ids_of(taken.values_list("node_id"), unusable.values_list("id")):
         if (rack := fleet.rack_of.get(node_id)) is not None:  # else enrolled since: not placeable yet
             blocked[rack].add(node_id)
     racks = []
@@ -105,6 +105,19 @@ def rack_capacity(
             rack = RackCapacity(pod=rack.pod, rack=rack.rack, nodes=rack.nodes, free=free)
         racks.append(rack)
     return racks
+
+
+def _ids_of(*querysets) -> list[int]:
+    """The ids the one-column querysets select, read in one round trip as one array: thousands
+    of rows through the ORM cost milliseconds on every placement, one array next to nothing."""
+    parts, params = [], []
+    for queryset in querysets:
+        sql, more = queryset.query.sql_with_params()
+        parts.append(f"({sql})")
+        params.extend(more)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT array({' UNION ALL '.join(parts)})", params)
+        return cursor.fetchone()[0]
 
 
 def capacity_by_pod() -> list[dict]:
