@@ -155,9 +155,12 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
         if model is None and r.free is r.nodes:  # a wholly free rack, as the service hands most of them
             pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, r.nodes, True, True))
             continue
-        free = set(r.free)
+        free = set(r.free)  # a subset of r.nodes: _check_capacity made sure
         models = r.gpu_models or {}
-        usable = tuple(n for n in r.nodes if n in free and (model is None or models.get(n) == model))
+        if model is None and len(free) == len(r.nodes):
+            usable = r.nodes
+        else:
+            usable = tuple(n for n in r.nodes if n in free and (model is None or models.get(n) == model))
         model_present = model_present or any(models.get(n) == model for n in r.nodes)
         whole = len(free) == len(r.nodes)
         pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, usable, whole, whole and len(usable) == len(r.nodes)))
