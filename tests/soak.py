@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -76,6 +77,9 @@ LEASE_SECONDS = 3
 
 
 def prepare_database() -> None:
+    """A fresh database: a soak never starts from what an earlier one left."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", SOAK_DB):
+        raise SystemExit(f"GPUFLEET_SOAK_DATABASE must be a lower-case identifier, not {SOAK_DB!r}")
     subprocess.run(["psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {SOAK_DB} WITH (FORCE)"], check=True)
     call_command("ensure_database", stdout=StringIO())
     call_command("migrate", verbosity=0)
@@ -416,7 +420,9 @@ def main() -> None:
     print_table(rows)
     if violations or lost or any(s is None for _, s in soak.kills):
         print(report.getvalue(), *lost, sep="\n", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(f"soak failed: its database {SOAK_DB} and logs in {scratch} are kept")
+    connection.close()
+    subprocess.run(["psql", f"{PG}/postgres", "-qc", f"DROP DATABASE {SOAK_DB} WITH (FORCE)"], check=True)
 
 
 if __name__ == "__main__":

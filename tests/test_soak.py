@@ -7,8 +7,9 @@ import sys
 from tests.e2e.conftest import REPO_ROOT
 
 
-def test_a_minute_of_soak_ends_with_no_violation_and_no_lost_reservation(settings):
-    database = f"{settings.DATABASES['default']['TEST']['NAME']}_soak"  # beside this run's test database
+def test_a_minute_of_soak_ends_with_no_violation_and_no_lost_reservation():
+    # Named after this run's test database (tests/settings.py), so two runs on one machine never share it.
+    database = f"{os.environ.get('GPUFLEET_TEST_DATABASE', 'test_gpufleet')}_soak"
     soak = subprocess.run(
         [sys.executable, "-m", "tests.soak", "--duration", "60", "--settle-timeout", "240"],
         cwd=REPO_ROOT,
