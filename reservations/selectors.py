@@ -27,8 +27,11 @@ def period(starts_at: datetime, ends_at: datetime | None) -> Range:
 
 
 def live_allocations():
-    """Allocations whose period has not ended."""
-    return Allocation.objects.filter(Q(period__endswith__isnull=True) | Q(period__endswith__gt=Now()))
+    """Allocations whose period has not ended. An empty period (a hold cut short before it
+    began) has no upper bound either, yet it ended before it started."""
+    return Allocation.objects.filter(
+        Q(period__endswith__isnull=True) | Q(period__endswith__gt=Now()), period__isempty=False
+    )
 
 
 @dataclass(frozen=True)

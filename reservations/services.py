@@ -184,8 +184,9 @@ def release_reservation(*, reservation_id: int, actor: str, reason: str = "relea
             log.info("node %s left reservation %s on its own while it was released", node_id, reservation_id)
     with transaction.atomic():
         _end_allocations(live_allocations().filter(reservation=reservation), reason)
-        Reservation.objects.filter(pk=reservation_id, state=RS.RELEASING).update(state=RS.RELEASED)
-        _record(reservation, ReservationEventKind.RELEASED, actor, reason)
+        # The tenant's release and the reconciler's may finish the same release: one records it.
+        if Reservation.objects.filter(pk=reservation_id, state=RS.RELEASING).update(state=RS.RELEASED):
+            _record(reservation, ReservationEventKind.RELEASED, actor, reason)
     return Reservation.objects.get(pk=reservation_id)
 
 

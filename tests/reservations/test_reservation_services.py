@@ -117,6 +117,19 @@ def test_an_advance_reservation_holds_nodes_for_later_and_shares_them_before(ali
     assert sorted(held(before)) == sorted(held(future))
 
 
+def test_a_release_finished_meanwhile_by_the_reconciler_still_succeeds(alice, available_fleet):
+    """Found by the soak: the tenant's release and the reconciler's both ended the holds of an
+    advance reservation; the second saw the first's empty periods as live and tried to end them
+    again, which the database refused (a 500)."""
+    later = timezone.now() + timedelta(hours=1)
+    future = reserve(alice, 2, starts_at=later, ends_at=later + timedelta(hours=1))
+    Reservation.objects.filter(pk=future.pk).update(state="releasing")  # the tenant's release began
+    services.release_reservation(reservation_id=future.pk, actor="system:reconciler")  # the reconciler finished it
+    assert held(future) == [] and Allocation.objects.filter(reservation=future, period__isempty=True).count() == 2
+    Reservation.objects.filter(pk=future.pk).update(state="releasing")  # as the tenant's release read it
+    assert services.release_reservation(reservation_id=future.pk, actor="tenant:alice").state == "released"
+
+
 def test_provisioning_starts_at_starts_at(alice, available_fleet):
     soon = timezone.now() + timedelta(seconds=1)
     reservation = reserve(alice, 2, starts_at=soon)
