@@ -330,6 +330,12 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
         return workflow.failed.value
     except (NotYet, BMCTransientError, AgentUnavailable, AgentError) as pause:
         log.info("%s: %s paused at %s: %s", run.node.name, run.node.state, current, pause)
+        first = workflow.steps[0].__name__
+        if isinstance(pause, AgentUnavailable) and current != first:
+            # The agent answered earlier in this workflow and now does not: the machine rebooted
+            # or lost power under us, and what it had booted is gone. Resuming here would wait for
+            # an agent that never comes back; the next run starts over.
+            leases.set_step(run.lease, step=first, actor=run.actor)
         if not leases.release(run.lease):
             record_discarded_result(lease=run.lease, attempted=f"pause at {current}", actor=run.actor)
             return "lease lost"

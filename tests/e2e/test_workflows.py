@@ -8,6 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
+from fleet import leases, workflows
 from fleet.models import AuditEvent, Node
 from fleet.services import transition
 from tests.e2e.conftest import wait_for
@@ -169,3 +170,23 @@ def test_a_redis_restart_loses_no_work(bmcsim, control_plane):
     time.sleep(2)
     control_plane.redis.start()
     wait_for("every node wiped", lambda: all(wiped(n) and inspected(n) for n in nodes), timeout=120)
+
+
+def test_a_machine_that_lost_power_after_its_agent_answered_is_booted_again(bmcsim, control_plane, transactional_db):
+    """Found by the soak: bmcsim restarted and lost a node's last boot; the inspection paused at
+    attest, waiting for an agent that would never answer again, until its one-hour deadline."""
+    node = seed(bmcsim)[0]
+    control_plane.configure_attestation()
+    transition(node_id=node.pk, event="inspection_started", actor="test")
+    # A first run booted the node and got as far as attestation, then paused; meanwhile it lost power.
+    lease = leases.claim(owner="first-run", node_ids=[node.pk])[0]
+    assert leases.set_step(lease, step="attest", actor="test") and leases.release(lease)
+    answer = bmcsim.post(
+        f"/redfish/v1/Systems/{node.system_id}/Actions/ComputerSystem.Reset", json={"ResetType": "ForceOff"}
+    )
+    assert answer.status_code < 300, answer.text
+
+    assert workflows.run_workflow(node_id=node.pk, worker="test") == "paused at attest"
+    assert Node.objects.get(pk=node.pk).step == "boot_service_image"  # audited, and where the next run starts
+    assert workflows.run_workflow(node_id=node.pk, worker="test") == "done"
+    assert Node.objects.get(pk=node.pk).state == "available"
