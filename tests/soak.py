@@ -58,13 +58,12 @@ from django.core.management import CommandError, call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models.functions import Now  # noqa: E402
 
-from attestation.ear import generate_signing_key  # noqa: E402
 from bench.table import print_table  # noqa: E402
 from fleet import lifecycle  # noqa: E402
 from fleet.models import AuditEvent, Node  # noqa: E402
 from fleet.services import ConcurrentTransition, transition  # noqa: E402
 from reservations.models import Reservation, ReservationState  # noqa: E402
-from tests.e2e.conftest import WEBHOOK_TOKEN, Monitoring, Process, RedisServer, wait_for  # noqa: E402
+from tests.e2e.conftest import ControlPlane, Monitoring, Process, RedisServer, _answers, wait_for  # noqa: E402
 
 NODES = 50
 TENANTS = ["soak-a", "soak-b", "soak-c"]
@@ -86,7 +85,8 @@ def prepare_database() -> None:
 
 
 class Stack:
-    """Every process of the control plane, each restartable on the port it started on."""
+    """Every process of the control plane, each restartable on the port it started on: the
+    e2e tests' ControlPlane for web, workers and beat, with bmcsim and Redis beside it."""
 
     def __init__(self, scratch: Path):
         self.scratch = scratch
@@ -94,61 +94,36 @@ class Stack:
         self.bmcsim_port, self.web_port = free_port(), free_port()
         self.bmcsim_url = f"http://127.0.0.1:{self.bmcsim_port}"
         self.web_url = f"http://127.0.0.1:{self.web_port}"
-        keys = scratch / "signing-keys"
-        keys.mkdir()
-        generate_signing_key(keys / "key.pem")
-        self.env = {
-            **os.environ,
-            "REDIS_URL": self.redis.url,
-            "BMCSIM_URL": self.bmcsim_url,
-            "GPUFLEET_SIGNING_KEY": str(keys),
-            "SIM_TIME_SCALE": "0",
-            "GPUFLEET_LEASE_SECONDS": str(LEASE_SECONDS),
-            "GPUFLEET_RECONCILE_SECONDS": "0.5",
-            "GPUFLEET_WORKFLOW_POLL_SECONDS": "0.05",
-            "GPUFLEET_BMC_TIMEOUT": "2",
-            "GPUFLEET_AGENT_BOOT_TIMEOUT": "20",
-            "GPUFLEET_WIPE_TIMEOUT": "10",
-            "GPUFLEET_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
-            "GPUFLEET_LOG_LEVEL": "WARNING",
-        }
-        self.processes: dict[str, Process] = {}
-        self.monitoring: Monitoring | None = None
+        self.plane = ControlPlane(
+            scratch,
+            self.bmcsim_url,
+            self.redis,
+            SIM_TIME_SCALE="0",
+            GPUFLEET_LEASE_SECONDS=str(LEASE_SECONDS),
+            GPUFLEET_WIPE_TIMEOUT="10",
+            GPUFLEET_LOG_LEVEL="WARNING",
+        )
+        self.bmcsim: Process | None = None
 
     def start(self, name: str) -> None:
-        python = [sys.executable]
-        celery = [*python, "-m", "celery", "-A", "gpufleet", "worker", "--pool", "solo", "--loglevel", "WARNING"]
-        commands = {
-            "bmcsim": [
-                *python,
-                *("-m", "bmcsim", "--port", str(self.bmcsim_port), "--nodes", str(NODES)),
-                *("--data-dir", str(self.scratch / "bmcsim"), "--time-scale", "0"),
-            ],
-            "web": [
-                *python,
-                *("-m", "gunicorn", "gpufleet.wsgi", "--bind", f"127.0.0.1:{self.web_port}"),
-                *("--workers", "2", "--log-level", "warning"),
-            ],
-            "w1": [*celery, "-n", "w1@soak", "--without-gossip", "--without-mingle"],
-            "w2": [*celery, "-n", "w2@soak", "--without-gossip", "--without-mingle"],
-            "beat": [
-                *celery,
-                *("-n", "beat@soak", "--beat", "--queues", "reconcile"),
-                *("--schedule", str(self.scratch / "beat-schedule")),
-            ],
-        }
-        self.processes[name] = Process(name, commands[name], self.env, self.scratch)
         if name == "bmcsim":
+            command = [sys.executable, "-m", "bmcsim", "--port", str(self.bmcsim_port), "--nodes", str(NODES)]
+            command += ["--data-dir", str(self.scratch / "bmcsim"), "--time-scale", "0"]
+            self.bmcsim = Process("bmcsim", command, self.plane.env, self.scratch)
             wait_for("bmcsim", lambda: _answers(f"{self.bmcsim_url}/redfish/v1/"), timeout=30)
         elif name == "web":
-            wait_for("the web server", lambda: _answers(f"{self.web_url}/healthz"), timeout=30)
+            self.plane.start_web(port=self.web_port)
+        elif name == "beat":
+            self.plane.start_beat()
+        else:
+            self.plane.start_worker(name)
+
+    def process(self, name: str) -> Process:
+        special = {"bmcsim": self.bmcsim, "beat": self.plane.beat, "redis": self.redis.process}
+        return special[name] if name in special else self.plane.workers[name]
 
     def kill(self, name: str) -> None:
-        if name == "redis":
-            self.redis.process.signal(signal.SIGKILL)
-            self.redis.process.popen.wait(timeout=10)
-            return
-        process = self.processes[name]
+        process = self.process(name)
         process.signal(signal.SIGKILL)
         process.popen.wait(timeout=10)
 
@@ -159,18 +134,10 @@ class Stack:
             self.start(name)
 
     def stop(self) -> None:
-        if self.monitoring is not None:
-            self.monitoring.stop()
-        for process in self.processes.values():
-            process.stop()
+        self.plane.stop()
+        if self.bmcsim is not None:
+            self.bmcsim.stop()
         self.redis.stop()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 class Soak:
@@ -283,7 +250,7 @@ class Soak:
     def kill(self, what: str) -> None:
         killed_at = time.monotonic()
         if what == "stall":
-            worker = self.stack.processes[self.rng.choice(["w1", "w2"])]
+            worker = self.stack.process(self.rng.choice(["w1", "w2"]))
             worker.signal(signal.SIGSTOP)
             time.sleep(2 * LEASE_SECONDS)  # past its lease: a successor takes its node over
             worker.signal(signal.SIGCONT)
@@ -379,7 +346,7 @@ def main() -> None:
             tokens[name] = out.getvalue().strip().splitlines()[-1]
         for name in ("web", "w1", "w2", "beat"):
             stack.start(name)
-        stack.monitoring = Monitoring(scratch, stack.web_url)
+        stack.plane.monitoring = Monitoring(scratch, stack.web_url)
         wait_for("the fleet inspected", lambda: Node.objects.filter(state="available").count() >= NODES - 2, 180, 1)
 
         soak = Soak(stack, tokens, args.seed)

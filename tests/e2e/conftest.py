@@ -120,9 +120,11 @@ def process_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def start_gunicorn(name: str, wsgi: str, env: dict, log_dir: Path, processes: int = 2) -> tuple[Process, str]:
-    """gunicorn serving a listener on a free port; the process and its base URL, once it answers."""
-    port = free_port()
+def start_gunicorn(
+    name: str, wsgi: str, env: dict, log_dir: Path, processes: int = 2, port: int | None = None
+) -> tuple[Process, str]:
+    """gunicorn serving a listener on `port` (a free one if None); the process and its base URL, once it answers."""
+    port = port or free_port()
     args = [
         sys.executable,
         "-m",
@@ -237,9 +239,9 @@ class ControlPlane:
     def signing_keys(self) -> Path:
         return Path(self.env["GPUFLEET_SIGNING_KEY"])
 
-    def start_web(self, name: str = "web", processes: int = 2) -> str:
+    def start_web(self, name: str = "web", processes: int = 2, port: int | None = None) -> str:
         """gunicorn serving the private listener; returns its base URL once it answers."""
-        self.workers[name], url = start_gunicorn(name, "gpufleet.wsgi", self.env, self.tmp_path, processes)
+        self.workers[name], url = start_gunicorn(name, "gpufleet.wsgi", self.env, self.tmp_path, processes, port)
         return url
 
     def configure_attestation(self) -> None:
