@@ -35,7 +35,7 @@ DEPLOY_README = DEPLOY / "README.md"
 
 APP_IMAGE = "gpu-fleet"
 APP_UID = 10001
-# The contract's ports (shared DESIGN.md), plus Grafana's.
+# The ports every deployment keeps (docs/architecture.md), plus Grafana's.
 PORTS = {"web": 8000, "public": 8001, "bmcsim": 8100, "prometheus": 9090, "alertmanager": 9093, "grafana": 3000}
 PRODUCTION = {
     "web",

@@ -15,7 +15,6 @@ import pytest
 import requests
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED = REPO_ROOT.parent / "shared"
 OPERATOR = ("root", "calvin")
 FLEET_NODES = 4
 

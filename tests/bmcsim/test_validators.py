@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import OPERATOR, SHARED
+from .conftest import OPERATOR, REPO_ROOT
 
 BIN = Path(sys.executable).parent
+# DMTF's schemas and OpenStack Ironic's profile, vendored with their licences.
+REDFISH_DATA = REPO_ROOT / "tests" / "data" / "redfish"
 # The table both validators print last: | PASS | WARN | FAIL | NOT TESTED |, a rule, then the counts.
 SUMMARY = re.compile(
     r"\|\s*PASS\s*\|\s*WARN\s*\|\s*FAIL\s*\|\s*NOT TESTED\s*\|\s*\n"
@@ -40,7 +42,7 @@ def test_service_validator_finds_no_failure(bmcsim, tmp_path):
             *operator_login(bmcsim),
             "--skipschema",
             "--schema_directory",
-            str(SHARED / "redfish" / "csdl"),
+            str(REDFISH_DATA / "csdl"),
             "--logdir",
             str(tmp_path),
         ],
@@ -60,7 +62,7 @@ def test_service_validator_finds_no_failure(bmcsim, tmp_path):
 
 
 def test_interop_validator_finds_no_failed_mandatory_requirement(bmcsim, tmp_path):
-    profile = SHARED / "redfish" / "profiles" / "OpenStackIronicProfile.v1_2_0.json"
+    profile = REDFISH_DATA / "profiles" / "OpenStackIronicProfile.v1_2_0.json"
     passed, failed, log = run_validator(
         [
             str(BIN / "rf_interop_validator"),
