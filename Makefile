@@ -2,7 +2,6 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-export DJANGO_SETTINGS_MODULE ?= gpufleet.settings
 
 .PHONY: prerequisites setup database demo test lint bench soak
 
@@ -34,7 +33,7 @@ demo: database
 	  && $(PY) manage.py import_reference_values http://127.0.0.1:8100/bmcsim/v1/reference-values; \
 	  status=$$?; kill $$pid; wait $$pid; exit $$status
 	$(PY) manage.py ensure_operator
-	umask 077 && $(PY) -c 'from django.conf import settings; print(settings.GPUFLEET_WEBHOOK_TOKEN)' > var/webhook-token
+	umask 077 && DJANGO_SETTINGS_MODULE=gpufleet.settings $(PY) -c 'from django.conf import settings; print(settings.GPUFLEET_WEBHOOK_TOKEN)' > var/webhook-token
 	$(PY) manage.py create_tenant acme | tail -n 1 > var/acme.token
 	@echo "== gpu-fleet: http://127.0.0.1:8000/admin/ (admin/admin), http://127.0.0.1:8000/healthz"
 	@echo "== bmcsim http://127.0.0.1:8100, Prometheus http://127.0.0.1:9090, Alertmanager http://127.0.0.1:9093"

@@ -16,8 +16,7 @@ from django.conf import settings
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.settings import BASE_DIR
-
+BASE_DIR = settings.BASE_DIR
 RUNTIME = BASE_DIR / "requirements.txt"
 DEVELOPMENT = BASE_DIR / "requirements-dev.txt"
 PRODUCTION_CODE = ("gpufleet", "fleet", "reservations", "attestation", "remediation", "bmcsim", "manage.py")
