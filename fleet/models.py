@@ -1,7 +1,7 @@
 """Topology (Pod, Rack, Node, GPU) and the append-only audit log.
 
 Every invariant of the node lifecycle is repeated here as a named CHECK constraint, so a bug
-anywhere else cannot store a broken row. Two more rules live in triggers (migration 0002):
+anywhere else cannot store a broken row. Two more rules live in triggers (migration 0003_audit_triggers):
 the audit log refuses UPDATE and DELETE, and a node's state cannot change, nor a node be
 created, without an audit row written in the same transaction.
 """

@@ -14,14 +14,16 @@ series, and so every alert, carries the node's name in the `node` label:
           "node": "node-001",
           "pod": "p1",
           "rack": "r01",
-          "__metrics_path__": "/agent/node-001/metrics"
+          "__metrics_path__": "/agent/node-001/metrics",
+          "__scheme__": "http"
         }
       }
     ]
 
 - `targets`: exactly one "host:port" of the node's agent (bmcsim serves every agent on one port,
   hence the per-node `__metrics_path__`; the path of the inventory's `agent_url` plus "/metrics").
-- `labels`: `node`, `pod`, `rack` as strings, and `__metrics_path__`. Nothing else is required.
+- `labels`: `node`, `pod`, `rack` as strings, `__metrics_path__`, and `__scheme__` (the agent URL's
+  scheme). Nothing else is required.
 - Content-Type: application/json; status 200 with `[]` when there are no nodes.
 - Which nodes: those whose agent is expected to answer (`available` and `active`); a node being
   rebooted by a workflow or out of service would otherwise raise NodeAgentDown.
