@@ -1,37 +1,29 @@
 """Benchmark bmcsim: memory of a 10,000-node fleet, System GETs per second, metrics render time.
 
-Starts bmcsim as a subprocess on a free loopback port with a throw-away data directory, loads it
-from this process for a bounded time, and prints one table. Targets from issue 3: < 500 MB RSS,
->= 1,000 GET/s with 8 concurrent clients, < 5 ms per node's metrics.
+Starts bmcsim as the tests do (a subprocess on a free loopback port) with a throw-away data
+directory, loads it from this process for a bounded time, and prints one table. Targets from
+issue 3: < 500 MB RSS, >= 1,000 GET/s with 8 concurrent clients, < 5 ms per node's metrics.
+Run from the repository root: .venv/bin/python -m bench.bmcsim
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import random
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support.bmcsim import OPERATOR, start_bmcsim
+
 NODES = 10_000
 CLIENTS = 8
 LOAD_SECONDS = 5.0
 METRICS_SAMPLES = 200
-AUTH = {"Authorization": "Basic " + base64.b64encode(b"root:calvin").decode()}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+AUTH = {"Authorization": "Basic " + base64.b64encode(":".join(OPERATOR).encode()).decode()}
 
 
 def rss_mb(pid: int) -> float:
@@ -39,20 +31,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
-
-
-async def wait_ready(session: aiohttp.ClientSession, url: str, process: subprocess.Popen) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < 60:
-        if process.poll() is not None:
-            raise RuntimeError(f"bmcsim exited with {process.returncode}")
-        try:
-            async with session.get(url + "/redfish/v1/") as r:
-                if r.status == 200:
-                    return time.monotonic() - started
-        except aiohttp.ClientConnectionError:
-            await asyncio.sleep(0.05)
-    raise RuntimeError("bmcsim did not start within 60 s")
 
 
 async def system_gets(session: aiohttp.ClientSession, url: str, names: list[str]) -> tuple[float, int]:
@@ -87,26 +65,27 @@ async def metrics_latency(session: aiohttp.ClientSession, url: str, names: list[
     return sum(timings) / len(timings), timings[int(0.95 * len(timings))]
 
 
-async def main() -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryDirectory() as data_dir:
-        env = {**os.environ, "SIM_TIME_SCALE": "0", "BMCSIM_DATA_DIR": data_dir, "BMCSIM_NODES": str(NODES)}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "bmcsim", "--port", str(port)], cwd=REPO_ROOT, env=env, stderr=subprocess.DEVNULL
-        )
+async def load(url: str) -> tuple[list[str], float, int, float, float]:
+    """The inventory's names, System GETs/s and errors, metrics mean and p95 ms."""
+    connector = aiohttp.TCPConnector(limit=CLIENTS)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session:
+        async with session.get(url + "/bmcsim/v1/inventory") as r:
+            names = [n["name"] for n in (await r.json())["nodes"]]
+        rate, errors = await system_gets(session, url, names)
+        mean_ms, p95_ms = await metrics_latency(session, url, names)
+    return names, rate, errors, mean_ms, p95_ms
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        started = time.monotonic()
+        sim = start_bmcsim(Path(scratch) / "data", nodes=NODES, timeout=60)
+        startup = time.monotonic() - started
         try:
-            connector = aiohttp.TCPConnector(limit=CLIENTS)
-            async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session:
-                startup = await wait_ready(session, url, process)
-                async with session.get(url + "/bmcsim/v1/inventory") as r:
-                    names = [n["name"] for n in (await r.json())["nodes"]]
-                rate, errors = await system_gets(session, url, names)
-                mean_ms, p95_ms = await metrics_latency(session, url, names)
-                rss = rss_mb(process.pid)
+            names, rate, errors, mean_ms, p95_ms = asyncio.run(load(sim.url))
+            rss = rss_mb(sim.process.popen.pid)
         finally:
-            process.terminate()
-            process.wait(timeout=30)
+            sim.stop()
     rows = [
         ("nodes", f"{len(names):,}", ""),
         ("start-up to first answer", f"{startup:.2f} s", ""),
@@ -122,4 +101,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

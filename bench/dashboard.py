@@ -5,7 +5,7 @@ topology, puts the fleet in a busy mix of states (tenants on a third of it, some
 inspecting, quarantined, in maintenance), then requests the floor through Django's whole stack
 (middleware, view, template) in this process: the full page and the fragment htmx polls.
 Prints a table; the target is < 300 ms at 10,000 nodes and the same query count at every size.
-Run: .venv/bin/python bench/dashboard.py [--sizes 50 1000 10000] [--requests 20]
+Run from the repository root: .venv/bin/python -m bench.dashboard [--sizes 50 1000 10000] [--requests 20]
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ import subprocess
 import sys
 import time
 import warnings
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO_ROOT
+
 BENCH_DB = "gpufleet_bench_dashboard"
 PG = "postgres://postgres@127.0.0.1:5432"
 TARGET_MS = 300
 
 os.environ["DATABASE_URL"] = f"{PG}/{BENCH_DB}"
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
-sys.path.insert(0, str(ROOT))
 # whitenoise notes that collectstatic has not run: the pages do not need it (it finds app files).
 warnings.filterwarnings("ignore", message="No directory at")
 
@@ -50,7 +49,7 @@ def fresh_database() -> None:
     connections.close_all()
     psql(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
     psql(f"CREATE DATABASE {BENCH_DB}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO_ROOT, check=True)
 
 
 def build_fleet(size: int) -> None:

@@ -4,7 +4,8 @@ Starts everything as the end-to-end tests do (bmcsim, gunicorn, two Celery worke
 Prometheus, Alertmanager) on its own database (gpufleet_bench_incident), reserves 4 nodes in
 p2, then 5 times injects XID 79 on one of the reservation's nodes and times: injection ->
 quarantined, quarantined -> replacement placed, -> reservation active again. Prints the
-median and the worst of each. Run: .venv/bin/python bench/incident.py [--runs 5]
+median and the worst of each.
+Run from the repository root: .venv/bin/python -m bench.incident [--runs 5]
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from bench.table import print_table  # noqa: E402
+from bench.table import print_table
 
 os.environ.update(
     DJANGO_SETTINGS_MODULE="gpufleet.settings",
@@ -42,8 +41,9 @@ def main() -> None:
     from fleet.models import Node, Pod
     from reservations import services as reservations
     from reservations.models import Reservation, ReservationEvent, Tenant
-    from tests.bmcsim.conftest import start_bmcsim
-    from tests.e2e.conftest import ControlPlane, RedisServer, wait_for
+    from tests.support.bmcsim import start_bmcsim
+    from tests.support.processes import RedisServer, wait_for
+    from tests.support.stack import ControlPlane
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-incident-"))
     call_command("ensure_database", stdout=StringIO())

@@ -1,11 +1,12 @@
 """Wipe and re-inspection of a whole fleet by real Celery workers against bmcsim at SIM_TIME_SCALE=0.
 
-Builds its own database (gpufleet_bench_lifecycle), starts bmcsim with N nodes, enrols them,
-lets the workers inspect them once (setup), then sends every node to wiping at once and times
-until each is wiped and inspected again. Prints nodes per minute, Redfish and agent calls per
-node, and where a node's time went (BMC, agent, database, the rest of the worker), from the
-figures each workflow run records with its outcome in the audit log.
-Run: .venv/bin/python bench/lifecycle.py [--nodes 1000] [--workers 4]
+Builds its own database (gpufleet_bench_lifecycle), starts a private Redis, bmcsim with N nodes,
+workers and beat as the end-to-end tests do, enrols the nodes, lets the workers inspect them once
+(setup), then sends every node to wiping at once and times until each is wiped and inspected again.
+Prints nodes per minute, Redfish and agent calls per node, and where a node's time went (BMC,
+agent, database, the rest of the worker), from the figures each workflow run records with its
+outcome in the audit log.
+Run from the repository root: .venv/bin/python -m bench.lifecycle [--nodes 1000] [--workers 4]
 """
 
 from __future__ import annotations
@@ -13,19 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import requests
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from bench.placement import PG, free_port, run  # noqa: E402
-from bench.table import print_table  # noqa: E402
+from bench.placement import PG, run
+from bench.table import print_table
+from tests.support.bmcsim import start_bmcsim
+from tests.support.processes import RedisServer, start_beat, start_worker
 
 BENCH_DB = "gpufleet_bench_lifecycle"
 
@@ -74,86 +71,27 @@ def main() -> None:
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-lifecycle-"))
-    bmcsim_port = free_port()
-    bmcsim_url = f"http://127.0.0.1:{bmcsim_port}"
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
         "DATABASE_URL": f"{PG}/{BENCH_DB}",
-        "REDIS_URL": "redis://127.0.0.1:6379/13",
-        "BMCSIM_URL": bmcsim_url,
         "SIM_TIME_SCALE": "0",
         "GPUFLEET_RECONCILE_SECONDS": "2",
         "GPUFLEET_WORKFLOW_POLL_SECONDS": "0.05",
         "GPUFLEET_LOG_LEVEL": "WARNING",
     }
-    run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-    run(sys.executable, "manage.py", "ensure_database", env=env)
-    run(sys.executable, "manage.py", "migrate", "-v0", env=env)
-    run("redis-cli", "-n", "13", "flushdb")
     processes = []
-
-    def start(name: str, *command: str) -> None:
-        log = (scratch / f"{name}.log").open("wb")
-        processes.append(
-            subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        )
-
     try:
-        start(
-            "bmcsim",
-            sys.executable,
-            "-m",
-            "bmcsim",
-            "--port",
-            str(bmcsim_port),
-            "--nodes",
-            str(args.nodes),
-            "--data-dir",
-            str(scratch / "bmcsim"),
-            "--time-scale",
-            "0",
-        )
-        for _ in range(100):
-            try:
-                requests.get(f"{bmcsim_url}/redfish/v1/", timeout=1)
-                break
-            except requests.RequestException:
-                time.sleep(0.2)
-        run(sys.executable, "manage.py", "seed_fleet", "--bmcsim-url", bmcsim_url, "--wait", "30", env=env)
-        start(
-            "worker",
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "gpufleet",
-            "worker",
-            "--concurrency",
-            str(args.workers),
-            "--loglevel",
-            "WARNING",
-            "--without-gossip",
-            "--without-mingle",
-        )
-        start(
-            "beat",
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "gpufleet",
-            "worker",
-            "--beat",
-            "--queues",
-            "reconcile",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "WARNING",
-            "--schedule",
-            str(scratch / "beat-schedule"),
-        )
+        processes.append(RedisServer(scratch))
+        env["REDIS_URL"] = processes[-1].url
+        run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+        run(sys.executable, "manage.py", "ensure_database", env=env)
+        run(sys.executable, "manage.py", "migrate", "-v0", env=env)
+        processes.append(start_bmcsim(scratch / "bmcsim", nodes=args.nodes, timeout=120))
+        env["BMCSIM_URL"] = processes[-1].url
+        run(sys.executable, "manage.py", "seed_fleet", "--bmcsim-url", env["BMCSIM_URL"], "--wait", "30", env=env)
+        processes.append(start_worker("worker", env, scratch, concurrency=args.workers, loglevel="WARNING"))
+        processes.append(start_beat(env, scratch, loglevel="WARNING"))
         print(f"first inspection of {args.nodes} nodes (setup) ...", file=sys.stderr)
         first = wait_until_inspected(env, args.nodes, args.timeout)
 
@@ -167,10 +105,8 @@ def main() -> None:
         cycle = wait_until_inspected(env, args.nodes, args.timeout) + handed
         rows = json.loads(run(sys.executable, "-c", FIGURES % since, env=env).stdout)
     finally:
-        for process in processes:
-            os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            process.wait(timeout=30)
+        for process in reversed(processes):
+            process.stop()
         run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
 
     per_node = {

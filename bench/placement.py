@@ -6,7 +6,7 @@ rack-scale), each in a future window so that nodes are shared over time, about h
 again. Prints reservations/s, latency percentiles, lost placement races, double bookings
 (must be 0), GET /v1/capacity latency, and two ceilings measured in the same run: pgbench's
 TPS, and the rate of the cheapest authenticated read through the same server and clients.
-Run: .venv/bin/python bench/placement.py [--reservations N] [--clients N]
+Run from the repository root: .venv/bin/python -m bench.placement [--reservations N] [--clients N]
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import argparse
 import os
 import random
 import re
-import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -26,22 +25,16 @@ from pathlib import Path
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.table import print_table
+from tests.support import REPO_ROOT
+from tests.support.processes import start_gunicorn
 
-ROOT = Path(__file__).resolve().parents[1]
 BENCH_DB = "gpufleet_bench"
 PG = "postgres://postgres@127.0.0.1:5432"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(*args, env=None, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, env=env, check=True, capture_output=True, text=True, **kwargs)
+    return subprocess.run(args, cwd=REPO_ROOT, env=env, check=True, capture_output=True, text=True, **kwargs)
 
 
 def prepare_fleet(env: dict, nodes: int, pods: int) -> None:
@@ -204,37 +197,13 @@ def main() -> None:
     print(f"preparing a {args.nodes}-node fleet in {args.pods} pods ...", file=sys.stderr)
     prepare_fleet(env, args.nodes, args.pods)
     tokens = tenant_tokens(env, args.clients)
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "gpufleet.wsgi",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            str(args.workers),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-    )
+    scratch = Path(tempfile.mkdtemp(prefix="bench-placement-"))
+    server, base = start_gunicorn("web", "gpufleet.wsgi", env, scratch, processes=args.workers)
     try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                requests.get(f"{base}/healthz", timeout=2)
-                break
-            except requests.RequestException:
-                time.sleep(0.2)
         print(f"{args.clients} clients, {args.reservations} reservations ...", file=sys.stderr)
         figures = drive(base, tokens, args.reservations, args.seed)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        server.stop(timeout=30)
     double, races = database_figures(env)
     print("pgbench on the same server ...", file=sys.stderr)
     tps = pgbench_tps(args.clients, 15)

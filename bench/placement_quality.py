@@ -5,7 +5,7 @@ some pinned to a pod) is replayed on three copies of a fleet of 10 pods x 12 rac
 one per strategy; a departure frees a reservation only where it was accepted. Then place()
 is timed on a 10,000-node fleet (10 pods x 125 racks x 8 nodes), half of it busy.
 
-Run from the repository root: .venv/bin/python bench/placement_quality.py [--seed N]
+Run from the repository root: .venv/bin/python -m bench.placement_quality [--seed N]
 """
 
 from __future__ import annotations
@@ -17,10 +17,6 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
-
-# `make bench` runs this file as a script, so the repository root is not on the path yet.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from reservations.placement import (
     PlacementRefused,

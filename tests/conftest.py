@@ -1,29 +1,10 @@
 """Shared fixtures: a small enrolled fleet and named tenants, on the real PostgreSQL."""
 
-from io import StringIO
-
 import pytest
-from django.core.management import call_command
 
-from fleet.inventory import records_from_layout
 from fleet.models import Node
-from fleet.services import enrol_nodes, transition
-from fleet.topology import default_layout
 from reservations.models import Reservation, Tenant
-
-SMALL_FLEET = 12  # two racks: r01 full, r02 with four nodes
-
-
-def tenant_token(name: str) -> str:
-    """Create the tenant as an operator would, and read its API token from the last line printed."""
-    out = StringIO()
-    call_command("create_tenant", name, stdout=out)
-    return out.getvalue().strip().splitlines()[-1]
-
-
-def enrol_default_fleet(node_count: int = SMALL_FLEET) -> list[Node]:
-    enrol_nodes(records=records_from_layout(default_layout(node_count), "http://127.0.0.1:8100"), actor="test")
-    return list(Node.objects.order_by("name"))
+from tests.support.factories import drive, enrol_default_fleet, make_available
 
 
 @pytest.fixture
@@ -49,17 +30,6 @@ def bob(db) -> Tenant:
 @pytest.fixture
 def alices_reservation(alice) -> Reservation:
     return Reservation.objects.create(tenant=alice, node_count=1)
-
-
-def drive(node: Node, *events: str, reservation=None, reason="test") -> Node:
-    """Walk a node through events with the real service, as the workflows will."""
-    for event in events:
-        node = transition(node_id=node.pk, event=event, actor="test", reason=reason, reservation=reservation)
-    return node
-
-
-def make_available(nodes: list[Node]) -> list[Node]:
-    return [drive(node, "inspection_started", "inspection_passed", "attestation_passed") for node in nodes]
 
 
 @pytest.fixture

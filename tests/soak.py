@@ -35,9 +35,7 @@ from pathlib import Path
 
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from tests.bmcsim.conftest import free_port  # noqa: E402
+from tests.support.ports import free_port
 
 SOAK_DB = os.environ.get("GPUFLEET_SOAK_DATABASE", "gpufleet_soak")
 PG = os.environ.get("GPUFLEET_SOAK_PG", "postgres://postgres@127.0.0.1:5432")
@@ -63,7 +61,10 @@ from fleet import lifecycle  # noqa: E402
 from fleet.models import AuditEvent, Node  # noqa: E402
 from fleet.services import ConcurrentTransition, transition  # noqa: E402
 from reservations.models import Reservation, ReservationState  # noqa: E402
-from tests.e2e.conftest import ControlPlane, Monitoring, Process, RedisServer, _answers, wait_for  # noqa: E402
+from tests.support.bmcsim import Bmcsim, start_bmcsim  # noqa: E402
+from tests.support.factories import tenant_token  # noqa: E402
+from tests.support.processes import Process, RedisServer, wait_for  # noqa: E402
+from tests.support.stack import ControlPlane, Monitoring  # noqa: E402
 
 NODES = 50
 TENANTS = ["soak-a", "soak-b", "soak-c"]
@@ -103,14 +104,11 @@ class Stack:
             GPUFLEET_WIPE_TIMEOUT="10",
             GPUFLEET_LOG_LEVEL="WARNING",
         )
-        self.bmcsim: Process | None = None
+        self.bmcsim: Bmcsim | None = None
 
     def start(self, name: str) -> None:
         if name == "bmcsim":
-            command = [sys.executable, "-m", "bmcsim", "--port", str(self.bmcsim_port), "--nodes", str(NODES)]
-            command += ["--data-dir", str(self.scratch / "bmcsim"), "--time-scale", "0"]
-            self.bmcsim = Process("bmcsim", command, self.plane.env, self.scratch)
-            wait_for("bmcsim", lambda: _answers(f"{self.bmcsim_url}/redfish/v1/"), timeout=30)
+            self.bmcsim = start_bmcsim(self.scratch / "bmcsim", nodes=NODES, port=self.bmcsim_port, timeout=30)
         elif name == "web":
             self.plane.start_web(port=self.web_port)
         elif name == "beat":
@@ -119,13 +117,11 @@ class Stack:
             self.plane.start_worker(name)
 
     def process(self, name: str) -> Process:
-        special = {"bmcsim": self.bmcsim, "beat": self.plane.beat, "redis": self.redis.process}
+        special = {"bmcsim": self.bmcsim.process, "beat": self.plane.beat, "redis": self.redis.process}
         return special[name] if name in special else self.plane.workers[name]
 
     def kill(self, name: str) -> None:
-        process = self.process(name)
-        process.signal(signal.SIGKILL)
-        process.popen.wait(timeout=10)
+        self.process(name).kill()
 
     def restart(self, name: str) -> None:
         if name == "redis":
@@ -337,13 +333,8 @@ def main() -> None:
     try:
         stack.start("bmcsim")
         call_command("seed_fleet", "--bmcsim-url", stack.bmcsim_url, stdout=StringIO())
-        call_command("import_trust_anchors", f"{stack.bmcsim_url}/bmcsim/v1/roots", stdout=StringIO())
-        call_command("import_reference_values", f"{stack.bmcsim_url}/bmcsim/v1/reference-values", stdout=StringIO())
-        tokens = {}
-        for name in TENANTS:
-            out = StringIO()
-            call_command("create_tenant", name, stdout=out)
-            tokens[name] = out.getvalue().strip().splitlines()[-1]
+        stack.plane.configure_attestation()
+        tokens = {name: tenant_token(name) for name in TENANTS}
         for name in ("web", "w1", "w2", "beat"):
             stack.start(name)
         stack.plane.monitoring = Monitoring(scratch, stack.web_url)

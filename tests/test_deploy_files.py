@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.support import REPO_ROOT
+from tests.support.processes import tool
+
 DEPLOY = REPO_ROOT / "deploy"
 COMPOSE_FILE = DEPLOY / "compose.yaml"
 DOCKERFILE = DEPLOY / "Dockerfile"
@@ -54,13 +56,6 @@ DEMO_ONLY = {"bmcsim", "seed", "chaos"}
 REQUIRED_VARIABLES = {"SECRET_KEY", "GPUFLEET_WEBHOOK_TOKEN", "POSTGRES_PASSWORD", "GRAFANA_ADMIN_PASSWORD"}
 SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|DATABASE_URL|REDIS_URL|SIGNING_KEY$")
 PLACEHOLDER = "REPLACE_WITH_"
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed: apt-get install prometheus prometheus-alertmanager")
-    return path
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -4,9 +4,8 @@ import os
 import secrets
 import subprocess
 import sys
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO_ROOT
 
 
 def check_deploy(**env) -> subprocess.CompletedProcess:

@@ -4,9 +4,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from django.test import override_settings
+
+from tests.support import REPO_ROOT
 
 
 def test_healthy(client, db):
@@ -39,7 +40,7 @@ def test_database_down_is_named():
     }
     result = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=REPO_ROOT,
         env=env,
         capture_output=True,
         text=True,

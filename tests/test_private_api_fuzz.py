@@ -2,8 +2,8 @@
 
 import pytest
 
-from tests.conftest import enrol_default_fleet, make_available, tenant_token
-from tests.e2e.conftest import run_schemathesis
+from tests.support.factories import enrol_default_fleet, make_available, tenant_token
+from tests.support.processes import run_schemathesis
 
 
 @pytest.mark.django_db(transaction=True)

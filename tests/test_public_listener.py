@@ -4,7 +4,8 @@ import pytest
 from django.test import override_settings
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from tests.e2e.conftest import run_schemathesis
+from tests.support.factories import enrol_default_fleet
+from tests.support.processes import run_schemathesis
 
 PUBLIC = "gpufleet.urls_public"
 READS = {"get", "head", "options"}
@@ -90,8 +91,6 @@ def test_the_private_schema_documents_the_tenants_api(client, db):
 
 @pytest.mark.django_db(transaction=True)
 def test_schemathesis_finds_no_server_error_on_the_public_listener(tmp_path):
-    from tests.conftest import enrol_default_fleet
-
     enrol_default_fleet(12)
     result = run_schemathesis("gpufleet.wsgi_public", tmp_path, "--max-examples", "30")
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from tests.e2e.conftest import REPO_ROOT
+from tests.support import REPO_ROOT
 
 
 def test_a_minute_of_soak_ends_with_no_violation_and_no_lost_reservation():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from attestation.policy import PolicyError, load_policy, load_policy_file
+from tests.support import REPO_ROOT
 
-DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "attestation" / "policies" / "default.toml"
+DEFAULT_POLICY = REPO_ROOT / "attestation" / "policies" / "default.toml"
 
 
 def default_document() -> dict:

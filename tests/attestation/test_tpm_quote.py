@@ -19,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from attestation.verifier import verify_quote
+from tests.support.ports import free_port_pair
 
 TOOLS = ("swtpm", "tpm2_createek", "tpm2_createak", "tpm2_pcrreset", "tpm2_pcrextend", "tpm2_quote")
 PCR = 16  # the debug PCR: resettable, so each quote starts from zeros
@@ -30,7 +31,7 @@ class SoftwareTPM:
         missing = [tool for tool in TOOLS if shutil.which(tool) is None]
         assert not missing, f"install the Debian packages swtpm, swtpm-tools and tpm2-tools (missing {missing})"
         self.directory = directory
-        self.port = self._free_port_pair()
+        self.port = free_port_pair()
         state = directory / "state"
         state.mkdir()
         self.process = subprocess.Popen(
@@ -54,19 +55,6 @@ class SoftwareTPM:
             except OSError:
                 assert time.monotonic() < deadline, "swtpm did not listen within 10 s"
                 time.sleep(0.05)
-
-    @staticmethod
-    def _free_port_pair() -> int:
-        for _ in range(50):
-            with socket.socket() as server, socket.socket() as control:
-                server.bind(("127.0.0.1", 0))
-                port = server.getsockname()[1]
-                try:
-                    control.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-                return port
-        raise AssertionError("no two consecutive free ports for swtpm")
 
     def run(self, *command: str) -> None:
         result = subprocess.run(command, cwd=self.directory, env=self.env, capture_output=True, text=True, timeout=30)

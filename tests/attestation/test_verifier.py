@@ -12,7 +12,6 @@ import copy
 import datetime
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from cryptography import x509
@@ -32,8 +31,9 @@ from bmcsim.pki import PKI
 from bmcsim.state import NodeState
 from bmcsim.store import Store
 from fleet.topology import NodeSpec, default_layout
+from tests.support import REPO_ROOT
 
-DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "attestation" / "policies" / "default.toml"
+DEFAULT_POLICY = REPO_ROOT / "attestation" / "policies" / "default.toml"
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
 
 

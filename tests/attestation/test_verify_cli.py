@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation import ear
 from attestation.verifier import Failure, Verdict
+from tests.support import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 IMPLANT = Failure("unknown_component_digest", "kernel", "a reference digest of kernel", "cd" * 32)
 # Run the CLI with Django made unimportable: it must need only PyJWT and cryptography.
 WITHOUT_DJANGO = (

@@ -7,8 +7,7 @@ import requests
 from cryptography import x509
 
 from fleet.topology import bmc_password, default_layout
-
-from .conftest import FLEET_NODES
+from tests.support.bmcsim import FLEET_NODES
 
 
 def test_inventory_is_the_default_topology(bmcsim):

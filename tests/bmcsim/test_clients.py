@@ -5,7 +5,7 @@ from __future__ import annotations
 import redfish
 import sushy
 
-from .conftest import OPERATOR
+from tests.support.bmcsim import OPERATOR
 
 
 def test_sushy_manages_a_node_as_ironic_does(bmcsim):

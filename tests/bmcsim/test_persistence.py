@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .conftest import start_bmcsim
+from tests.support.bmcsim import start_bmcsim
 
 
 def test_state_and_keys_survive_a_restart(tmp_path):
@@ -62,7 +62,6 @@ def test_a_change_is_on_disk_soon_after_it_is_made(tmp_path):
     sim.reset("node-002", "ForceOff")
     time.sleep(1.0)  # longer than the write debounce
     sim.process.kill()  # no chance to write at exit
-    sim.process.wait(timeout=10)
     sim = start_bmcsim(data, nodes=2)
     try:
         assert sim.get("/redfish/v1/Systems/node-002").json()["PowerState"] == "Off"

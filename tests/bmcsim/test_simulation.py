@@ -7,8 +7,7 @@ import time
 from pathlib import Path
 
 from fleet.topology import default_layout
-
-from .conftest import start_bmcsim
+from tests.support.bmcsim import start_bmcsim
 
 SCALE = 0.05  # power on 0.1 s, boot 0.4 s, secure erase 1 s, GPU wipe 0.5 s
 
@@ -75,7 +74,7 @@ def test_ten_thousand_nodes_fit_in_under_500_mb(tmp_path):
         assert sim.get("/agent/node-00001/metrics").status_code == 200
         rss_kb = next(
             int(line.split()[1])
-            for line in Path(f"/proc/{sim.process.pid}/status").read_text().splitlines()
+            for line in Path(f"/proc/{sim.process.popen.pid}/status").read_text().splitlines()
             if line.startswith("VmRSS:")
         )
         assert rss_kb < 500 * 1024

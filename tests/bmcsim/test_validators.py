@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import OPERATOR, REPO_ROOT
+from tests.support import REPO_ROOT
+from tests.support.bmcsim import OPERATOR
 
 BIN = Path(sys.executable).parent
 # DMTF's schemas and OpenStack Ironic's profile, vendored with their licences.

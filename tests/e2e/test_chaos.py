@@ -10,9 +10,9 @@ from attestation import services as attestation
 from fleet.invariants import dirty_nodes_made_available
 from fleet.models import Node
 from reservations.models import Reservation
-from tests.bmcsim.conftest import start_bmcsim
-from tests.e2e.conftest import REPO_ROOT, ControlPlane
-from tests.e2e.test_lifecycle import verify_offline
+from tests.support import REPO_ROOT
+from tests.support.bmcsim import start_bmcsim
+from tests.support.stack import ControlPlane, verify_offline
 
 
 def test_both_incidents_play_out_with_no_operator(transactional_db, tmp_path, private_redis):

@@ -2,10 +2,7 @@
 after a GPU fault, and the implant incident, each ending in a signed result anyone can verify."""
 
 import json
-import subprocess
-import sys
 from io import StringIO
-from pathlib import Path
 
 from django.core.management import call_command
 from rest_framework.test import APIClient
@@ -15,7 +12,8 @@ from fleet.models import AuditEvent, Node, Pod
 from fleet.services import transition
 from reservations import services as reservations
 from reservations.models import Reservation, Tenant
-from tests.e2e.conftest import REPO_ROOT, wait_for
+from tests.support.processes import wait_for
+from tests.support.stack import verify_offline
 
 
 def seed(bmcsim) -> list[Node]:
@@ -36,25 +34,6 @@ def state_of(reservation: Reservation) -> str:
 
 def all_in(nodes, state: str) -> bool:
     return Node.objects.filter(pk__in=[n.pk for n in nodes], state=state).count() == len(nodes)
-
-
-def verify_offline(token: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    """What a tenant does with curl: fetch the JWKS and the result, verify without the control plane."""
-    (tmp_path / "keys.json").write_text(json.dumps(APIClient().get("/v1/attestation/keys").json()))
-    (tmp_path / "result.jwt").write_text(token)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attestation.verify",
-            str(tmp_path / "result.jwt"),
-            "--jwks",
-            str(tmp_path / "keys.json"),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-    )
 
 
 def test_twenty_nodes_go_round_the_whole_lifecycle(bmcsim, control_plane):

@@ -14,8 +14,9 @@ from fleet.models import Node, Pod
 from remediation.models import Remediation
 from reservations import services as reservations
 from reservations.models import Reservation, Tenant
-from tests.e2e.conftest import WEBHOOK_TOKEN, wait_for
-from tests.remediation.test_webhook import alert, payload
+from tests.support.factories import alert, payload
+from tests.support.processes import wait_for
+from tests.support.stack import WEBHOOK_TOKEN
 
 
 def state_of(reservation: Reservation) -> str:

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from fleet import leases, workflows
 from fleet.models import AuditEvent, Node
 from fleet.services import transition
-from tests.e2e.conftest import wait_for
+from tests.support.processes import wait_for
 
 
 def seed(bmcsim) -> list[Node]:

@@ -4,7 +4,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from fleet.models import AuditEvent, Node
-from tests.conftest import drive, enrol_default_fleet
+from tests.support.factories import drive, enrol_default_fleet
 
 
 def test_each_transition_writes_one_row_with_actor_event_states_reason_and_time(node):

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from fleet.models import GPU, Node
 from reservations.models import Reservation
-from tests.conftest import drive
+from tests.support.factories import drive
 
 
 def refused(write):

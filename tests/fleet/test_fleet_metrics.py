@@ -2,7 +2,7 @@
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import drive
+from tests.support.factories import drive
 
 
 def samples(client) -> dict:

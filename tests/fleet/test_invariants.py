@@ -9,7 +9,7 @@ from django.db import connection
 from fleet.invariants import check_all
 from fleet.models import Node
 from reservations.models import Reservation
-from tests.conftest import drive
+from tests.support.factories import drive
 
 
 def run_checks() -> str:

@@ -9,7 +9,7 @@ from django.db import connection
 from fleet import leases
 from fleet.models import AuditEvent, Node
 from fleet.services import LeaseLost
-from tests.conftest import drive, enrol_default_fleet
+from tests.support.factories import drive, enrol_default_fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

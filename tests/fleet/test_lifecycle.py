@@ -4,7 +4,6 @@ import itertools
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,6 +18,7 @@ from fleet.lifecycle import (
     allowed_events,
     next_state,
 )
+from tests.support import REPO_ROOT
 
 S, E = State, Event
 
@@ -118,8 +118,11 @@ def test_invariant_sets_do_not_contradict():
 def test_lifecycle_imports_without_django():
     # A fresh interpreter in which importing django fails outright.
     code = "import sys; sys.modules['django'] = None; import fleet.lifecycle, fleet.topology, fleet.inventory"
-    root = Path(__file__).resolve().parents[2]
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""}
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ""},
     )
     assert result.returncode == 0, result.stderr

@@ -6,7 +6,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from fleet import leases
-from tests.conftest import drive
+from tests.support.factories import drive
 
 
 @pytest.fixture

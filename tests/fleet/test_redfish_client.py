@@ -13,10 +13,9 @@ import requests
 
 from fleet.redfish import BMCAccess, BMCPermanentError, BMCTransientError, RedfishClient
 from fleet.topology import bmc_password
-from tests.bmcsim.conftest import free_port, start_bmcsim
-from tests.e2e.conftest import wait_for
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bmcsim import start_bmcsim
+from tests.support.ports import free_port
+from tests.support.processes import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from django.db import connection
 from fleet.lifecycle import IllegalTransition
 from fleet.models import AuditEvent, Node
 from fleet.services import ConcurrentTransition, transition
-from tests.conftest import drive, enrol_default_fleet
+from tests.support.factories import drive, enrol_default_fleet
 
 
 def test_illegal_event_raises_and_writes_nothing(node):

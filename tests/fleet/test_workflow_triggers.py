@@ -9,7 +9,7 @@ from django.conf import settings
 
 from fleet import tasks, workflow_triggers
 from fleet.models import Node
-from tests.conftest import drive, enrol_default_fleet
+from tests.support.factories import drive, enrol_default_fleet
 
 
 @pytest.fixture

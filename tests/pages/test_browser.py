@@ -9,8 +9,7 @@ from playwright.sync_api import expect, sync_playwright
 from fleet.models import Node
 from fleet.services import transition
 from reservations import services as reservations
-from tests.conftest import drive, enrol_default_fleet, make_available
-from tests.pages.conftest import bring_up, signed_result
+from tests.support.factories import bring_up, drive, enrol_default_fleet, make_available, signed_result
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

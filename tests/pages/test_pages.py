@@ -10,8 +10,15 @@ from fleet.models import Node
 from fleet.pages import selectors
 from reservations import services as reservations
 from reservations.models import Tenant
-from tests.conftest import drive, enrol_default_fleet, make_available
-from tests.pages.conftest import bring_up, failed_attestation_after_a_tenant, signed_result, xid_under_a_tenant
+from tests.support.factories import (
+    bring_up,
+    drive,
+    enrol_default_fleet,
+    failed_attestation_after_a_tenant,
+    make_available,
+    signed_result,
+    xid_under_a_tenant,
+)
 
 PUBLIC_PAGES = ["/", "/nodes/node-001", "/incidents", "/remediations"]
 

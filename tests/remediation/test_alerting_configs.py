@@ -10,34 +10,27 @@ import json
 import queue
 import re
 import shutil
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 import requests
 
 from remediation.rules import ALERTS, XID_ALERTS, XIDS, Action, decide, parse_webhook, xids_with
+from tests.support import REPO_ROOT
+from tests.support.bmcsim import start_bmcsim
+from tests.support.ports import free_port
+from tests.support.processes import start_alertmanager, start_prometheus, tool
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO_ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 RULE_FILES = sorted((PROMETHEUS_DIR / "rules").glob("*.yml"))
 RULE_TESTS = PROMETHEUS_DIR / "rules" / "tests" / "gpu_test.yml"
 ALERTMANAGER_CONFIG = REPO_ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 TOKEN = "test-webhook-token"
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed: apt-get install prometheus prometheus-alertmanager")
-    return path
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -123,12 +116,6 @@ def test_xid_table_cites_nvidias_action_for_every_xid():
 # -> the webhook, whose payload remediation.rules accepts and acts on.
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_until(check, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -175,25 +162,11 @@ class RecorderHandler(BaseHTTPRequestHandler):
         pass
 
 
-def start(args: list[str], log: Path) -> subprocess.Popen:
-    with log.open("w") as out:
-        # From the repository root, so `python -m bmcsim` runs the repository's bmcsim.
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @pytest.fixture
 def pipeline(tmp_path) -> Iterator[tuple[str, Recorder]]:
     """bmcsim with two nodes, Prometheus and Alertmanager from deploy/, with only their addresses rewritten."""
-    prometheus, alertmanager = tool("prometheus"), tool("prometheus-alertmanager")
+    for name in ("prometheus", "prometheus-alertmanager"):
+        tool(name)
     bmcsim_port, prometheus_port, alertmanager_port = free_port(), free_port(), free_port()
     bmcsim_url = f"http://127.0.0.1:{bmcsim_port}"
     targets = [
@@ -221,24 +194,13 @@ def pipeline(tmp_path) -> Iterator[tuple[str, Recorder]]:
     (tmp_path / "var").mkdir()
     (tmp_path / "var" / "webhook-token").write_text(TOKEN + "\n")
 
-    bmcsim_args = ["--port", str(bmcsim_port), "--nodes", "2", "--data-dir", str(tmp_path / "bmcsim")]
-    alertmanager_args = [
-        f"--config.file={alertmanager_config}",
-        f"--storage.path={tmp_path / 'alertmanager'}",
-        f"--web.listen-address=127.0.0.1:{alertmanager_port}",
-        "--cluster.listen-address=",  # no cluster port
-    ]
-    prometheus_args = [
-        f"--config.file={prometheus_config}",
-        f"--storage.tsdb.path={tmp_path / 'prometheus'}",
-        f"--web.listen-address=127.0.0.1:{prometheus_port}",
-    ]
-    processes = [
-        start([sys.executable, "-m", "bmcsim", *bmcsim_args, "--time-scale", "0"], tmp_path / "bmcsim.log"),
-        start([alertmanager, *alertmanager_args], tmp_path / "alertmanager.log"),
-        start([prometheus, *prometheus_args], tmp_path / "prometheus.log"),
-    ]
+    processes = []
     try:
+        processes.append(start_bmcsim(tmp_path / "bmcsim", nodes=2, port=bmcsim_port))
+        processes.append(
+            start_alertmanager(alertmanager_config, tmp_path / "alertmanager", alertmanager_port, tmp_path)
+        )
+        processes.append(start_prometheus(prometheus_config, tmp_path / "prometheus", prometheus_port, tmp_path))
         prometheus_url = f"http://127.0.0.1:{prometheus_port}"
 
         def both_agents_up() -> bool:
@@ -252,13 +214,10 @@ def pipeline(tmp_path) -> Iterator[tuple[str, Recorder]]:
             ]
 
         wait_until(both_agents_up, 30, "Prometheus to scrape both agents through http_sd")
-        wait_until(
-            lambda: requests.get(f"http://127.0.0.1:{alertmanager_port}/-/ready", timeout=2).ok, 30, "Alertmanager"
-        )
         yield bmcsim_url, recorder
     finally:
         for process in reversed(processes):
-            stop(process)
+            process.stop()
         recorder.shutdown()
         recorder.server_close()
 

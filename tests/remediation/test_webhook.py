@@ -11,37 +11,10 @@ from rest_framework.test import APIClient
 from fleet.models import AuditEvent, Node
 from remediation.models import Remediation
 from reservations.models import Reservation
-from tests.conftest import drive
+from tests.support.factories import alert, drive, enrol_default_fleet, make_available, payload
 
 TOKEN = "test-webhook-token"
 URL = "/v1/alerts/alertmanager"
-
-
-def alert(node: str, *, xid: int = 79, gpu: int = 3, status: str = "firing", name: str = "GPUFatalXid", n: int = 0):
-    return {
-        "status": status,
-        "labels": {"alertname": name, "node": node, "gpu": str(gpu), "xid": str(xid), "severity": "critical"},
-        "annotations": {"summary": f"XID {xid} on GPU {gpu} of {node}"},
-        "startsAt": f"2026-11-29T17:00:{n:02d}.123456789Z",
-        "endsAt": "0001-01-01T00:00:00Z",
-        "generatorURL": "http://127.0.0.1:9090/graph",
-        "fingerprint": f"{abs(hash((node, xid, gpu, name))) % 16**16:016x}",
-    }
-
-
-def payload(*alerts, status="firing"):
-    return {
-        "version": "4",
-        "groupKey": '{}:{alertname="GPUFatalXid"}',
-        "truncatedAlerts": 0,
-        "status": status,
-        "receiver": "gpu-fleet",
-        "groupLabels": {"alertname": "GPUFatalXid"},
-        "commonLabels": {},
-        "commonAnnotations": {},
-        "externalURL": "http://127.0.0.1:9093",
-        "alerts": list(alerts),
-    }
 
 
 def send(body, token=TOKEN, client=None):
@@ -193,8 +166,6 @@ def test_prometheus_targets_list_the_agents_that_should_answer(available_fleet):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_cap_holds_for_concurrent_alerts():
-    from tests.conftest import enrol_default_fleet, make_available
-
     nodes = make_available(enrol_default_fleet(20))  # p1: r01, r02 (16 nodes); p2: r03 (4 nodes)
     barrier = threading.Barrier(len(nodes))
 

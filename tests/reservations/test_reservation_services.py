@@ -11,7 +11,7 @@ from fleet.models import Node, Pod
 from reservations import services
 from reservations.models import Allocation, Reservation, ReservationEvent
 from reservations.placement import PlacementRefused
-from tests.conftest import drive, enrol_default_fleet, make_available
+from tests.support.factories import drive, enrol_default_fleet, make_available
 
 
 def reserve(tenant, count, **kwargs) -> Reservation:

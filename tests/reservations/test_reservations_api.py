@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from reservations.models import Tenant
-from tests.conftest import tenant_token
+from tests.support.factories import tenant_token
 
 
 def tenant_client(name: str) -> APIClient:

@@ -5,7 +5,7 @@ from django.db import transaction
 
 from fleet.models import Node, Rack
 from reservations import selectors
-from tests.conftest import drive, enrol_default_fleet
+from tests.support.factories import drive, enrol_default_fleet
 
 
 class Rollback(Exception):

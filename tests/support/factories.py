@@ -1,24 +1,83 @@
-"""Incidents as the pages see them: an XID under a tenant and its replacement; a failed attestation."""
+"""What tests build on the real PostgreSQL: tenants, an enrolled fleet, nodes walked through the
+lifecycle, Alertmanager's webhook bodies, and the incidents the pages show (an XID under a
+tenant and its replacement; a failed attestation)."""
 
 from datetime import UTC, datetime
+from io import StringIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.core.management import call_command
 from django.utils import timezone
 
 from attestation import ear
 from attestation.models import AttestationResult
 from attestation.verifier import Failure, Verdict
+from fleet.inventory import records_from_layout
 from fleet.models import Node
+from fleet.services import enrol_nodes, transition
+from fleet.topology import default_layout
 from remediation import rules
 from remediation import services as remediation
 from reservations import services as reservations
-from tests.conftest import drive
-from tests.remediation.test_webhook import alert, payload
 
+SMALL_FLEET = 12  # two racks: r01 full, r02 with four nodes
 FAILURE = Failure(code="unknown_component_digest", component="kernel", expected="a1" * 32, found="b2" * 32)
 
 
+def tenant_token(name: str) -> str:
+    """Create the tenant as an operator would, and read its API token from the last line printed."""
+    out = StringIO()
+    call_command("create_tenant", name, stdout=out)
+    return out.getvalue().strip().splitlines()[-1]
+
+
+def enrol_default_fleet(node_count: int = SMALL_FLEET) -> list[Node]:
+    enrol_nodes(records=records_from_layout(default_layout(node_count), "http://127.0.0.1:8100"), actor="test")
+    return list(Node.objects.order_by("name"))
+
+
+def drive(node: Node, *events: str, reservation=None, reason="test") -> Node:
+    """Walk a node through events with the real service, as the workflows will."""
+    for event in events:
+        node = transition(node_id=node.pk, event=event, actor="test", reason=reason, reservation=reservation)
+    return node
+
+
+def make_available(nodes: list[Node]) -> list[Node]:
+    return [drive(node, "inspection_started", "inspection_passed", "attestation_passed") for node in nodes]
+
+
+def alert(node: str, *, xid: int = 79, gpu: int = 3, status: str = "firing", name: str = "GPUFatalXid", n: int = 0):
+    """One alert as Alertmanager's webhook carries it."""
+    return {
+        "status": status,
+        "labels": {"alertname": name, "node": node, "gpu": str(gpu), "xid": str(xid), "severity": "critical"},
+        "annotations": {"summary": f"XID {xid} on GPU {gpu} of {node}"},
+        "startsAt": f"2026-11-29T17:00:{n:02d}.123456789Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "http://127.0.0.1:9090/graph",
+        "fingerprint": f"{abs(hash((node, xid, gpu, name))) % 16**16:016x}",
+    }
+
+
+def payload(*alerts, status="firing"):
+    """Alertmanager's webhook body (version 4) around `alerts`."""
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="GPUFatalXid"}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": "gpu-fleet",
+        "groupLabels": {"alertname": "GPUFatalXid"},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://127.0.0.1:9093",
+        "alerts": list(alerts),
+    }
+
+
 def bring_up(reservation):
+    """The reservation's provisioning nodes come up, and it settles."""
     for node in Node.objects.filter(reservation=reservation, state="provisioning"):
         drive(node, "provision_succeeded")
     return reservations.settle_reservation(reservation_id=reservation.pk)
