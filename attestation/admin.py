@@ -5,6 +5,8 @@ from attestation.models import AttestationPolicy, AttestationResult, ReferenceVa
 
 @admin.register(TrustAnchor)
 class TrustAnchorAdmin(admin.ModelAdmin):
+    """Saved only if the verifier can end chains at the certificate (model clean)."""
+
     list_display = ["role", "imported_at"]
     readonly_fields = ["imported_at"]
 

@@ -152,19 +152,8 @@ def load_signing_keys(spec: str) -> list[tuple[str, Ed25519PrivateKey]]:
     `2026-11-29.pem`); the last in name order is first in the returned list, and the older
     ones stay in the JWKS so results they signed still verify.
     """
-    if not spec.strip():
-        raise SigningKeyError("no signing key configured: set a PEM file or a directory of them")
-    path = Path(spec)
-    if path.is_dir():
-        files = sorted(path.glob("*.pem"), reverse=True)
-        if not files:
-            raise SigningKeyError(f"{path}: no *.pem signing key in the directory")
-    elif path.is_file():
-        files = [path]
-    else:
-        raise SigningKeyError(f"{path}: no such signing key file or directory")
     keys = []
-    for file in files:
+    for file in _signing_key_files(spec):
         try:
             key = serialization.load_pem_private_key(file.read_bytes(), password=None)
         except (OSError, ValueError, TypeError) as err:
@@ -173,6 +162,37 @@ def load_signing_keys(spec: str) -> list[tuple[str, Ed25519PrivateKey]]:
             raise SigningKeyError(f"{file}: not an Ed25519 key")
         keys.append((key_id(key.public_key()), key))
     return keys
+
+
+def signing_key_files_version(spec: str) -> tuple[tuple[str, int, int, int], ...]:
+    """What changes when a key file is added, removed or replaced: each file's name, inode, mtime and size.
+
+    Links are followed, so a Kubernetes secret volume (whose files are links into a directory
+    that an update swaps) changes version when the secret does.
+    """
+    version = []
+    for file in _signing_key_files(spec):
+        try:
+            stat = file.stat()
+        except OSError as err:  # removed since the listing, or a dangling link
+            raise SigningKeyError(f"{file}: {err.strerror}") from None
+        version.append((file.name, stat.st_ino, stat.st_mtime_ns, stat.st_size))
+    return tuple(version)
+
+
+def _signing_key_files(spec: str) -> list[Path]:
+    """The key files, newest first."""
+    if not spec.strip():
+        raise SigningKeyError("no signing key configured: set a PEM file or a directory of them")
+    path = Path(spec)
+    if path.is_dir():
+        files = sorted(path.glob("*.pem"), reverse=True)
+        if not files:
+            raise SigningKeyError(f"{path}: no *.pem signing key in the directory")
+        return files
+    if path.is_file():
+        return [path]
+    raise SigningKeyError(f"{path}: no such signing key file or directory")
 
 
 def generate_signing_key(path: str | Path) -> tuple[str, Ed25519PrivateKey]:

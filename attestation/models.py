@@ -5,8 +5,10 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from attestation.policy import PolicyError, load_policy
+from attestation.verifier import UnusableAnchor, load_trust_anchor
 
 
 class TrustAnchorRole(models.TextChoices):
@@ -27,6 +29,12 @@ class TrustAnchor(models.Model):
 
     def __str__(self):
         return self.get_role_display()
+
+    def clean(self):
+        try:
+            load_trust_anchor(self.role, self.pem, valid_at=timezone.now())
+        except UnusableAnchor as error:
+            raise ValidationError({"pem": str(error)}) from error
 
 
 class ReferenceValue(models.Model):

@@ -37,10 +37,10 @@ class Appraisal:
 # -- configuration -------------------------------------------------------------------------
 
 
-@functools.cache
 def signing_keys() -> list[tuple[str, ear.Ed25519PrivateKey]]:
-    """The result-signing keys: the first signs, the rest stay in the JWKS. A development setup
-    without GPUFLEET_SIGNING_KEY gets a key generated under var/signing-keys once."""
+    """The result-signing keys: the first signs, the rest stay in the JWKS. They are read again
+    whenever a key file is added, removed or replaced, so a rotation needs no restart. A development
+    setup without GPUFLEET_SIGNING_KEY gets a key generated under var/signing-keys once."""
     spec = settings.GPUFLEET_SIGNING_KEY
     path = Path(spec)
     if not path.exists() and spec == str(settings.DEFAULT_SIGNING_KEY_DIR):
@@ -48,9 +48,15 @@ def signing_keys() -> list[tuple[str, ear.Ed25519PrivateKey]]:
         kid, _ = ear.generate_signing_key(path / f"{timezone.now():%Y-%m-%dT%H%M%S}.pem")
         log.warning("generated a development result-signing key %s in %s", kid, path)
     try:
-        return ear.load_signing_keys(spec)
+        return _signing_keys_as_of(spec, ear.signing_key_files_version(spec))
     except ear.SigningKeyError as error:
         raise NotConfigured(f"no result-signing key: {error}") from error
+
+
+@functools.lru_cache(maxsize=4)
+def _signing_keys_as_of(spec: str, version: tuple) -> list[tuple[str, ear.Ed25519PrivateKey]]:
+    """The keys, read once per version of the files (ear.signing_key_files_version)."""
+    return ear.load_signing_keys(spec)
 
 
 def public_keys() -> dict:
@@ -58,11 +64,16 @@ def public_keys() -> dict:
 
 
 def trusted_roots() -> verifier.TrustedRoots:
+    """The roots the chains must end at. An anchor no chain can end at (saved before anchors were
+    checked, or written around the checks) counts as missing: inspections wait, saying why."""
     anchors = dict(TrustAnchor.objects.values_list("role", "pem"))
     missing = sorted(set(TrustAnchorRole.values) - set(anchors))
     if missing:
         raise NotConfigured(f"trust anchors not imported: {', '.join(missing)} (manage.py import_trust_anchors)")
-    return _roots(anchors[TrustAnchorRole.MANUFACTURER_CA], anchors[TrustAnchorRole.GPU_VENDOR_ROOT])
+    try:
+        return _roots(anchors[TrustAnchorRole.MANUFACTURER_CA], anchors[TrustAnchorRole.GPU_VENDOR_ROOT])
+    except verifier.UnusableAnchor as unusable:
+        raise NotConfigured(f"{unusable} (replace in the admin or with manage.py import_trust_anchors)") from unusable
 
 
 @functools.lru_cache(maxsize=4)
@@ -160,9 +171,10 @@ def import_trust_anchors(roots: dict) -> list[str]:
     if not isinstance(roots, dict):
         raise ValueError("trust anchors must be an object of PEM certificates by role")
     verifier.TrustedRoots.from_pem(
-        manufacturer_ca=str(roots.get(TrustAnchorRole.MANUFACTURER_CA, "")),
-        gpu_vendor_root=str(roots.get(TrustAnchorRole.GPU_VENDOR_ROOT, "")),
-    )  # refuses anything that is not a certificate before a row changes
+        manufacturer_ca=roots.get(TrustAnchorRole.MANUFACTURER_CA),
+        gpu_vendor_root=roots.get(TrustAnchorRole.GPU_VENDOR_ROOT),
+        valid_at=timezone.now(),
+    )  # refuses every anchor no chain could end at before a row changes
     for role in TrustAnchorRole.values:
         TrustAnchor.objects.update_or_create(role=role, defaults={"pem": roots[role]})
     return list(TrustAnchorRole.values)

@@ -1,42 +1,176 @@
 """Verify a signed attestation result offline: `python -m attestation.verify RESULT.jwt --jwks KEYS.json`.
 
-Needs only PyJWT and cryptography: no Django, no network. Prints the claims as JSON and exits 0
-when the result is signed by a key in the JWKS; otherwise says why on stderr and exits 1
-(2 for unreadable input files).
+Needs only PyJWT and cryptography: no Django, no network. A good signature only proves that the
+control plane once said what the result says, of some node, at some time; say what you need:
+
+    --node NAME              the result is about this node (its `node` claim and its verdict);
+    --nonce NONCE            it answers this nonce: base64url as in the result's `eat_nonce`
+                             (padding optional), or hex, as the node's agent received it;
+    --max-age SECONDS        it was signed (`iat`) at most this long ago by this machine's clock,
+                             and not more than 60 s in this clock's future;
+    --allow-contraindicated  a genuine contraindicated result is an answer too (exit 0).
+
+Exit status:
+
+    0  genuine, as asked, and affirming (or contraindicated, with --allow-contraindicated);
+    1  not genuine (signature, key, algorithm, malformed), or genuine but not as asked
+       (another node, another nonce, too old, from the future);
+    2  an unreadable file or a bad argument;
+    3  genuine and as asked, but contraindicated: the node failed attestation.
+
+Every reason for a status other than 0 goes to stderr, one a line. The claims go to stdout whenever
+the signature verifies, so a refused result can be read; only status 0 means it is the answer.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import datetime
 import json
+import math
+import re
 import sys
+import time
 
 from attestation.ear import ResultInvalid, verify_result
+
+ANSWERED, REFUSED, UNREADABLE, CONTRAINDICATED = 0, 1, 2, 3
+CLOCK_SKEW_SECONDS = 60  # how far in the future of the reader's clock a result may be signed
+HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
+BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m attestation.verify", description="Verify a signed attestation result (EAR JWT) offline."
+        prog="python -m attestation.verify",
+        description="Verify a signed attestation result (EAR JWT) offline.",
+        epilog="Exit status: 0 genuine, as asked, affirming; 1 not genuine or not as asked; "
+        "2 unreadable input; 3 genuine and as asked but contraindicated.",
     )
     parser.add_argument("result", help="the JWT, as GET /v1/nodes/{name}/attestation returns in 'token' ('-': stdin)")
     parser.add_argument("--jwks", required=True, help="the keys, as GET /v1/attestation/keys returns them")
+    parser.add_argument("--node", help="refuse a result about another node")
+    parser.add_argument("--nonce", type=nonce_readings, help="refuse a result for another nonce (base64url or hex)")
+    parser.add_argument("--max-age", type=seconds, metavar="SECONDS", help="refuse a result signed longer ago")
+    parser.add_argument(
+        "--allow-contraindicated", action="store_true", help="exit 0 on a genuine contraindicated result too"
+    )
     args = parser.parse_args(argv)
     try:
         token = (sys.stdin.read() if args.result == "-" else _read(args.result)).strip()
         keys = json.loads(_read(args.jwks))
     except (OSError, UnicodeDecodeError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return UNREADABLE
     except ValueError as err:
         print(f"error: {args.jwks} is not JSON: {err}", file=sys.stderr)
-        return 2
+        return UNREADABLE
     try:
         claims = verify_result(token, keys)
     except ResultInvalid as err:
         print(f"invalid result: {err}", file=sys.stderr)
-        return 1
+        return REFUSED
     print(json.dumps(claims, indent=2, sort_keys=True))
-    return 0
+    mismatches = not_as_asked(claims, node=args.node, nonce=args.nonce, max_age=args.max_age, now=time.time())
+    contraindications = contraindicated(claims, node=args.node)
+    for reason in mismatches:
+        print(f"not as asked: {reason}", file=sys.stderr)
+    for reason in contraindications:
+        print(f"contraindicated: {reason}", file=sys.stderr)
+    if mismatches:
+        return REFUSED
+    if contraindications and not args.allow_contraindicated:
+        return CONTRAINDICATED
+    return ANSWERED
+
+
+def not_as_asked(
+    claims: dict, *, node: str | None, nonce: frozenset[bytes] | None, max_age: float | None, now: float
+) -> list[str]:
+    """Every way the claims are not about `node`, for `nonce`, signed within `max_age` of `now`."""
+    reasons = []
+    if node is not None:
+        about, submods = claims.get("node"), claims.get("submods")
+        if about != node:
+            reasons.append(f"it is about node {about!r}, not {node!r}")
+        elif not isinstance(submods, dict) or node not in submods:
+            reasons.append(f"it carries no verdict (submods) on node {node!r}")
+    if nonce is not None:
+        answered = claims.get("eat_nonce")
+        answered_bytes = _base64url(answered) if isinstance(answered, str) else None
+        if answered_bytes is None:
+            reasons.append(f"its eat_nonce {answered!r} is not base64url")
+        elif answered_bytes not in nonce:
+            reasons.append(f"it answers nonce {answered} (base64url), not the one given")
+    if max_age is not None:
+        signed = claims.get("iat")
+        if not isinstance(signed, int | float) or isinstance(signed, bool) or not math.isfinite(signed):
+            reasons.append(f"its iat {signed!r} is not a time")
+        elif signed - now > CLOCK_SKEW_SECONDS:
+            reasons.append(
+                f"it was signed at {_when(signed)}, {signed - now:.0f} s after this machine's clock ({_when(now)})"
+            )
+        elif now - signed > max_age:
+            reasons.append(f"it was signed at {_when(signed)}, {now - signed:.0f} s ago: more than {max_age:g} s")
+    return reasons
+
+
+def contraindicated(claims: dict, *, node: str | None) -> list[str]:
+    """Why the verdict does not affirm (on `node`, if the result has a verdict on it), with each failure."""
+    submods = claims.get("submods")
+    if not isinstance(submods, dict) or not submods:
+        return ["it carries no verdict (no submods)"]
+    judged = {node: submods[node]} if node in submods else submods
+    reasons = []
+    for name, verdict in judged.items():
+        status = verdict.get("ear.status") if isinstance(verdict, dict) else None
+        if status != "affirming":
+            reasons.append(f"node {name} is {status}")
+    if reasons:
+        failures = claims.get("failures")
+        for failure in failures if isinstance(failures, list) else []:
+            if isinstance(failure, dict):
+                code, component = failure.get("code"), failure.get("component")
+                reasons.append(f"{code} {component}: expected {failure.get('expected')}, found {failure.get('found')}")
+            else:
+                reasons.append(str(failure))
+    return reasons
+
+
+def nonce_readings(text: str) -> frozenset[bytes]:
+    """The bytes `text` stands for as base64url (padding optional) and as hex: either may be meant."""
+    readings = {bytes.fromhex(text)} if HEX.fullmatch(text) else set()
+    decoded = _base64url(text)
+    if decoded is not None:
+        readings.add(decoded)
+    if not readings:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither base64url (as in eat_nonce) nor hex")
+    return frozenset(readings)
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return value
+
+
+def _base64url(text: str) -> bytes | None:
+    unpadded = text.rstrip("=")
+    if not BASE64URL.fullmatch(unpadded) or len(unpadded) % 4 == 1:
+        return None
+    return base64.urlsafe_b64decode(unpadded + "=" * (-len(unpadded) % 4))
+
+
+def _when(timestamp: float) -> str:
+    try:
+        return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{timestamp:g} (epoch seconds)"
 
 
 def _read(path: str) -> str:

@@ -10,7 +10,6 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
 from django.urls import URLResolver, get_resolver
 
-from attestation import services as attestation
 from attestation.ear import generate_signing_key
 from fleet.models import Node
 from fleet.redfish import BMCAccess, RedfishClient, RedfishError
@@ -37,12 +36,10 @@ def secrets(active_node, settings, tmp_path):
     key_file = tmp_path / "key.pem"
     generate_signing_key(key_file)
     settings.GPUFLEET_SIGNING_KEY = str(key_file)
-    attestation.signing_keys.cache_clear()
     Node.objects.update(bmc_password=BMC_PASSWORD)
     token = tenant_token("carol")
     pem_body = "".join(key_file.read_text().splitlines()[1:-1])
     yield {"BMC password": BMC_PASSWORD, "tenant token": token, "webhook token": WEBHOOK_TOKEN, "signing key": pem_body}
-    attestation.signing_keys.cache_clear()
 
 
 def assert_clean(where: str, text: str, secrets: dict) -> None:

@@ -8,7 +8,6 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 
-from attestation import services as attestation
 from tests.support.bmcsim import start_bmcsim
 from tests.support.processes import RedisServer
 from tests.support.stack import ControlPlane
@@ -37,9 +36,7 @@ def control_plane(transactional_db, tmp_path, bmcsim, private_redis, request):
     plane = ControlPlane(tmp_path, bmcsim.url, private_redis, **overrides)
     # This process reads results and serves the JWKS with the workers' signing keys.
     with override_settings(GPUFLEET_SIGNING_KEY=str(plane.signing_keys)):
-        attestation.signing_keys.cache_clear()
         yield plane
-    attestation.signing_keys.cache_clear()
     plane.stop()
     report = getattr(request.node, "report_call", None)
     if report is not None and report.failed:

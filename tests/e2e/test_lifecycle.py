@@ -124,7 +124,7 @@ def test_the_implant_incident_ends_quarantined_with_a_contraindicated_signed_res
     assert [f["component"] for f in answer["claims"]["failures"]] == ["kernel"]
 
     verified = verify_offline(answer["token"], tmp_path)
-    assert verified.returncode == 0, verified.stderr
+    assert verified.returncode == 3, verified.stderr  # genuine, and contraindicated
     assert json.loads(verified.stdout)["submods"][node.name]["ear.status"] == "contraindicated"
     head, body, signature = answer["token"].split(".")
     tampered = verify_offline(f"{head}.{body}.{signature[:-4]}AAAA", tmp_path)
