@@ -9,7 +9,7 @@ import sqlite3
 from aiohttp import web
 
 from . import admin, agent, redfish
-from .settings import Settings
+from .settings import MAX_BODY_BYTES, Settings
 from .sim import SIM, Simulator
 
 FLUSH_INTERVAL_S = 0.2
@@ -57,7 +57,7 @@ async def _flusher(app: web.Application):
 
 
 def make_app(settings: Settings) -> web.Application:
-    app = web.Application(middlewares=[json_errors, route_redfish])
+    app = web.Application(middlewares=[json_errors, route_redfish], client_max_size=MAX_BODY_BYTES)
     app[SIM] = Simulator(settings)
     redfish.add_routes(app.router)
     agent.add_routes(app.router)

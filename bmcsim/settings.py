@@ -11,6 +11,7 @@ from pathlib import Path
 from fleet.topology import NodeSpec, default_layout
 
 MAX_NODES = 10_000
+MAX_BODY_BYTES = 1024 * 1024  # a request body past this answers 413, on every route
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -9,18 +9,28 @@ emulator as well as bmcsim, so it speaks Redfish as others do.
 Transient errors (connection errors, timeouts, 5xx, 503 with Retry-After) are retried with
 exponential backoff and full jitter; permanent ones (4xx) fail at once. Every call has a
 timeout. No call is ever made inside a database transaction: the workflows call this outside.
+
+The BMC's credentials go to the BMC and nowhere else. Its URL must pass the BMC-network
+allow-list (fleet/bmc_access.py), and a URL the BMC hands back (an `@odata.id`, a task
+monitor's `Location`) is followed only on the base URL's own scheme, host and port; redirects
+are not followed at all. Anything else is a permanent error naming the node.
 """
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import functools
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
+
+from core.parsing import InvalidInput, parse_int
+from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_url
 
 RESET_ON = "On"
 RESET_FORCE_OFF = "ForceOff"
@@ -49,6 +59,29 @@ class BMCAccess:
     system_id: str
     username: str
     password: str
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) a URL reaches; BMCAddressRefused if it is not plain http(s) to a host."""
+    return (urlsplit(url).scheme, *bmc_host(url))
+
+
+def _retry_after_seconds(value: str | None, now: float) -> float | None:
+    """What a Retry-After header asks for, in seconds from `now` (RFC 9110 section 10.2.3: a
+    number of seconds, or an HTTP-date); None when there is none or it cannot be read."""
+    if not value:
+        return None
+    try:
+        return float(parse_int(value))
+    except InvalidInput:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # "-0000": the date is in UTC, its source's zone unknown
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - now)
 
 
 def _redfish_message(response: requests.Response) -> str:
@@ -82,6 +115,15 @@ class RedfishClient:
         self.session.headers.update({"Accept": "application/json", "OData-Version": "4.0"})
         self.calls = 0  # HTTP requests made, retries included
         self.seconds = 0.0  # time spent waiting on them
+        # Checked once, here. A refusal is raised by the first call, inside a workflow step,
+        # where it fails the workflow as a permanent error instead of crashing the worker.
+        try:
+            check_bmc_url(access.base_url)
+            self._bmc_origin, self._refused = _origin(access.base_url), None
+        except BMCAddressRefused as refusal:
+            # The URL without any user:password in it: the refusal is logged and audited.
+            shown = urlsplit(access.base_url)._replace(netloc=urlsplit(access.base_url).netloc.rpartition("@")[2])
+            self._bmc_origin, self._refused = None, f"{shown.geturl()}: {refusal}"
 
     @property
     def system_path(self) -> str:
@@ -96,19 +138,29 @@ class RedfishClient:
         self, method: str, path: str, *, json: dict | None = None, call: str | None = None
     ) -> requests.Response:
         call = call or f"{method} {path}"
+        if self._refused:
+            raise BMCPermanentError(self.access.node, call, self._refused)
         url = urljoin(self.access.base_url.rstrip("/") + "/", path.lstrip("/"))
+        self._check_on_this_bmc(url, call)
         for attempt in range(1, self.attempts + 1):
             retry_after = None
             try:
                 self.calls += 1
                 began = time.perf_counter()
                 try:
-                    response = self.session.request(method, url, json=json, timeout=self.timeout)
+                    response = self.session.request(method, url, json=json, timeout=self.timeout, allow_redirects=False)
                 finally:
                     self.seconds += time.perf_counter() - began
             except (requests.ConnectionError, requests.Timeout) as error:
                 failure = BMCTransientError(self.access.node, call, f"{type(error).__name__}: {error}")
             else:
+                if 300 <= response.status_code < 400:
+                    where = response.headers.get("Location", "nowhere")
+                    raise BMCPermanentError(
+                        self.access.node,
+                        call,
+                        f"{response.status_code} redirect to {where!r}: redirects are not followed",
+                    )
                 if response.status_code < 400:
                     return response
                 if response.status_code < 500:
@@ -120,9 +172,22 @@ class RedfishClient:
             self.sleep(self._delay(attempt, retry_after))
         raise AssertionError("unreachable")
 
+    def _check_on_this_bmc(self, url: str, call: str) -> None:
+        try:
+            on_this_bmc = _origin(url) == self._bmc_origin
+        except BMCAddressRefused:
+            on_this_bmc = False
+        if not on_this_bmc:
+            raise BMCPermanentError(
+                self.access.node,
+                call,
+                f"refusing {url[:200]!r}: not on this BMC ({self.access.base_url}), the only place its credentials go",
+            )
+
     def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after and retry_after.isdigit():
-            return min(float(retry_after), self.max_backoff)
+        asked = _retry_after_seconds(retry_after, time.time())
+        if asked is not None:
+            return min(asked, self.max_backoff)
         return random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
 
     def get(self, path: str) -> dict:

@@ -10,6 +10,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json
 
+from core.parsing import InvalidInput, check_text, parse_int
 from fleet.lifecycle import IllegalTransition
 from reservations.placement import PlacementRefused
 
@@ -21,24 +22,39 @@ class PayloadTooLarge(exceptions.APIException):
 
 
 class SizeLimitedJSONParser(JSONParser):
-    """JSON bodies up to a size setting; DRF reads the raw stream, past Django's own cap."""
+    """JSON bodies up to a size setting; DRF reads the raw stream, past Django's own cap. No
+    string in the body, nor any name, may hold what PostgreSQL cannot store (core.parsing.check_text)."""
 
     limit_setting = "API_MAX_BODY_BYTES"
+    checks_text = True
 
     def parse(self, stream, media_type=None, parser_context=None):
         limit = getattr(settings, self.limit_setting)
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise PayloadTooLarge(f"request body of {declared} bytes is over the limit of {limit}")
+        if declared:
+            try:
+                size = parse_int(declared)
+            except InvalidInput as error:
+                raise exceptions.ParseError(f"Content-Length: {error}") from error
+            if size > limit:
+                raise PayloadTooLarge(f"request body of {size} bytes is over the limit of {limit}")
         body = stream.read(limit + 1) if stream is not None else b""
         if len(body) > limit:
             raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            return json.loads(body.decode(encoding), parse_constant=json.strict_constant)
+            data = json.loads(body.decode(encoding), parse_constant=json.strict_constant)
         except (ValueError, UnicodeDecodeError) as error:
             raise exceptions.ParseError(f"malformed JSON: {error}") from error
+        except RecursionError as error:
+            raise exceptions.ParseError("malformed JSON: nested too deeply") from error
+        if self.checks_text:
+            try:
+                check_text(data)
+            except InvalidInput as error:
+                raise exceptions.ParseError(str(error)) from error
+        return data
 
 
 def _first_error(errors, prefix: str = "") -> str:
@@ -83,14 +99,31 @@ class TenantTokenAuthentication(TokenAuthentication):
 
 
 class Pagination(LimitOffsetPagination):
-    """DRF's limit/offset pages, with both bounded: a limit or an offset past what PostgreSQL
-    takes as a bigint would be a 500, not an empty page."""
+    """DRF's limit/offset pages, both read strictly (ASCII digits; anything else is a 400, where
+    DRF would quietly serve the first page) and both bounded: a limit or an offset past what
+    PostgreSQL takes as a bigint would be a 500, not an empty page."""
 
     max_limit = 1000
     max_offset = 2**31
 
+    def get_limit(self, request):
+        text = request.query_params.get(self.limit_query_param)
+        if text is None:
+            return self.default_limit
+        return min(self._number(self.limit_query_param, text, minimum=1), self.max_limit)
+
     def get_offset(self, request):
-        return min(super().get_offset(request), self.max_offset)
+        text = request.query_params.get(self.offset_query_param)
+        if text is None:
+            return 0
+        return min(self._number(self.offset_query_param, text, minimum=0), self.max_offset)
+
+    @staticmethod
+    def _number(name: str, text: str, *, minimum: int) -> int:
+        try:
+            return parse_int(text, minimum=minimum)
+        except InvalidInput as error:
+            raise exceptions.ValidationError({name: [str(error)]}) from error
 
 
 class StrictInputSerializer(serializers.Serializer):

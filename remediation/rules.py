@@ -1,6 +1,6 @@
 """Alertmanager alerts -> remediation actions: the XID table, the other alerts' rules, the webhook payload.
 
-Pure: standard library only, so it can be read and tested without Django.
+Pure: the standard library and core/ only, so it can be read and tested without Django.
 
 How alerts reach us. Prometheus scrapes every node agent through HTTP service discovery served by
 the control plane at GET /v1/prometheus/targets (deploy/prometheus/prometheus.yml, job
@@ -42,6 +42,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
+
+from core.parsing import InvalidInput, check_text
 
 
 class Action(enum.StrEnum):
@@ -214,6 +216,7 @@ MAX_PAIRS = 64  # labels or annotations per alert
 MAX_LABEL_VALUE = 1024
 MAX_ANNOTATION_VALUE = 4096
 MAX_TEXT = 4096  # receiver, groupKey, externalURL, generatorURL
+MAX_ALERT_NAME = 128  # what the record of an alert keeps (remediation.models.Remediation.alert)
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,127}")
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # Alertmanager's model.Fingerprint, printed as %016x
@@ -225,12 +228,25 @@ class PayloadError(ValueError):
     """The webhook payload is not a valid Alertmanager v4 payload; the message names the field."""
 
 
-def parse_webhook(payload: object) -> list[Alert]:
-    """Validate an Alertmanager webhook payload (version "4") and return its alerts.
+@dataclass(frozen=True)
+class RefusedAlert:
+    """One alert of a payload that cannot be acted on, and why; the payload's other alerts can."""
+
+    index: int  # its place in the payload's `alerts`
+    fingerprint: str | None  # Alertmanager's, when the alert carries a well-formed one
+    reason: str  # e.g. "alerts[1].labels.node: must not contain the NUL character (U+0000)"
+
+
+def parse_webhook(payload: object) -> list[Alert | RefusedAlert]:
+    """Validate an Alertmanager webhook payload (version "4"): one entry per alert, in order,
+    the parsed Alert or, for an alert that is malformed, a RefusedAlert saying why.
 
     Fields Alertmanager documents are checked for presence, type and size; fields it may add
-    within version 4 are ignored (it added `truncatedAlerts` without a new version). Raises
-    PayloadError, and nothing else, for anything malformed.
+    within version 4 are ignored (it added `truncatedAlerts` without a new version). A
+    malformed payload around the alerts raises PayloadError, and nothing else does. Text that no
+    record can store (a NUL character, a lone surrogate: core.parsing.check_text) refuses the
+    alert that carries it; the payload's group and common labels repeat their alerts' and are
+    not kept, so such text there refuses nothing by itself.
     """
     if not isinstance(payload, dict):
         raise PayloadError("payload: must be a JSON object")
@@ -251,7 +267,18 @@ def parse_webhook(payload: object) -> list[Alert]:
         raise PayloadError("alerts: must be a list")
     if len(alerts) > MAX_ALERTS:
         raise PayloadError(f"alerts: at most {MAX_ALERTS} alerts")
-    return [_alert(item, f"alerts[{i}]") for i, item in enumerate(alerts)]
+    return [_alert_or_refusal(item, index) for index, item in enumerate(alerts)]
+
+
+def _alert_or_refusal(item: object, index: int) -> Alert | RefusedAlert:
+    where = f"alerts[{index}]"
+    try:
+        check_text(item, where)
+        return _alert(item, where)
+    except (PayloadError, InvalidInput) as error:
+        fingerprint = item.get("fingerprint") if isinstance(item, dict) else None
+        well_formed = isinstance(fingerprint, str) and FINGERPRINT.fullmatch(fingerprint)
+        return RefusedAlert(index=index, fingerprint=fingerprint if well_formed else None, reason=str(error))
 
 
 def _alert(item: object, where: str) -> Alert:
@@ -262,6 +289,8 @@ def _alert(item: object, where: str) -> Alert:
     name = labels.get("alertname")
     if not name:
         raise PayloadError(f"{where}.labels.alertname: required")
+    if len(name) > MAX_ALERT_NAME:
+        raise PayloadError(f"{where}.labels.alertname: at most {MAX_ALERT_NAME} characters")
     annotations = _pairs(item.get("annotations", {}), f"{where}.annotations", MAX_ANNOTATION_VALUE, labels=False)
     starts_at = _timestamp(item, "startsAt", where)
     _timestamp(item, "endsAt", where)

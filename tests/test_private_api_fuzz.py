@@ -1,22 +1,23 @@
-"""schemathesis against the private listener with a tenant's token: whatever it sends, no 5xx."""
+"""schemathesis against the private listener, sending each operation the credential its
+OpenAPI document declares (a tenant's token, Alertmanager's bearer token): whatever it sends, no 5xx."""
 
 import pytest
 
 from tests.support.factories import enrol_default_fleet, make_available, tenant_token
 from tests.support.processes import run_schemathesis
 
+WEBHOOK_TOKEN = "fuzz-webhook-token"
+
 
 @pytest.mark.django_db(transaction=True)
-def test_schemathesis_finds_no_server_error_on_the_private_api(tmp_path):
+def test_schemathesis_with_every_declared_credential_finds_no_server_error_on_the_private_api(tmp_path):
     make_available(enrol_default_fleet(12))
-    token = tenant_token("fuzzer")
-    result = run_schemathesis(
-        "gpufleet.wsgi",
-        tmp_path,
-        "--header",
-        f"Authorization: Token {token}",
-        "--max-examples",
-        "25",
-        GPUFLEET_WEBHOOK_TOKEN="fuzz-webhook-token",
+    # schemathesis reads its configuration from the directory it runs in (run_schemathesis: tmp_path).
+    (tmp_path / "schemathesis.toml").write_text(
+        f'[auth.openapi.tokenAuth]\napi_key = "Token {tenant_token("fuzzer")}"\n'
+        f'[auth.openapi.bearerAuth]\nbearer = "{WEBHOOK_TOKEN}"\n'
     )
+    result = run_schemathesis("gpufleet.wsgi", tmp_path, "--max-examples", "25", GPUFLEET_WEBHOOK_TOKEN=WEBHOOK_TOKEN)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    # Every operation was reached with its credential, the webhook's included, not only refused.
+    assert "Authentication failed" not in result.stdout, result.stdout[-3000:]

@@ -2,21 +2,14 @@
 
 import pytest
 from django.test import override_settings
-from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls import URLPattern
 
 from tests.support.factories import enrol_default_fleet
 from tests.support.processes import run_schemathesis
+from tests.support.urls import patterns
 
 PUBLIC = "gpufleet.urls_public"
 READS = {"get", "head", "options"}
-
-
-def patterns(resolver, prefix=""):
-    for entry in resolver.url_patterns:
-        if isinstance(entry, URLResolver):
-            yield from patterns(entry, prefix + str(entry.pattern))
-        else:
-            yield prefix + str(entry.pattern), entry
 
 
 def allowed_methods(pattern: URLPattern) -> set[str]:
@@ -30,7 +23,7 @@ def concrete(route: str) -> str:
 
 
 def test_every_public_route_leads_to_a_view_with_only_read_methods():
-    routes = list(patterns(get_resolver(PUBLIC)))
+    routes = list(patterns(PUBLIC))
     assert len(routes) >= 8
     for route, pattern in routes:
         assert allowed_methods(pattern) <= READS, f"{route} allows {allowed_methods(pattern) - READS}"
@@ -39,7 +32,7 @@ def test_every_public_route_leads_to_a_view_with_only_read_methods():
 @override_settings(ROOT_URLCONF=PUBLIC)
 @pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
 def test_every_write_to_every_public_path_is_405_or_404(client, fleet, method):
-    for route, _ in patterns(get_resolver(PUBLIC)):
+    for route, _ in patterns(PUBLIC):
         answer = getattr(client, method)(concrete(route), "{}", content_type="application/json")
         assert answer.status_code in (404, 405), f"{method.upper()} {route}: {answer.status_code}"
 
@@ -87,6 +80,18 @@ def test_the_schema_documents_only_public_routes_and_the_docs_need_no_internet(c
 def test_the_private_schema_documents_the_tenants_api(client, db):
     paths = client.get("/v1/schema", HTTP_ACCEPT="application/json").json()["paths"]
     assert {"/v1/reservations", "/v1/reservations/{id}/release", "/v1/alerts/alertmanager"} <= set(paths)
+
+
+@override_settings(ROOT_URLCONF="gpufleet.urls")
+def test_the_private_schema_declares_the_webhooks_bearer_scheme(client, db):
+    schema = client.get("/v1/schema", HTTP_ACCEPT="application/json").json()
+    assert schema["components"]["securitySchemes"]["bearerAuth"] == {"type": "http", "scheme": "bearer"}
+    webhook = schema["paths"]["/v1/alerts/alertmanager"]["post"]
+    assert webhook["security"] == [{"bearerAuth": []}]
+    assert webhook["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/AlertmanagerPayload"
+    }
+    assert schema["paths"]["/v1/reservations"]["post"]["security"] == [{"tokenAuth": []}]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ..auth import OPERATOR
 from ..faults import HANG_S
+from ..settings import MAX_BODY_BYTES
 from ..sim import SIM
 from ..state import NodeState
 from .errors import RedfishError, error_response, not_found, reply
@@ -52,6 +53,9 @@ async def redfish_middleware(request: web.Request, handler):
         )
     except web.HTTPNotFound:
         return error_response(not_found(request.path))
+    except web.HTTPRequestEntityTooLarge:
+        message = f"The request body is larger than the limit of {MAX_BODY_BYTES} bytes."
+        return error_response(RedfishError(413, "GeneralError", message))
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(

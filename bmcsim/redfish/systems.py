@@ -6,6 +6,8 @@ import json
 
 from aiohttp import web
 
+from core.parsing import InvalidInput, parse_int
+
 from .. import state
 from ..sim import Simulator
 from ..state import NodeState
@@ -222,8 +224,11 @@ async def get_nics(request: web.Request, sim: Simulator, node: NodeState) -> web
 async def get_nic(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
     nic = request.match_info["nic"]
     macs = state.macs(node.name)
-    index = int(nic[3:]) if nic.startswith("NIC") and nic[3:].isdigit() else -1
-    if not 0 <= index < len(macs):
+    try:
+        index = parse_int(nic[3:], maximum=len(macs) - 1) if nic.startswith("NIC") else None
+    except InvalidInput:
+        index = None
+    if index is None:
         raise not_found(request.path)
     return reply(nic_body(node, index, macs[index]))
 

@@ -251,6 +251,29 @@ ODD_BODIES = [
 ]
 
 
+@pytest.mark.parametrize(
+    ("method", "path"), [*WRITES, ("post", "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate")]
+)
+def test_a_body_over_a_mebibyte_is_413_with_an_error_body_on_every_route(bmcsim, method, path):
+    body = b'{"padding": "' + b"x" * (1024 * 1024) + b'"}'
+    r = getattr(bmcsim, method)(path, data=body, headers={"Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 413, r.text[:300]
+    if path.startswith("/redfish/"):
+        assert extended_message_id(r) == "Base.1.18.GeneralError"
+        assert "limit of 1048576 bytes" in r.json()["error"]["@Message.ExtendedInfo"][0]["Message"]
+    else:
+        assert "detail" in r.json()
+
+
+def test_a_nic_is_found_by_its_ascii_number_only(bmcsim):
+    nics = f"{SYSTEM}/EthernetInterfaces"
+    assert bmcsim.get(f"{nics}/NIC0").status_code == 200
+    for name in ("NIC\u00b2", "NIC\uff11", "NIC-1", "NIC" + "9" * 30, "NIC", "0"):
+        r = bmcsim.get(f"{nics}/{name}")
+        assert r.status_code == 404, (name, r.status_code)
+        assert extended_message_id(r).endswith("ResourceNotFound")
+
+
 @pytest.mark.parametrize(("method", "path"), WRITES)
 def test_odd_bodies_never_cause_a_server_error(bmcsim, method, path):
     for body in ODD_BODIES:

@@ -1,5 +1,8 @@
 """fleet.redfish against two real Redfish services: OpenStack's sushy-tools emulator and bmcsim."""
 
+import email.utils
+import ipaddress
+import json
 import subprocess
 import sys
 import threading
@@ -209,3 +212,148 @@ def test_a_bmc_answering_garbage_gives_a_clear_error_naming_node_and_call(status
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- the BMC's credentials go to the BMC alone ------------------------------------------------
+
+
+class FakeServer:
+    """A loopback HTTP server that answers each path as told and records every request it gets."""
+
+    def __init__(self, answers: dict | None = None):
+        self.answers = answers or {}  # path -> (status, headers, JSON body)
+        self.requests: list[tuple[str, str, str | None]] = []  # method, path, Authorization
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def answer(self):
+                server.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, headers, body = server.answers.get(self.path, (404, {}, {"error": {"message": "no"}}))
+                self.send_response(status)
+                for key, value in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(json.dumps(body).encode())
+
+            do_GET = do_POST = do_PATCH = answer
+
+            def log_message(self, *args):
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_port}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture
+def servers():
+    """A BMC, and a server elsewhere that must never hear from the client."""
+    bmc, elsewhere = FakeServer(), FakeServer({"/stolen": (200, {}, {"TaskState": "Completed"})})
+    yield bmc, elsewhere
+    bmc.close()
+    elsewhere.close()
+
+
+def bmc_client(url: str, **kwargs) -> RedfishClient:
+    return RedfishClient(BMCAccess("node-042", url, "s", "admin", "the-bmc-password"), backoff=0.01, **kwargs)
+
+
+def test_an_odata_id_pointing_elsewhere_is_refused_and_gets_no_request(servers):
+    bmc, elsewhere = servers
+    bmc.answers["/redfish/v1/Systems/s"] = (200, {}, {"Links": {"ManagedBy": [{"@odata.id": f"{elsewhere.url}/x"}]}})
+    with pytest.raises(BMCPermanentError, match=rf"^node-042: GET {elsewhere.url}/x: refusing .*not on this BMC"):
+        bmc_client(bmc.url).virtual_media()
+    assert elsewhere.requests == []
+    assert [auth for *_, auth in bmc.requests] == [bmc.requests[0][2]] and bmc.requests[0][2].startswith("Basic ")
+
+
+@pytest.mark.parametrize(
+    "monitor",
+    [
+        "{elsewhere}/stolen",  # another port
+        "https://127.0.0.1:{bmc_port}/stolen",  # another scheme
+        "http://localhost:{bmc_port}/stolen",  # another name for the same host is another host
+        "http://admin:pw@127.0.0.1:{bmc_port}/stolen",  # credentials of its own
+    ],
+)
+def test_a_task_monitor_elsewhere_is_refused_and_gets_no_request(servers, monitor):
+    bmc, elsewhere = servers
+    location = monitor.format(elsewhere=elsewhere.url, bmc_port=bmc.http.server_port)
+    bmc.answers["/d/Actions/Drive.SecureErase"] = (202, {"Location": location}, {})
+    client = bmc_client(bmc.url)
+    assert client.secure_erase("/d") == location
+    with pytest.raises(BMCPermanentError, match=r"^node-042: task .*: refusing"):
+        client.task_status(location)
+    assert elsewhere.requests == []
+
+
+def test_a_task_monitor_on_the_bmc_itself_is_followed(servers):
+    bmc, _ = servers
+    bmc.answers["/task/1"] = (200, {}, {"TaskState": "Completed"})
+    assert bmc_client(bmc.url).task_status(f"{bmc.url}/task/1") == (True, "Completed")
+
+
+def test_a_redirect_is_not_followed_anywhere(servers):
+    bmc, elsewhere = servers
+    bmc.answers["/redfish/v1/Systems/s"] = (307, {"Location": f"{elsewhere.url}/stolen"}, {})
+    client = bmc_client(bmc.url)
+    with pytest.raises(
+        BMCPermanentError, match=r"^node-042: GET /redfish/v1/Systems/s: 307 redirect to .*not followed"
+    ):
+        client.power_state()
+    assert elsewhere.requests == [] and client.calls == 1
+
+
+def test_a_bmc_outside_the_bmc_networks_gets_no_request(servers, settings):
+    bmc, _ = servers
+    settings.BMC_NETWORKS = (ipaddress.ip_network("10.0.0.0/8"),)
+    client = bmc_client(bmc.url)
+    with pytest.raises(BMCPermanentError, match=r"^node-042: GET /redfish/v1/Systems/s: .*outside the BMC networks"):
+        client.power_state()
+    assert bmc.requests == []
+
+
+# -- Retry-After, read strictly ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "low", "high"),
+    [
+        ("3", 3, 3),
+        ("\u00b2", 0, 0.01),  # "²".isdigit() is true, but it is no number: the client's own backoff
+        ("3.5", 0, 0.01),
+        ("+3", 0, 0.01),
+        ("9" * 5000, 0, 0.01),
+        ("99999999999999999999", 10, 10),  # capped at max_backoff
+        ("in 5 seconds", 0, 0.01),
+        (None, 0, 0.01),
+    ],
+)
+def test_retry_after_is_a_number_in_ascii_digits(servers, retry_after, low, high):
+    bmc, _ = servers
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    bmc.answers["/redfish/v1/Systems/s"] = (503, headers, {"error": {"message": "busy"}})
+    delays = []
+    with pytest.raises(BMCTransientError, match="503"):
+        bmc_client(bmc.url, attempts=2, max_backoff=10, sleep=delays.append).power_state()
+    assert len(delays) == 1 and low <= delays[0] <= high
+
+
+def test_retry_after_may_be_an_http_date(servers):
+    bmc, _ = servers
+    in_five_seconds = email.utils.formatdate(time.time() + 5, usegmt=True)
+    bmc.answers["/redfish/v1/Systems/s"] = (503, {"Retry-After": in_five_seconds}, {"error": {"message": "busy"}})
+    delays = []
+    with pytest.raises(BMCTransientError):
+        bmc_client(bmc.url, attempts=2, max_backoff=10, sleep=delays.append).power_state()
+    assert 3 <= delays[0] <= 5
+    bmc.answers["/redfish/v1/Systems/s"] = (503, {"Retry-After": "Tue, 01 Dec 1970 00:00:00 GMT"}, {})
+    delays.clear()
+    with pytest.raises(BMCTransientError):
+        bmc_client(bmc.url, attempts=2, sleep=delays.append).power_state()
+    assert delays == [0.0]  # a date past: at once

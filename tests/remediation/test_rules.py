@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 
 from remediation.rules import (
     ALERTS,
+    MAX_ALERT_NAME,
     MAX_ALERTS,
     XIDS,
     Action,
     Alert,
     Decision,
     PayloadError,
+    RefusedAlert,
     after_reset,
     decide,
     parse_webhook,
@@ -231,7 +233,7 @@ def set_path(payload: dict, path: tuple, value: object) -> dict:
 
 DELETE = object()
 
-MALFORMED = [
+MALFORMED_PAYLOADS = [
     # (path, value, the field the message must name)
     (("version",), "3", "version"),
     (("version",), 4, "version"),
@@ -250,6 +252,10 @@ MALFORMED = [
     (("commonAnnotations",), "x", "commonAnnotations"),
     (("alerts",), DELETE, "alerts"),
     (("alerts",), {"0": {}}, "alerts"),
+]
+
+MALFORMED_ALERTS = [
+    # (path, value, the field the refusal must name)
     (("alerts", 0), "alert", "alerts[0]"),
     (("alerts", 0, "status"), "pending", "alerts[0].status"),
     (("alerts", 0, "status"), DELETE, "alerts[0].status"),
@@ -257,12 +263,16 @@ MALFORMED = [
     (("alerts", 0, "labels"), [["node", "node-001"]], "alerts[0].labels"),
     (("alerts", 0, "labels", "alertname"), DELETE, "alerts[0].labels.alertname"),
     (("alerts", 0, "labels", "alertname"), "", "alerts[0].labels.alertname"),
+    (("alerts", 0, "labels", "alertname"), "A" * (MAX_ALERT_NAME + 1), "alerts[0].labels.alertname"),
     (("alerts", 0, "labels", "node"), 1, "alerts[0].labels.node"),
     (("alerts", 0, "labels", "node"), "n" * 1025, "alerts[0].labels.node"),
+    (("alerts", 0, "labels", "node"), "node-\x00001", "alerts[0].labels.node"),
     (("alerts", 0, "labels", "0node"), "x", "alerts[0].labels"),
     (("alerts", 0, "labels", "no-de"), "x", "alerts[0].labels"),
+    (("alerts", 0, "labels", "no\x00de"), "x", "alerts[0].labels"),
     (("alerts", 0, "annotations"), None, "alerts[0].annotations"),
     (("alerts", 0, "annotations", "summary"), "s" * 4097, "alerts[0].annotations.summary"),
+    (("alerts", 0, "annotations", "summary"), "XID\x00", "alerts[0].annotations.summary"),
     (("alerts", 0, "startsAt"), DELETE, "alerts[0].startsAt"),
     (("alerts", 0, "startsAt"), "yesterday", "alerts[0].startsAt"),
     (("alerts", 0, "startsAt"), "2026-02-31T00:00:00Z", "alerts[0].startsAt"),
@@ -271,6 +281,7 @@ MALFORMED = [
     (("alerts", 0, "endsAt"), DELETE, "alerts[0].endsAt"),
     (("alerts", 0, "endsAt"), "2026-11-29T25:00:00Z", "alerts[0].endsAt"),
     (("alerts", 0, "generatorURL"), 5, "alerts[0].generatorURL"),
+    (("alerts", 0, "generatorURL"), "http://\x00", "alerts[0].generatorURL"),
     (("alerts", 0, "fingerprint"), DELETE, "alerts[0].fingerprint"),
     (("alerts", 0, "fingerprint"), "472C046017B52349", "alerts[0].fingerprint"),
     (("alerts", 0, "fingerprint"), "472c046017b5234", "alerts[0].fingerprint"),
@@ -278,11 +289,41 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(("path", "value", "field"), MALFORMED, ids=[f"{f}={v!r:.20}" for _, v, f in MALFORMED])
-def test_malformed_payload_is_refused_naming_the_field(path, value, field):
+@pytest.mark.parametrize(
+    ("path", "value", "field"), MALFORMED_PAYLOADS, ids=[f"{f}={v!r:.20}" for _, v, f in MALFORMED_PAYLOADS]
+)
+def test_a_malformed_payload_is_refused_naming_the_field(path, value, field):
     with pytest.raises(PayloadError) as raised:
         parse_webhook(set_path(REAL_PAYLOAD, path, value))
     assert str(raised.value).split(":")[0] == field
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"), MALFORMED_ALERTS, ids=[f"{f}={v!r:.20}" for _, v, f in MALFORMED_ALERTS]
+)
+def test_a_malformed_alert_is_refused_alone_naming_the_field(path, value, field):
+    payload = set_path(REAL_PAYLOAD, path, value)
+    payload["alerts"].append(REAL_PAYLOAD["alerts"][0])
+    refused, accepted = parse_webhook(payload)
+    assert isinstance(refused, RefusedAlert) and refused.index == 0
+    assert refused.reason.split(":")[0] == field
+    fingerprint_intact = path[-1] != "fingerprint" and path != ("alerts", 0)
+    assert refused.fingerprint == ("472c046017b52349" if fingerprint_intact else None)
+    assert isinstance(accepted, Alert) and accepted.labels["node"] == "node-001"
+
+
+def test_a_nul_in_an_alert_is_refused_wherever_it_is_and_says_so():
+    payload = set_path(REAL_PAYLOAD, ("alerts", 0, "silencedBy"), ["a\x00b"])
+    [refused] = parse_webhook(payload)
+    assert refused.reason == "alerts[0].silencedBy[0]: must not contain the NUL character (U+0000)"
+
+
+def test_a_nul_in_the_group_and_common_labels_alone_refuses_nothing():
+    """They repeat the alerts' own labels and nothing keeps them: each alert answers for itself."""
+    payload = set_path(REAL_PAYLOAD, ("groupLabels", "node"), "node-\x00")
+    payload["commonAnnotations"]["summary"] = "\x00"
+    [parsed] = parse_webhook(payload)
+    assert isinstance(parsed, Alert)
 
 
 @pytest.mark.parametrize("payload", [None, [], "payload", 4, b"{}"])
@@ -296,19 +337,21 @@ def test_too_many_alerts_are_refused():
         parse_webhook({**REAL_PAYLOAD, "alerts": REAL_PAYLOAD["alerts"] * (MAX_ALERTS + 1)})
 
 
-def test_too_many_labels_are_refused():
+def test_an_alert_with_too_many_labels_is_refused():
     labels = {f"l{i}": "x" for i in range(64)} | {"alertname": "GPUFatalXid"}
-    with pytest.raises(PayloadError, match=r"^alerts\[0\]\.labels: at most 64"):
-        parse_webhook(set_path(REAL_PAYLOAD, ("alerts", 0, "labels"), labels))
+    [refused] = parse_webhook(set_path(REAL_PAYLOAD, ("alerts", 0, "labels"), labels))
+    assert refused.reason.startswith("alerts[0].labels: at most 64")
 
 
 def test_an_error_in_a_later_alert_names_its_index():
     payload = {**REAL_PAYLOAD, "alerts": [*REAL_PAYLOAD["alerts"], {**REAL_PAYLOAD["alerts"][0], "fingerprint": "x"}]}
-    with pytest.raises(PayloadError, match=r"^alerts\[1\]\.fingerprint: "):
-        parse_webhook(payload)
+    accepted, refused = parse_webhook(payload)
+    assert isinstance(accepted, Alert)
+    assert refused.index == 1 and refused.reason.startswith("alerts[1].fingerprint: ")
 
 
-# parse_webhook: fuzzing. Whatever arrives, it parses or raises PayloadError, nothing else.
+# parse_webhook: fuzzing. Whatever arrives, it parses (each alert accepted or refused) or raises
+# PayloadError, nothing else.
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=40),
@@ -323,7 +366,10 @@ def check_parse(payload: object) -> None:
     except PayloadError:
         return
     for parsed in alerts:
-        decide(parsed)  # a parsed alert is always decidable
+        if isinstance(parsed, Alert):
+            decide(parsed)  # a parsed alert is always decidable
+        else:
+            assert isinstance(parsed, RefusedAlert) and parsed.reason
 
 
 @settings(max_examples=300, deadline=None)

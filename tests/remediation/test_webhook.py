@@ -3,15 +3,18 @@
 import json
 import threading
 
+import hypothesis
 import pytest
 from django.db import connection
 from django.test import override_settings
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from fleet.models import AuditEvent, Node
 from remediation.models import Remediation
 from reservations.models import Reservation
 from tests.support.factories import alert, drive, enrol_default_fleet, make_available, payload
+from tests.support.hostile import HOSTILE_TEXT
 
 TOKEN = "test-webhook-token"
 URL = "/v1/alerts/alertmanager"
@@ -185,3 +188,57 @@ def test_the_cap_holds_for_concurrent_alerts():
     assert Remediation.objects.filter(status="applied").count() == 5
     assert Remediation.objects.filter(status="suppressed").count() == 15
     assert Node.objects.filter(state="quarantined").count() == 5
+
+
+def test_an_alert_with_a_nul_is_refused_and_the_rest_of_its_batch_is_acted_on(available_fleet):
+    good, bad = available_fleet[0], available_fleet[1]
+    poisoned = alert(bad.name, n=1)
+    poisoned["labels"]["node"] = f"{bad.name}\x00"
+    answer = send(payload(alert(good.name), poisoned))
+    # A 2xx: Alertmanager would send the whole group again, good alert included, on any other answer.
+    assert answer.status_code == 207, answer.content
+    body = answer.json()
+    assert body["received"] == 2 and [r["status"] for r in body["remediations"]] == ["applied"]
+    assert body["refused"] == [
+        {
+            "index": 1,
+            "fingerprint": poisoned["fingerprint"],
+            "detail": "alerts[1].labels.node: must not contain the NUL character (U+0000)",
+        }
+    ]
+    assert Node.objects.get(pk=good.pk).state == "quarantined"
+    assert Node.objects.get(pk=bad.pk).state == "available"
+    assert Remediation.objects.count() == 1
+
+
+def test_an_alert_name_longer_than_its_record_keeps_is_refused_alone(available_fleet):
+    named = alert(available_fleet[1].name, n=1)
+    named["labels"]["alertname"] = "GPUFatalXid" + "x" * 200
+    answer = send(payload(alert(available_fleet[0].name), named))
+    assert answer.status_code == 207, answer.content
+    assert answer.json()["refused"][0]["detail"] == "alerts[1].labels.alertname: at most 128 characters"
+    assert Remediation.objects.count() == 1
+
+
+def test_a_batch_with_nothing_refused_answers_200_and_an_empty_refusal_list(available_fleet):
+    answer = send(payload(alert(available_fleet[0].name)))
+    assert answer.status_code == 200 and answer.json()["refused"] == []
+
+
+# Any label values, through the real view: each alert is acted on or refused, never a 5xx.
+@hypothesis.settings(
+    max_examples=60, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
+)
+@hypothesis.given(
+    labels=st.dictionaries(st.sampled_from(["alertname", "node", "gpu", "xid", "severity"]), HOSTILE_TEXT),
+    annotation=HOSTILE_TEXT,
+    n=st.integers(0, 59),
+)
+def test_any_label_values_are_acted_on_or_refused_alert_by_alert(available_fleet, labels, annotation, n):
+    generated = alert(available_fleet[n % len(available_fleet)].name, n=n)
+    generated["labels"] |= labels
+    generated["annotations"]["summary"] = annotation
+    answer = send(payload(generated, alert("node-001", n=n)), client=APIClient(raise_request_exception=False))
+    assert answer.status_code in (200, 207), answer.content
+    body = answer.json()
+    assert len(body["remediations"]) + len(body["refused"]) == body["received"] == 2
