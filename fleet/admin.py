@@ -1,4 +1,6 @@
-"""The operators' console. State changes go through fleet.services.transition, never a form field."""
+"""The operators' console. State changes go through fleet.services.transition, never a form field;
+BMC access changes through fleet.services.change_bmc_access, and only with the password re-entered.
+"""
 
 from django import forms
 from django.contrib import admin, messages
@@ -6,8 +8,13 @@ from django.db import models
 from django.template.response import TemplateResponse
 
 from fleet import lifecycle
+from fleet.bmc_access import BMCAddressRefused, check_bmc_url
 from fleet.models import GPU, AuditEvent, Node, Pod, Rack
-from fleet.services import ConcurrentTransition, transition
+from fleet.services import BMC_ACCESS_FIELDS, ConcurrentTransition, change_bmc_access, transition
+from gpufleet.admin import has_permission
+
+# What the form shows of a node's BMC access: all of it but the stored password.
+BMC_ACCESS_FORM_FIELDS = [f for f in BMC_ACCESS_FIELDS if f != "bmc_password"]
 
 
 class RackInline(admin.TabularInline):
@@ -43,6 +50,34 @@ class QuarantineForm(forms.Form):
     reason = forms.CharField(max_length=500, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}))
 
 
+class NodeForm(forms.ModelForm):
+    """A BMC's address, system id, username and agent URL change only with its password entered
+    anew: whoever points the node's BMC elsewhere gets the password they typed, never the real one."""
+
+    reentered_password = forms.CharField(
+        label="BMC password",
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Never shown. Enter it to change how the BMC is reached (and to set a new password).",
+    )
+
+    def clean(self):
+        cleaned = super().clean()
+        changed = [f for f in BMC_ACCESS_FORM_FIELDS if f in self.changed_data]
+        if not cleaned.get("reentered_password"):
+            if changed:
+                self.add_error("reentered_password", f"Enter the BMC's password to change {', '.join(changed)}.")
+            return cleaned
+        for field in ("redfish_url", "agent_url"):
+            if cleaned.get(field):
+                try:
+                    check_bmc_url(cleaned[field])
+                except BMCAddressRefused as exc:
+                    self.add_error(field, str(exc))
+        return cleaned
+
+
 def _apply(modeladmin, request, queryset, event: lifecycle.Event, reason: str = ""):
     applied = []
     for node in queryset.order_by("pk"):
@@ -64,14 +99,11 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ["name", "serial", "gpus__uuid"]
     inlines = [GPUInline]
     actions = ["quarantine", "return_to_service", "put_into_maintenance"]
+    form = NodeForm
     # BMCs on a management network commonly speak plain http.
     formfield_overrides = {models.URLField: {"form_class": forms.URLField, "assume_scheme": "http"}}
-    # The BMC password is never shown; state fields change only through the actions.
-    exclude = ["bmc_password"]
-    readonly_fields = [
-        "name",
-        "rack",
-        "position",
+    # The stored BMC password is never shown; state fields change only through the actions.
+    lifecycle_fields = [
         "state",
         "state_since",
         "tenant",
@@ -83,6 +115,33 @@ class NodeAdmin(admin.ModelAdmin):
         "lease_expires_at",
         "fencing_token",
     ]
+    readonly_fields = ["name", "rack", "position", *lifecycle_fields]
+
+    has_quarantine_node_permission = has_permission("fleet.quarantine_node")
+    has_return_node_to_service_permission = has_permission("fleet.return_node_to_service")
+    has_put_node_into_maintenance_permission = has_permission("fleet.put_node_into_maintenance")
+
+    def get_fieldsets(self, request, obj=None):
+        access = BMC_ACCESS_FORM_FIELDS
+        if self.has_change_permission(request, obj):
+            access = [*access, "reentered_password"]
+        return [
+            (None, {"fields": ["name", "rack", "position", "serial"]}),
+            ("BMC access", {"fields": access, "description": "Changed only with the BMC password; audited."}),
+            ("Lifecycle", {"fields": self.lifecycle_fields}),
+        ]
+
+    def save_model(self, request, obj, form, change):
+        others = [f for f in form.changed_data if f not in BMC_ACCESS_FORM_FIELDS and f != "reentered_password"]
+        if others:
+            obj.save(update_fields=others)
+        if password := form.cleaned_data.get("reentered_password"):
+            change_bmc_access(
+                node_id=obj.pk,
+                actor=f"operator:{request.user.get_username()}",
+                bmc_password=password,
+                **{f: form.cleaned_data[f] for f in BMC_ACCESS_FORM_FIELDS},
+            )
 
     @admin.display(description="pod", ordering="rack__pod__name")
     def pod_name(self, node):
@@ -94,7 +153,7 @@ class NodeAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # a node's audit history outlives it
 
-    @admin.action(description="Quarantine selected nodes (asks a reason)")
+    @admin.action(description="Quarantine selected nodes (asks a reason)", permissions=["quarantine_node"])
     def quarantine(self, request, queryset):
         form = QuarantineForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
@@ -110,11 +169,14 @@ class NodeAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/fleet/node/quarantine.html", context)
 
-    @admin.action(description="Return selected nodes to service (through wiping and inspection)")
+    @admin.action(
+        description="Return selected nodes to service (through wiping and inspection)",
+        permissions=["return_node_to_service"],
+    )
     def return_to_service(self, request, queryset):
         _apply(self, request, queryset, lifecycle.Event.OPERATOR_RETURN)
 
-    @admin.action(description="Put selected nodes into maintenance")
+    @admin.action(description="Put selected nodes into maintenance", permissions=["put_node_into_maintenance"])
     def put_into_maintenance(self, request, queryset):
         _apply(self, request, queryset, lifecycle.Event.OPERATOR_MAINTENANCE)
 

@@ -23,6 +23,7 @@ class AuditOnlyEvent(models.TextChoices):
     ENROLLED = "enrolled"
     STEP_CHANGED = "step_changed"
     RESULT_DISCARDED = "result_discarded"
+    BMC_CHANGED = "bmc_changed", "BMC access changed"
 
 
 class GPUHealth(models.TextChoices):
@@ -62,7 +63,8 @@ class Node(models.Model):
     position = models.PositiveSmallIntegerField(help_text="Slot in the rack, from 1.")
     serial = models.CharField(max_length=64)
 
-    # BMC access. The credentials never appear in a listing, an API answer or a log line.
+    # BMC access. The credentials never appear in a listing, an API answer or a log line; the
+    # address and username change only with the password re-entered (fleet.services.change_bmc_access).
     redfish_url = models.URLField(help_text="Base URL of the Redfish service.")
     system_id = models.CharField(max_length=64, help_text="Id of the node's System in that service.")
     bmc_username = models.CharField(max_length=64)
@@ -84,6 +86,12 @@ class Node(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # The admin's actions: `change` is too broad for taking nodes out of (or into) service.
+        permissions = [
+            ("quarantine_node", "Can quarantine a node"),
+            ("return_node_to_service", "Can return a node to service"),
+            ("put_node_into_maintenance", "Can put a node into maintenance"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["rack", "position"], name="node_one_per_rack_slot"),
             models.CheckConstraint(condition=Q(position__gte=1), name="node_position_from_1"),

@@ -1,4 +1,4 @@
-"""Writes to the fleet: enrolment and lifecycle transitions.
+"""Writes to the fleet: enrolment, lifecycle transitions and changes of BMC access.
 
 `transition` is the only code that changes a node's state. It applies the pure state machine
 of fleet/lifecycle.py with a compare-and-set on the old state (and, for a worker, on its
@@ -18,6 +18,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from fleet import lifecycle
+from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_host, check_bmc_url
 from fleet.inventory import NodeRecord
 from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node, NodeState, Pod, Rack
 from fleet.signals import node_transitioned
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from fleet.leases import Lease
 
 ENROLMENT_BATCH = 500
+# How a node's BMC and agent are reached; the password is one of them but is never audited.
+BMC_ACCESS_FIELDS = ["redfish_url", "system_id", "bmc_username", "bmc_password", "agent_url"]
 
 
 class ConcurrentTransition(Exception):
@@ -183,17 +186,19 @@ def _batches(items: list, size: int) -> Iterator[list]:
 def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> EnrolmentResult:
     """Enrol new nodes (state `enrolled`, one audit row each); refresh BMC access of known ones.
 
-    Idempotent: a node already enrolled keeps its state, position and GPUs. `progress`, if
-    given, is called with the number of records handled after each batch.
+    Idempotent: a node already enrolled keeps its state, position and GPUs; a change of its BMC
+    access is audited. Raises BMCAddressRefused, before writing anything, if a record's BMC or
+    agent URL is outside the BMC networks. `progress`, if given, is called with the number of
+    records handled after each batch.
     """
     records = list(records)
+    _check_bmc_addresses(records)
     pods = {name: Pod.objects.get_or_create(name=name)[0] for name in sorted({r.pod for r in records})}
     rack_pods = {r.rack: pods[r.pod] for r in records}
     known_racks = set(Rack.objects.filter(name__in=rack_pods).values_list("name", flat=True))
     Rack.objects.bulk_create(Rack(name=name, pod=pod) for name, pod in rack_pods.items() if name not in known_racks)
     racks = Rack.objects.in_bulk(list(rack_pods), field_name="name")
     created = updated = 0
-    access_fields = ["redfish_url", "system_id", "bmc_username", "bmc_password", "agent_url"]
     for batch in _batches(records, ENROLMENT_BATCH):
         with transaction.atomic():
             known = {n.name: n for n in Node.objects.filter(name__in=[r.name for r in batch])}
@@ -221,16 +226,82 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
                 for node, r in zip(nodes, new, strict=True)
                 for g in r.gpus
             )
-            changed = []
+            changed, audit = [], []
             for r in batch:
                 node = known.get(r.name)
-                if node and any(getattr(node, f) != getattr(r, f) for f in access_fields):
-                    for f in access_fields:
-                        setattr(node, f, getattr(r, f))
+                access = {f: getattr(r, f) for f in BMC_ACCESS_FIELDS}
+                if node and (detail := _bmc_change(node, access)):
+                    for field, value in access.items():
+                        setattr(node, field, value)
                     changed.append(node)
-            Node.objects.bulk_update(changed, access_fields)
+                    audit.append(_bmc_change_audit(node, actor, detail))
+            Node.objects.bulk_update(changed, BMC_ACCESS_FIELDS)
+            AuditEvent.objects.bulk_create(audit)
         created += len(nodes)
         updated += len(changed)
         if progress:
             progress(len(batch))
     return EnrolmentResult(created=created, updated=updated)
+
+
+def _check_bmc_addresses(records: list[NodeRecord]) -> None:
+    checked = set()  # a fleet shares a few BMC hosts: resolve each once
+    for r in records:
+        for url in filter(None, (r.redfish_url, r.agent_url)):
+            try:
+                host = bmc_host(url)
+                if host not in checked:
+                    check_bmc_host(*host)
+                    checked.add(host)
+            except BMCAddressRefused as exc:
+                raise BMCAddressRefused(f"node {r.name}: {exc}") from exc
+
+
+def _bmc_change(node: Node, access: dict) -> dict:
+    """What the new access changes, fit for the audit log: the password only as changed or not."""
+    changed = {
+        field: {"from": getattr(node, field), "to": value}
+        for field, value in access.items()
+        if field != "bmc_password" and getattr(node, field) != value
+    }
+    if node.bmc_password != access["bmc_password"]:
+        changed["bmc_password"] = "changed"
+    return changed
+
+
+def _bmc_change_audit(node: Node, actor: str, detail: dict) -> AuditEvent:
+    return AuditEvent(
+        node=node,
+        actor=actor,
+        event=AuditOnlyEvent.BMC_CHANGED,
+        from_state=node.state,
+        to_state=node.state,
+        reason=f"BMC access changed: {', '.join(detail)}",
+        detail=detail,
+    )
+
+
+def change_bmc_access(
+    *, node_id: int, actor: str, redfish_url: str, system_id: str, bmc_username: str, bmc_password: str, agent_url: str
+) -> Node:
+    """Give the node new BMC access (the password always with it) and audit what changed.
+
+    Raises BMCAddressRefused if the BMC or agent URL is outside the BMC networks. The audit
+    row names the fields that changed, with old and new values, but never a password.
+    """
+    for url in filter(None, (redfish_url, agent_url)):
+        check_bmc_url(url)
+    access = {
+        "redfish_url": redfish_url,
+        "system_id": system_id,
+        "bmc_username": bmc_username,
+        "bmc_password": bmc_password,
+        "agent_url": agent_url,
+    }
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node_id)
+        detail = _bmc_change(node, access)
+        if detail:
+            Node.objects.filter(pk=node_id).update(**access)
+            _bmc_change_audit(node, actor, detail).save()
+    return Node.objects.get(pk=node_id)

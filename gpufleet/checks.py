@@ -1,7 +1,11 @@
 """`manage.py check --deploy` also refuses our own development defaults in production."""
 
 from django.conf import settings
-from django.core.checks import Tags, Warning, register
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import check_password
+from django.core.checks import Info, Tags, Warning, register
+from django.db import DatabaseError
+from django.db.models import Q
 
 
 @register(Tags.security, deploy=True)
@@ -24,3 +28,34 @@ def development_secrets(app_configs, **kwargs):
             )
         )
     return problems
+
+
+@register(Tags.security, deploy=True)
+def default_operator_password(app_configs, **kwargs):
+    """An operator account that still opens with the demo's password is anyone's admin."""
+    User = get_user_model()
+    try:
+        operators = list(
+            User.objects.filter(Q(is_staff=True) | Q(is_superuser=True), is_active=True).values_list(
+                User.USERNAME_FIELD, "password"
+            )
+        )
+    except DatabaseError as exc:
+        return [
+            Info(
+                f"The operators' passwords were not checked: the database cannot be read ({exc}).",
+                hint="Run manage.py check --deploy where the database is reachable.",
+                id="gpufleet.I001",
+            )
+        ]
+    # hashers.check_password, not user.check_password: a check must not re-hash and save.
+    weak = [name for name, encoded in operators if check_password(settings.DEMO_OPERATOR_PASSWORD, encoded)]
+    if not weak:
+        return []
+    return [
+        Warning(
+            f"Operator account(s) {', '.join(sorted(weak))} log in with the demo's default password.",
+            hint="Set a strong password (manage.py changepassword NAME), or deactivate the account.",
+            id="gpufleet.W003",
+        )
+    ]

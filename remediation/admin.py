@@ -1,5 +1,6 @@
 from django.contrib import admin, messages
 
+from gpufleet.admin import has_permission
 from remediation import services
 from remediation.models import IncidentEvent, Remediation, RemediationStatus
 
@@ -25,13 +26,18 @@ class RemediationAdmin(admin.ModelAdmin):
     inlines = [IncidentEventInline]
     actions = ["apply_suppressed"]
 
+    has_apply_remediation_permission = has_permission("remediation.apply_remediation")
+
     def has_add_permission(self, request):
         return False
 
     def has_delete_permission(self, request, obj=None):
         return False
 
-    @admin.action(description="Apply the selected suppressed remediations (quarantine as an operator)")
+    @admin.action(
+        description="Apply the selected suppressed remediations (quarantine as an operator)",
+        permissions=["apply_remediation"],
+    )
     def apply_suppressed(self, request, queryset):
         applied = [
             services.apply_suppressed(remediation_id=r.pk, operator=f"operator:{request.user.get_username()}")

@@ -9,6 +9,7 @@ issues a new one.
 from django.contrib import admin, messages
 from rest_framework.authtoken.models import Token, TokenProxy
 
+from gpufleet.admin import has_permission
 from reservations import services
 from reservations.models import Allocation, Reservation, ReservationEvent, Tenant
 
@@ -46,7 +47,12 @@ class TenantAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at"]
     actions = ["revoke_api_tokens"]
 
-    @admin.action(description="Revoke the API tokens of selected tenants (manage.py create_tenant issues new ones)")
+    has_revoke_tenant_tokens_permission = has_permission("reservations.revoke_tenant_tokens")
+
+    @admin.action(
+        description="Revoke the API tokens of selected tenants (manage.py create_tenant issues new ones)",
+        permissions=["revoke_tenant_tokens"],
+    )
     def revoke_api_tokens(self, request, queryset):
         revoked, _ = Token.objects.filter(user__tenant__in=queryset).delete()
         self.message_user(request, f"Revoked {revoked} API token(s)", messages.SUCCESS)
@@ -63,13 +69,17 @@ class ReservationAdmin(admin.ModelAdmin):
     inlines = [AllocationInline, ReservationEventInline]
     actions = ["release"]
 
+    has_release_reservation_permission = has_permission("reservations.release_reservation")
+
     def has_add_permission(self, request):
         return False  # tenants reserve through the API, where placement runs
 
     def has_delete_permission(self, request, obj=None):
         return False
 
-    @admin.action(description="Release selected reservations (their nodes go to wiping)")
+    @admin.action(
+        description="Release selected reservations (their nodes go to wiping)", permissions=["release_reservation"]
+    )
     def release(self, request, queryset):
         for reservation in queryset.order_by("pk"):
             services.release_reservation(

@@ -30,6 +30,8 @@ def test_check_deploy_is_clean_with_production_settings(tmp_path):
         ALLOWED_HOSTS="fleet.example.net",
         GPUFLEET_HTTPS="1",
         GPUFLEET_WEBHOOK_TOKEN=secrets.token_urlsafe(32),
+        # Not the demo's database, whose operator `admin` rightly fails the check (gpufleet.W003).
+        DATABASE_URL="postgres://postgres@127.0.0.1:5432/gpufleet_deploy_check_no_such_database",
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -1,5 +1,6 @@
 import os
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
@@ -12,7 +13,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         username = os.environ.get("GPUFLEET_OPERATOR", "admin")
-        password = os.environ.get("GPUFLEET_OPERATOR_PASSWORD", "admin")
+        password = os.environ.get("GPUFLEET_OPERATOR_PASSWORD", settings.DEMO_OPERATOR_PASSWORD)
         User = get_user_model()
         if User.objects.filter(username=username).exists():
             self.stdout.write(f"operator {username} exists")

@@ -5,6 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from fleet.bmc_access import BMCAddressRefused
 from fleet.inventory import InventoryError, parse_inventory, records_from_layout
 from fleet.services import enrol_nodes
 from fleet.topology import DEFAULT_NODE_COUNT, default_layout
@@ -34,8 +35,11 @@ class Command(BaseCommand):
         else:
             records = self.fetch_inventory(bmcsim_url, wait)
         show_progress = verbosity > 0 and len(records) >= PROGRESS_FROM_NODES
-        with tqdm(total=len(records), desc="enrolling", unit="node", disable=not show_progress) as bar:
-            result = enrol_nodes(records=records, actor="operator:seed_fleet", progress=bar.update)
+        try:
+            with tqdm(total=len(records), desc="enrolling", unit="node", disable=not show_progress) as bar:
+                result = enrol_nodes(records=records, actor="operator:seed_fleet", progress=bar.update)
+        except BMCAddressRefused as exc:
+            raise CommandError(f"nothing enrolled: {exc}") from exc
         self.stdout.write(
             f"fleet of {len(records)} nodes: {result.created} enrolled, {result.updated} updated, "
             f"{len(records) - result.created - result.updated} unchanged"
