@@ -193,7 +193,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
-    env = {**os.environ, "DATABASE_URL": f"{PG}/{BENCH_DB}", "DJANGO_SETTINGS_MODULE": "gpufleet.settings"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"{PG}/{BENCH_DB}",
+        "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
+        # Each client makes hundreds of requests a minute: measure placement, not the throttles.
+        "GPUFLEET_API_READ_RATE": "1000000/min",
+        "GPUFLEET_API_WRITE_RATE": "1000000/min",
+    }
     print(f"preparing a {args.nodes}-node fleet in {args.pods} pods ...", file=sys.stderr)
     prepare_fleet(env, args.nodes, args.pods)
     tokens = tenant_tokens(env, args.clients)

@@ -1,8 +1,11 @@
-"""Tenants, their reservations, and the allocations that bind nodes to them for a period.
+"""Tenants, their reservations, the allocations that bind nodes to them for a period, and the
+answers kept for their idempotency keys.
 
 No node is ever booked twice for overlapping periods: the exclusion constraint on Allocation
 refuses it in PostgreSQL itself, whatever the code above it does.
 """
+
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
@@ -51,6 +54,8 @@ class Tenant(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # The admin's action; `change` would also let an operator edit the tenant.
+        permissions = [("revoke_tenant_tokens", "Can revoke a tenant's API tokens")]
 
     def __str__(self):
         return self.name
@@ -70,6 +75,7 @@ class Reservation(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        permissions = [("release_reservation", "Can release any tenant's reservation")]
         constraints = [
             models.CheckConstraint(condition=Q(node_count__gte=1), name="reservation_at_least_one_node"),
             models.CheckConstraint(condition=Q(state__in=ReservationState.values), name="reservation_state_known"),
@@ -133,3 +139,33 @@ class ReservationEvent(models.Model):
 
     def __str__(self):
         return f"{self.reservation_id} {self.event}"
+
+
+# How long a tenant's Idempotency-Key is remembered; a retry after that is a new request.
+IDEMPOTENCY_KEY_LIFETIME = timedelta(hours=24)
+
+
+class IdempotencyKey(models.Model):
+    """The first answer to a tenant's POST /v1/reservations under an Idempotency-Key, replayed to
+    every retry with that key: a retry never makes a second reservation."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="idempotency_keys")
+    key = models.CharField(max_length=255)
+    request_digest = models.CharField(max_length=64, help_text="SHA-256 of the request body, in canonical JSON.")
+    status = models.PositiveSmallIntegerField(help_text="The first answer's HTTP status.")
+    answer = models.JSONField(help_text="The first answer's body.")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_key_once_per_tenant"),
+            # Only decisions are replayed: a created reservation or a refusal, never a bad request.
+            models.CheckConstraint(condition=Q(status__in=[201, 409]), name="idempotency_key_answer_is_a_decision"),
+        ]
+        indexes = [
+            # The reconciler's purge of expired keys.
+            models.Index(fields=["created_at"], name="idempotency_key_created_idx"),
+        ]
+
+    def __str__(self):
+        return f"{self.tenant} {self.key}"

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -14,7 +15,8 @@ from psycopg.types.range import Range
 
 from fleet.lifecycle import State
 from fleet.models import Node
-from reservations.models import Allocation, Reservation
+from reservations.models import Allocation, Reservation, Tenant
+from reservations.periods import BookingLimits
 from reservations.placement import RackCapacity
 
 # A node in these states will be in service for a reservation that starts later.
@@ -88,14 +90,8 @@ def rack_capacity(
     Only the racks that hold a node that is not free are looked at node by node.
     """
     fleet = fleet or topology()
-    # Unordered: the models' default orderings would join and sort thousands of rows for nothing.
-    taken = Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).order_by()
-    if starts_at <= timezone.now():
-        unusable = Node.objects.exclude(state=State.AVAILABLE).order_by()
-    else:
-        unusable = Node.objects.exclude(state__in=IN_SERVICE_STATES).order_by()
     blocked: dict[int, set[int]] = defaultdict(set)
-    for node_id in _ids_of(taken.values_list("node_id"), unusable.values_list("id")):
+    for node_id in _not_free(starts_at=starts_at, ends_at=ends_at):
         if (rack := fleet.rack_of.get(node_id)) is not None:  # else enrolled since: not placeable yet
             blocked[rack].add(node_id)
     racks = []
@@ -108,6 +104,17 @@ def rack_capacity(
             rack = RackCapacity(pod=rack.pod, rack=rack.rack, nodes=rack.nodes, free=free)
         racks.append(rack)
     return racks
+
+
+def _not_free(*, starts_at: datetime, ends_at: datetime | None) -> list[int]:
+    """Ids of the nodes that are not free for the period (see rack_capacity), some maybe twice."""
+    # Unordered: the models' default orderings would join and sort thousands of rows for nothing.
+    taken = Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).order_by()
+    if starts_at <= timezone.now():
+        unusable = Node.objects.exclude(state=State.AVAILABLE).order_by()
+    else:
+        unusable = Node.objects.exclude(state__in=IN_SERVICE_STATES).order_by()
+    return _ids_of(taken.values_list("node_id"), unusable.values_list("id"))
 
 
 def _ids_of(*querysets) -> list[int]:
@@ -123,15 +130,36 @@ def _ids_of(*querysets) -> list[int]:
         return cursor.fetchone()[0]
 
 
+def booking_limits(tenant: Tenant | None = None) -> BookingLimits:
+    """How far ahead `tenant` may book and for how long; None: the limits every tenant has.
+
+    The one place the limits are read, so that per-tenant quotas can refine them here.
+    """
+    return BookingLimits(
+        horizon=timedelta(days=settings.BOOKING_HORIZON_DAYS),
+        max_duration=timedelta(days=settings.MAX_RESERVATION_DAYS),
+    )
+
+
 def capacity_by_pod() -> list[dict]:
-    """Per pod: nodes, nodes free now, and racks whose every node is free now."""
+    """Per pod: nodes, nodes free now, nodes free now and for as long as a reservation without
+    ends_at lasts (no later booking holds them), and racks whose every node is free now."""
     now = timezone.now()
+    fleet = topology()
+    # Counts only: no rack's free nodes are listed, as placement needs them.
+    busy_now = set(_not_free(starts_at=now, ends_at=now + INSTANT))
+    busy_open_ended = set(_not_free(starts_at=now, ends_at=now + booking_limits().max_duration))
     pods: dict[str, dict] = {}
-    for rack in rack_capacity(starts_at=now, ends_at=now + INSTANT):
-        summary = pods.setdefault(rack.pod, {"name": rack.pod, "nodes": 0, "available": 0, "whole_free_racks": 0})
-        summary["nodes"] += len(rack.nodes)
-        summary["available"] += len(rack.free)
-        summary["whole_free_racks"] += len(rack.free) == len(rack.nodes)
+    for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True):
+        summary = pods.setdefault(
+            rack.pod,
+            {"name": rack.pod, "nodes": 0, "available": 0, "available_open_ended": 0, "whole_free_racks": 0},
+        )
+        free_now = sum(node_id not in busy_now for node_id in ids)
+        summary["nodes"] += len(ids)
+        summary["available"] += free_now
+        summary["available_open_ended"] += sum(node_id not in busy_open_ended for node_id in ids)
+        summary["whole_free_racks"] += free_now == len(ids)
     return [pods[name] for name in sorted(pods)]
 
 

@@ -1,19 +1,22 @@
 """Writes to reservations: create, release, expire, start, heal and settle.
 
-Placement is decided by the pure reservations/placement.py; PostgreSQL's exclusion constraint
-on Allocation is the last word on double booking. A placement that loses a race to a
-concurrent one is placed again on fresh capacity, a bounded number of times.
+Placement is decided by the pure reservations/placement.py, the period by the pure
+reservations/periods.py; PostgreSQL's exclusion constraint on Allocation is the last word on
+double booking. A placement that loses a race to a concurrent one is placed again on fresh
+capacity, a bounded number of times.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Func
-from django.db.models.functions import Greatest, Now
+from django.db.models import Count, F, Func, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce, Greatest, Now
 from django.utils import timezone
 from psycopg.types.range import Range
 
@@ -21,16 +24,27 @@ from fleet import lifecycle
 from fleet.models import Node, Pod
 from fleet.services import ConcurrentTransition, transition
 from reservations.models import (
+    IDEMPOTENCY_KEY_LIFETIME,
     LIVE_STATES,
     Allocation,
+    IdempotencyKey,
     Reservation,
     ReservationEvent,
     ReservationEventKind,
     ReservationState,
     Tenant,
 )
+from reservations.periods import booking_period
 from reservations.placement import PlacementRefused, PlacementRequest, place
-from reservations.selectors import Topology, live_allocations, period, rack_capacity, topology
+from reservations.selectors import (
+    INSTANT,
+    Topology,
+    booking_limits,
+    live_allocations,
+    period,
+    rack_capacity,
+    topology,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +52,9 @@ PLACEMENT_ATTEMPTS = 8
 OUT_OF_SERVICE = (lifecycle.State.QUARANTINED, lifecycle.State.MAINTENANCE, lifecycle.State.ENROLLED)
 EXCLUSION_VIOLATION = "23P01"
 RS = ReservationState
+# Rows a reconciler pass reads per query: it goes through every row that needs work, a batch at a time.
+RECONCILE_BATCH = 100
+WAITING_FOR_CAPACITY = "waiting for capacity"  # how a degraded reservation's reason says no node was free
 
 
 class LostPlacementRace(Exception):
@@ -124,11 +141,14 @@ def create_reservation(
     ends_at: datetime | None = None,
     actor: str,
 ) -> Reservation:
-    """Place and hold the nodes, or raise PlacementRefused with the reason; nothing is kept then."""
-    now = timezone.now()
-    starts_at = max(starts_at or now, now)
-    if ends_at is not None and ends_at <= starts_at:
-        raise ValueError("ends_at must be after starts_at")
+    """Place and hold the nodes, or raise PlacementRefused with the reason; nothing is kept then.
+
+    The period follows reservations/periods.py (PeriodRefused names the field): no `ends_at`
+    means the tenant's maximum duration, and is allowed only for a reservation starting now.
+    """
+    starts_at, ends_at = booking_period(
+        starts_at=starts_at, ends_at=ends_at, now=timezone.now(), limits=booking_limits(tenant)
+    )
 
     def attempt(lost_races: int) -> Reservation:
         placement = _choose(
@@ -216,7 +236,8 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Re
     """
     with transaction.atomic():
         reservation = Reservation.objects.select_for_update().get(pk=reservation_id)
-        if reservation.state not in LIVE_STATES:
+        # A period that has ended needs no replacement: expiry releases it.
+        if reservation.state not in LIVE_STATES or _ended(reservation):
             return reservation
         held = live_allocations().filter(reservation=reservation)
         missing = reservation.node_count - held.count()
@@ -238,11 +259,15 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Re
                 chosen = _with_retries(replace)
             except PlacementRefused as refused:
                 Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
-                    state=RS.DEGRADED, reason=f"waiting for capacity to replace {missing} node(s): {refused.reason}"
+                    state=RS.DEGRADED, reason=f"{WAITING_FOR_CAPACITY} to replace {missing} node(s): {refused.reason}"
                 )
             else:
                 _record(reservation, ReservationEventKind.REPLACEMENT_PLACED, actor, ", ".join(chosen))
     return settle_reservation(reservation_id=reservation_id, actor=actor)
+
+
+def _ended(reservation: Reservation) -> bool:
+    return reservation.ends_at is not None and reservation.ends_at <= timezone.now()
 
 
 def _pod_of(allocations) -> str | None:
@@ -264,30 +289,46 @@ def settle_reservation(*, reservation_id: int, actor: str = "system:reconciler")
     return reservation
 
 
-def start_due_reservations(*, actor: str = "system:reconciler", limit: int = 100) -> int:
+def _in_batches(queryset: QuerySet) -> Iterator:
+    """Every row of `queryset`, by ascending id, read RECONCILE_BATCH at a time after the last one
+    seen: a pass reaches them all however many there are, and reads each batch afresh."""
+    after = 0
+    while True:
+        batch = list(queryset.filter(pk__gt=after).order_by("pk")[:RECONCILE_BATCH])
+        yield from batch
+        if len(batch) < RECONCILE_BATCH:
+            return
+        after = batch[-1].pk
+
+
+def start_due_reservations(*, actor: str = "system:reconciler") -> int:
     """Provision the held nodes of pending reservations whose period has begun."""
     started = 0
-    due = Reservation.objects.filter(state=RS.PENDING, starts_at__lte=Now()).order_by("starts_at")[:limit]
-    for reservation in due:
-        Reservation.objects.filter(pk=reservation.pk, state=RS.PENDING).update(state=RS.PROVISIONING)
-        _record(reservation, ReservationEventKind.STARTED, actor)
-        started += 1
-    return started + provision_held_nodes(actor=actor, limit=limit)
+    for reservation in _in_batches(Reservation.objects.filter(state=RS.PENDING, starts_at__lte=Now())):
+        if Reservation.objects.filter(pk=reservation.pk, state=RS.PENDING).update(state=RS.PROVISIONING):
+            _record(reservation, ReservationEventKind.STARTED, actor)
+            started += 1
+    return started + provision_held_nodes(actor=actor)
 
 
-def provision_held_nodes(*, actor: str = "system:reconciler", limit: int = 100) -> int:
+def provision_held_nodes(*, actor: str = "system:reconciler") -> int:
     """Send each held node of a started reservation to provisioning as soon as it is available.
 
     A held node that fell out of service before its reservation started is let go and replaced.
+    Held nodes still finishing with their previous tenant are not even read: they cannot move yet.
     """
     count = 0
     held = (
         live_allocations()
-        .filter(reservation__state__in=[RS.PROVISIONING, RS.DEGRADED], period__startswith__lte=Now())
+        .filter(
+            reservation__state__in=[RS.PROVISIONING, RS.DEGRADED],
+            period__startswith__lte=Now(),
+            node__state__in=[lifecycle.State.AVAILABLE, *OUT_OF_SERVICE],
+        )
         .exclude(node__reservation_id=F("reservation_id"))
-        .select_related("node", "reservation")[:limit]
+        .select_related("node", "reservation")
     )
-    for allocation in held:
+    for allocation in _in_batches(held):
         node = allocation.node
         if node.state in OUT_OF_SERVICE:
             with transaction.atomic():
@@ -297,7 +338,7 @@ def provision_held_nodes(*, actor: str = "system:reconciler", limit: int = 100) 
                     reason=f"{node.name} is {node.state} {node.quarantine_reason}".strip(),
                     actor=actor,
                 )
-        elif node.state == lifecycle.State.AVAILABLE:
+        else:
             try:
                 transition(
                     node_id=node.pk,
@@ -308,35 +349,100 @@ def provision_held_nodes(*, actor: str = "system:reconciler", limit: int = 100) 
                 count += 1
             except (ConcurrentTransition, lifecycle.IllegalTransition):
                 continue
-        # Otherwise the node is still finishing with its previous tenant: wait for it.
     return count
 
 
-def reconcile_reservations(*, limit: int = 100) -> dict[str, int]:
-    """One pass of the reconciler over every reservation that owes work; each step is idempotent."""
-    done = {
-        "expired": expire_reservations(limit=limit),
-        "started": start_due_reservations(limit=limit),
-        "released": 0,
-        "healed": 0,
-    }
-    for reservation_id in _ids(Reservation.objects.filter(state=RS.RELEASING), limit):
-        release_reservation(reservation_id=reservation_id, actor="system:reconciler")
+def _count_per_reservation(queryset) -> Subquery:
+    """How many rows of `queryset` belong to the outer query's reservation, 0 if none."""
+    counted = queryset.filter(reservation=OuterRef("pk")).order_by().values("reservation").annotate(n=Count("pk"))
+    return Coalesce(Subquery(counted.values("n")), 0)
+
+
+def heal_under_allocated(*, actor: str = "system:reconciler") -> int:
+    """Place replacements for every live reservation that holds fewer nodes than it asked for,
+    where that can succeed: one that already says it waits for capacity is tried again only once
+    its pod has as many nodes free now as it misses. Returns how many got their replacements."""
+    first_held = live_allocations().filter(reservation=OuterRef("pk")).order_by("pk")
+    short = (
+        Reservation.objects.filter(state__in=[RS.PENDING, RS.PROVISIONING, RS.DEGRADED])
+        .exclude(ends_at__lte=Now())
+        .annotate(
+            held=_count_per_reservation(live_allocations()),
+            held_pod=Subquery(first_held.values("node__rack__pod__name")[:1]),
+        )
+        .filter(held__lt=F("node_count"))
+        .select_related("pod")
+    )
+    free_now: Counter | None = None  # nodes free now per pod, read once a reservation needs it
+    healed = 0
+    for reservation in _in_batches(short):
+        missing = reservation.node_count - reservation.held
+        pod = reservation.pod.name if reservation.pod_id else reservation.held_pod
+        if reservation.reason.startswith(WAITING_FOR_CAPACITY):
+            free_now = free_now if free_now is not None else _free_now_per_pod()
+            if (free_now[pod] if pod else max(free_now.values(), default=0)) < missing:
+                continue  # it says why already, and nothing in this pass can place it
+        heal_reservation(reservation_id=reservation.pk, actor=actor)
+        if live_allocations().filter(reservation=reservation).count() >= reservation.node_count:
+            healed += 1
+            if free_now is not None and pod and reservation.state != RS.PENDING:
+                free_now[pod] -= missing
+    return healed
+
+
+def _free_now_per_pod() -> Counter:
+    now = timezone.now()
+    free = Counter()
+    for rack in rack_capacity(starts_at=now, ends_at=now + INSTANT):
+        free[rack.pod] += len(rack.free)
+    return free
+
+
+def settle_ready(*, actor: str = "system:reconciler") -> int:
+    """Make active every provisioning or degraded reservation whose nodes are all up: what the
+    node's own signal does, in case its process died before it could."""
+    ready = (
+        Reservation.objects.filter(state__in=[RS.PROVISIONING, RS.DEGRADED])
+        .annotate(
+            held=_count_per_reservation(live_allocations()),
+            up=_count_per_reservation(Node.objects.filter(state=lifecycle.State.ACTIVE)),
+        )
+        .filter(held=F("node_count"), up=F("node_count"))
+    )
+    return sum(
+        settle_reservation(reservation_id=reservation.pk, actor=actor).state == RS.ACTIVE
+        for reservation in _in_batches(ready)
+    )
+
+
+def reconcile_reservations() -> dict[str, int]:
+    """One pass of the reconciler over every reservation that owes work; each step is idempotent.
+
+    Each step reads only the reservations it can move (in batches, however many are live): what
+    has ended, what is being released, what has started, what misses nodes that are free, what
+    is up. Releases come first, since they free capacity that healing can use.
+    """
+    done = {"expired": expire_reservations(), "released": 0}
+    for reservation in _in_batches(Reservation.objects.filter(state=RS.RELEASING)):
+        release_reservation(reservation_id=reservation.pk, actor="system:reconciler")
         done["released"] += 1
-    for reservation_id in _ids(Reservation.objects.filter(state__in=[RS.DEGRADED, RS.PROVISIONING, RS.PENDING]), limit):
-        before = Reservation.objects.values_list("state", flat=True).get(pk=reservation_id)
-        after = heal_reservation(reservation_id=reservation_id, actor="system:reconciler").state
-        done["healed"] += before == RS.DEGRADED and after == RS.ACTIVE
+    done["started"] = start_due_reservations()
+    done["healed"] = heal_under_allocated()
+    done["settled"] = settle_ready()
+    done["idempotency keys forgotten"] = forget_expired_idempotency_keys()
     return done
 
 
-def _ids(queryset, limit: int) -> list[int]:
-    return list(queryset.order_by("pk").values_list("pk", flat=True)[:limit])
-
-
-def expire_reservations(*, actor: str = "system:expiry", limit: int = 100) -> int:
+def expire_reservations(*, actor: str = "system:expiry") -> int:
     """Release live reservations whose period has ended."""
-    ended = _ids(Reservation.objects.filter(state__in=LIVE_STATES, ends_at__lte=Now()), limit)
-    for reservation_id in ended:
-        release_reservation(reservation_id=reservation_id, actor=actor, reason="period ended")
-    return len(ended)
+    ended = 0
+    for reservation in _in_batches(Reservation.objects.filter(state__in=LIVE_STATES, ends_at__lte=Now())):
+        release_reservation(reservation_id=reservation.pk, actor=actor, reason="period ended")
+        ended += 1
+    return ended
+
+
+def forget_expired_idempotency_keys() -> int:
+    """Drop the answers kept for idempotency keys older than their lifetime."""
+    deleted, _ = IdempotencyKey.objects.filter(created_at__lte=Now() - IDEMPOTENCY_KEY_LIFETIME).delete()
+    return deleted

@@ -1,6 +1,7 @@
 """Settings for the test run: the project's own, with a broker database of the tests' own."""
 
 import os
+import uuid
 
 from gpufleet.settings import *  # noqa: F403
 
@@ -8,3 +9,6 @@ REDIS_URL = os.environ.get("GPUFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/15
 CELERY_BROKER_URL = REDIS_URL
 # Two test runs on one machine (a developer's and a fresh clone's) each get their own database.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("GPUFLEET_TEST_DATABASE", "test_gpufleet")}  # noqa: F405
+# The throttles' counts in the tests' Redis, under a prefix of this run's own: tenants' ids
+# start again at 1 in every run, and must not inherit an earlier run's counts.
+CACHES["default"] |= {"LOCATION": REDIS_URL, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}  # noqa: F405

@@ -1,4 +1,3 @@
-from django.utils import timezone
 from rest_framework import serializers
 
 from fleet.models import Pod
@@ -14,16 +13,20 @@ class ReservationRequestSerializer(StrictInputSerializer):
         slug_field="name", queryset=Pod.objects.all(), required=False, allow_null=True, default=None
     )
     rack_scale = StrictBooleanField(required=False, default=False)
-    starts_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    ends_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
-
-    def validate(self, data):
-        starts_at = data["starts_at"] or timezone.now()
-        if data["ends_at"] is not None and data["ends_at"] <= starts_at:
-            raise serializers.ValidationError(
-                {"ends_at": ["must be after starts_at (or after now, if it is not given)"]}
-            )
-        return data
+    # The period's rules are the service's, applied on its own clock (reservations/periods.py).
+    starts_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Default now; a past time means now. At most the booking horizon ahead (90 days by default).",
+    )
+    ends_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="After the start, by at most the maximum duration (30 days by default). Required for a start "
+        "more than a minute from now; without it the reservation lasts the maximum duration, unless released.",
+    )
 
 
 class ReservationSerializer(serializers.ModelSerializer):
@@ -54,7 +57,11 @@ class ReservationSerializer(serializers.ModelSerializer):
 class PodCapacitySerializer(serializers.Serializer):
     name = serializers.CharField()
     nodes = serializers.IntegerField()
-    available = serializers.IntegerField()
+    available = serializers.IntegerField(help_text="Nodes free now.")
+    available_open_ended = serializers.IntegerField(
+        help_text="Nodes free now that no later booking holds within the maximum duration: "
+        "what a reservation without ends_at can get."
+    )
     whole_free_racks = serializers.IntegerField()
 
 

@@ -1,13 +1,16 @@
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
-from rest_framework import generics, permissions, status
+from rest_framework import generics, permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from gpufleet.schema import ERROR
 from reservations import selectors, services
+from reservations.api import idempotency
 from reservations.api.serializers import CapacitySerializer, ReservationRequestSerializer, ReservationSerializer
 from reservations.models import Reservation
+from reservations.periods import PeriodRefused
+from reservations.placement import PlacementRefused
 
 
 class IsTenant(permissions.BasePermission):
@@ -24,7 +27,8 @@ def _reservation_answer(reservations, *, many=False):
 
 
 class ReservationListView(generics.GenericAPIView):
-    """GET: the caller's reservations, newest first. POST: reserve nodes (201), or 409 with the reason."""
+    """GET: the caller's reservations, newest first. POST: reserve nodes (201), or 409 with the
+    reason; a retry under the same Idempotency-Key gets the first answer again."""
 
     permission_classes = [IsTenant]
     serializer_class = ReservationSerializer
@@ -37,20 +41,37 @@ class ReservationListView(generics.GenericAPIView):
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(_reservation_answer(page, many=True))
 
-    @extend_schema(request=ReservationRequestSerializer, responses={201: ReservationSerializer, 409: ERROR})
+    @extend_schema(
+        request=ReservationRequestSerializer,
+        parameters=[idempotency.PARAMETER],
+        responses={201: ReservationSerializer, 400: ERROR, 409: ERROR, 422: ERROR, 429: ERROR},
+    )
     def post(self, request):
+        key = idempotency.key_of(request)
         wanted = ReservationRequestSerializer(data=request.data)
         wanted.is_valid(raise_exception=True)
-        reservation = services.create_reservation(
-            tenant=request.user.tenant, actor=f"tenant:{request.user.tenant.name}", **wanted.validated_data
-        )
-        return Response(_reservation_answer(reservation), status=status.HTTP_201_CREATED)
+        tenant = request.user.tenant
+
+        def create() -> Response:
+            try:
+                reservation = services.create_reservation(
+                    tenant=tenant, actor=f"tenant:{tenant.name}", **wanted.validated_data
+                )
+            except PeriodRefused as refused:
+                raise serializers.ValidationError({refused.field: [refused.reason]}) from refused
+            except PlacementRefused as refused:  # an answer here, not an error: a retry may replay it
+                return Response({"detail": refused.reason}, status=status.HTTP_409_CONFLICT)
+            return Response(_reservation_answer(reservation), status=status.HTTP_201_CREATED)
+
+        if key is None:
+            return create()
+        return idempotency.answer_once(tenant=tenant, key=key, body=request.data, answer=create)
 
 
 class ReservationDetailView(APIView):
     permission_classes = [IsTenant]
 
-    @extend_schema(responses={200: ReservationSerializer, 404: ERROR})
+    @extend_schema(responses={200: ReservationSerializer, 404: ERROR, 429: ERROR})
     def get(self, request, pk: int):
         # Another tenant's reservation is answered exactly like one that does not exist.
         reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
@@ -60,7 +81,7 @@ class ReservationDetailView(APIView):
 class ReservationReleaseView(APIView):
     permission_classes = [IsTenant]
 
-    @extend_schema(request=None, responses={200: ReservationSerializer, 404: ERROR})
+    @extend_schema(request=None, responses={200: ReservationSerializer, 404: ERROR, 429: ERROR})
     def post(self, request, pk: int):
         reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
         released = services.release_reservation(

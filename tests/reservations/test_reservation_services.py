@@ -1,5 +1,6 @@
 """reservations.services against the real PostgreSQL: place, hold, provision, release, heal, expire."""
 
+import functools
 import time
 from datetime import timedelta
 
@@ -9,8 +10,9 @@ from django.utils import timezone
 
 from fleet.models import Node, Pod
 from reservations import services
-from reservations.models import Allocation, Reservation, ReservationEvent
+from reservations.models import Allocation, Reservation, ReservationEvent, Tenant
 from reservations.placement import PlacementRefused
+from tests.support.concurrency import at_once
 from tests.support.factories import drive, enrol_default_fleet, make_available
 
 
@@ -152,30 +154,18 @@ def test_an_ended_period_releases_the_reservation(alice, available_fleet):
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_reservations_never_double_book():
-    import threading
-
-    from reservations.models import Tenant
-
     make_available(enrol_default_fleet(12))
     tenants = [Tenant.objects.create(name=f"t{i}") for i in range(20)]
     p2 = Pod.objects.get(name="p2")
     outcomes = []
-    barrier = threading.Barrier(len(tenants))
 
     def client(tenant):
-        barrier.wait()
         try:
             outcomes.append(("placed", reserve(tenant, 1, pod=p2).pk))
         except PlacementRefused as refused:
             outcomes.append(("refused", refused.reason))
-        finally:
-            connection.close()
 
-    threads = [threading.Thread(target=client, args=(t,)) for t in tenants]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(*(functools.partial(client, tenant) for tenant in tenants))
 
     assert len(outcomes) == 20
     assert sum(kind == "placed" for kind, _ in outcomes) == 4  # p2 has 4 nodes
@@ -203,26 +193,9 @@ def test_the_admin_shows_allocations_and_history_and_releases(admin_client, alic
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_healing_places_one_replacement():
-    import threading
-
-    from reservations.models import Tenant
-
     make_available(enrol_default_fleet(12))
     reservation = bring_up(reserve(Tenant.objects.create(name="acme"), 3, pod=Pod.objects.get(name="p1")))
     drive(Node.objects.filter(reservation=reservation).first(), "hardware_fault", reason="XID 79")
-    barrier = threading.Barrier(4)
-
-    def heal():
-        barrier.wait()
-        try:
-            services.heal_reservation(reservation_id=reservation.pk)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=heal) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(*[functools.partial(services.heal_reservation, reservation_id=reservation.pk)] * 4)
     assert len(held(reservation)) == 3  # found by bench/incident.py: two healers both topped it up
     assert bring_up(reservation).state == "active"

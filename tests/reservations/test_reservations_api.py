@@ -1,34 +1,14 @@
 """The tenants' API: shapes of DESIGN.md, tenants kept apart, and bad input refused as JSON 4xx."""
 
-import json
+from datetime import datetime, timedelta
 
 import pytest
+from django.conf import settings
 from rest_framework.test import APIClient
 
 from reservations.models import Tenant
+from tests.support.api import post
 from tests.support.factories import tenant_token
-
-
-def tenant_client(name: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {tenant_token(name)}")
-    return client
-
-
-@pytest.fixture
-def acme(db):
-    return tenant_client("acme")
-
-
-@pytest.fixture
-def globex(db):
-    return tenant_client("globex")
-
-
-def post(client, path, body, **extra):
-    return client.post(
-        path, body if isinstance(body, str) else json.dumps(body), content_type="application/json", **extra
-    )
 
 
 def test_create_tenant_prints_the_token_alone_on_its_last_line(db):
@@ -44,7 +24,10 @@ def test_reserve_list_show_and_release(acme, available_fleet):
     body = created.json()
     assert set(body) >= {"id", "state", "node_count", "pod", "rack_scale", "nodes", "starts_at", "ends_at"}
     assert (body["state"], body["node_count"], body["pod"], body["rack_scale"]) == ("provisioning", 2, "p1", False)
-    assert len(body["nodes"]) == 2 and body["ends_at"] is None
+    assert len(body["nodes"]) == 2
+    # no ends_at: until released, at most the maximum duration (GPUFLEET_MAX_RESERVATION_DAYS)
+    lasts = datetime.fromisoformat(body["ends_at"]) - datetime.fromisoformat(body["starts_at"])
+    assert lasts == timedelta(days=settings.MAX_RESERVATION_DAYS)
 
     listing = acme.get("/v1/reservations").json()
     assert set(listing) == {"count", "next", "previous", "results"}
@@ -90,8 +73,8 @@ def test_capacity_per_pod(available_fleet, acme):
     assert answer.status_code == 200
     assert answer.json() == {
         "pods": [
-            {"name": "p1", "nodes": 8, "available": 7, "whole_free_racks": 0},
-            {"name": "p2", "nodes": 4, "available": 4, "whole_free_racks": 1},
+            {"name": "p1", "nodes": 8, "available": 7, "available_open_ended": 7, "whole_free_racks": 0},
+            {"name": "p2", "nodes": 4, "available": 4, "available_open_ended": 4, "whole_free_racks": 1},
         ]
     }
 

@@ -122,7 +122,8 @@ def _pings(client) -> bool:
 
 def process_env(tmp_path: Path) -> dict[str, str]:
     """The environment of a control-plane process in a test: the project's settings on this
-    test's database, with a result-signing key of its own (under tmp_path/signing-keys)."""
+    test's database, with a result-signing key of its own (under tmp_path/signing-keys), and
+    per-tenant rates no test reaches unless it sets its own."""
     db = connection.settings_dict
     keys = tmp_path / "signing-keys"
     if not keys.exists():
@@ -133,6 +134,8 @@ def process_env(tmp_path: Path) -> dict[str, str]:
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
         "GPUFLEET_SIGNING_KEY": str(keys),
+        "GPUFLEET_API_READ_RATE": "100000/min",
+        "GPUFLEET_API_WRITE_RATE": "100000/min",
     }
 
 
