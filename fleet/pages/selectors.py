@@ -1,7 +1,8 @@
 """Reads for the server-rendered pages: the fleet floor, a node, incidents and their replay.
 
 Every function runs a fixed number of queries whatever the fleet size: rows come back through
-values() with the names they need already joined, and counts are aggregated in SQL.
+values() with the names they need already joined, and counts are aggregated in SQL. Each takes
+the viewer's `disclosure` (fleet/pages/disclosure.py), which decides whom the answer may name.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.db.models import Count, F
 from attestation.models import AttestationResult
 from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, Node
+from fleet.pages.disclosure import Disclosure
 from remediation.models import IncidentStep, Remediation, RemediationStatus
 from reservations.models import Reservation, ReservationEventKind, Tenant
 from reservations.models import ReservationEvent as ReservationHistory
@@ -91,15 +93,16 @@ class FloorView:
     attention_html: str = ""
 
 
-def _tile(row: dict) -> dict:
+def _tile(row: dict, disclosure: Disclosure) -> dict:
     row["label"] = row["name"].rsplit("-", 1)[-1]
+    row["in_use_by"] = disclosure.in_use_by(row.pop("tenant__name"))
     return row
 
 
 TILE_FIELDS = ("name", "state", "step", "rack__name", "tenant__name")
 
 
-def fleet_floor(*, pod: str | None = None, rack: str | None = None) -> FloorView:
+def fleet_floor(*, pod: str | None = None, rack: str | None = None, disclosure: Disclosure) -> FloorView:
     """Every rack of every pod (or of one pod or rack) with its nodes as tiles, or collapsed to
     per-state counts when too many nodes are on screen; counts by state and capacity per pod."""
     per_rack = (
@@ -129,10 +132,10 @@ def fleet_floor(*, pod: str | None = None, rack: str | None = None) -> FloorView
     attention = []
     if collapsed:
         out_of_service = nodes.filter(state__in=ATTENTION_STATES).values(*TILE_FIELDS)[:ATTENTION_LIMIT]
-        attention = [_tile(row) for row in out_of_service]
+        attention = [_tile(row, disclosure) for row in out_of_service]
     else:
         for row in nodes.values(*TILE_FIELDS):
-            racks[row["rack__name"]].tiles.append(_tile(row))
+            racks[row["rack__name"]].tiles.append(_tile(row, disclosure))
 
     capacity = capacity_by_pod()
     for summary in capacity:
@@ -164,26 +167,86 @@ def legend_counts(by_state: Counter[str]) -> list[dict]:
 # -- a node --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TimelineRow:
+    """One audit row as the viewer may see it."""
+
+    at: datetime
+    event: str
+    from_state: str
+    to_state: str
+    actor: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RemediationRow:
+    """One remediation as the viewer may see it."""
+
+    pk: int
+    at: datetime
+    status: str
+    decided_by: str
+    node: str  # the enrolled node it acted on, "" if none
+    alerted_node: str  # the node the alert named, enrolled or not
+    gpu: int | None
+    alert: str
+    action: str
+    reason: str
+
+
+def _remediation_row(remediation: Remediation, disclosure: Disclosure) -> RemediationRow:
+    return RemediationRow(
+        pk=remediation.pk,
+        at=remediation.at,
+        status=remediation.status,
+        decided_by=disclosure.actor(remediation.decided_by) if remediation.decided_by else "",
+        node=remediation.node.name if remediation.node else "",
+        alerted_node=remediation.labels.get("node", ""),
+        gpu=remediation.gpu,
+        alert=remediation.alert,
+        action=remediation.action,
+        reason=disclosure.text(remediation.reason),
+    )
+
+
 @dataclass
 class NodePage:
     node: Node
+    tenant: str | None
+    quarantine_reason: str
     gpus: list[GPU]
-    timeline: list[AuditEvent]
+    timeline: list[TimelineRow]
     attestation: AttestationResult | None
-    remediations: list[Remediation]
+    remediations: list[RemediationRow]
     timeline_limit: int = NODE_TIMELINE_LIMIT
 
 
-def node_page(name: str) -> NodePage | None:
+def node_page(name: str, *, disclosure: Disclosure) -> NodePage | None:
     node = Node.objects.select_related("rack__pod", "tenant").filter(name=name).first()
     if node is None:
         return None
+    timeline = [
+        TimelineRow(
+            at=event.at,
+            event=event.event,
+            from_state=event.from_state,
+            to_state=event.to_state,
+            actor=disclosure.actor(event.actor),
+            reason=disclosure.audit_reason(event),
+        )
+        for event in node.audit_events.order_by("-at", "-id")[:NODE_TIMELINE_LIMIT]
+    ]
     return NodePage(
         node=node,
+        tenant=disclosure.tenant(node.tenant.name if node.tenant else None),
+        quarantine_reason=disclosure.text(node.quarantine_reason),
         gpus=list(node.gpus.order_by("index")),
-        timeline=list(node.audit_events.order_by("-at", "-id")[:NODE_TIMELINE_LIMIT]),
+        timeline=timeline,
         attestation=AttestationResult.objects.filter(node=node).first(),
-        remediations=list(node.remediations.order_by("-at", "-id")[:10]),
+        remediations=[
+            _remediation_row(remediation, disclosure) for remediation in node.remediations.order_by("-at", "-id")[:10]
+        ],
     )
 
 
@@ -213,7 +276,7 @@ class Incident:
         return [step for step in self.steps if step.at is not None]
 
 
-def _remediation_incidents(remediations: list[Remediation]) -> list[Incident]:
+def _remediation_incidents(remediations: list[Remediation], disclosure: Disclosure) -> list[Incident]:
     """Alert firing -> webhook received -> quarantined or suppressed, then the replacement placed
     and active, from the reservation's history after the quarantine."""
     history = defaultdict(list)
@@ -225,7 +288,7 @@ def _remediation_incidents(remediations: list[Remediation]) -> list[Incident]:
         history[event.reservation_id].append(event)
     incidents = []
     for remediation in remediations:
-        steps = [Step(e.step, e.at, e.detail) for e in remediation.timeline.all()]
+        steps = [Step(e.step, e.at, disclosure.text(e.detail)) for e in remediation.timeline.all()]
         involved = [remediation.node.name] if remediation.node else []
         quarantined = next((s.at for s in steps if s.name == IncidentStep.QUARANTINED), None)
         if quarantined and remediation.reservation_id:
@@ -234,7 +297,9 @@ def _remediation_incidents(remediations: list[Remediation]) -> list[Incident]:
             active = placed and next(
                 (e for e in later if e.event == ReservationEventKind.ACTIVE and e.at >= placed.at), None
             )
-            steps.append(Step("replacement_placed", placed and placed.at, placed.detail if placed else ""))
+            steps.append(
+                Step("replacement_placed", placed and placed.at, disclosure.text(placed.detail) if placed else "")
+            )
             steps.append(Step("replacement_active", active and active.at))
             if placed:
                 involved += [name.strip() for name in placed.detail.split(",") if name.strip()]
@@ -243,7 +308,7 @@ def _remediation_incidents(remediations: list[Remediation]) -> list[Incident]:
                 key=f"remediation-{remediation.pk}",
                 kind="remediation",
                 node=remediation.node.name if remediation.node else remediation.labels.get("node", "?"),
-                title=f"{remediation.alert}: {remediation.reason}",
+                title=f"{remediation.alert}: {disclosure.text(remediation.reason)}",
                 at=remediation.at,
                 outcome=remediation.status,
                 steps=steps,
@@ -265,7 +330,7 @@ VERDICTS = (Event.ATTESTATION_PASSED, Event.ATTESTATION_FAILED)
 ATTESTATION_CYCLE = timedelta(days=1)
 
 
-def _attestation_incidents(results: list[AttestationResult]) -> list[Incident]:
+def _attestation_incidents(results: list[AttestationResult], disclosure: Disclosure) -> list[Incident]:
     """Released -> wipe succeeded -> inspection -> attestation failed, from the node's audit log."""
     if not results:
         return []
@@ -291,7 +356,7 @@ def _attestation_incidents(results: list[AttestationResult]) -> list[Incident]:
             after = steps[-1].at if steps else None
             found = next((e for e in cycle if e.event in kinds and (after is None or e.at >= after)), None)
             if found:
-                steps.append(Step(name, found.at, found.reason))
+                steps.append(Step(name, found.at, disclosure.audit_reason(found)))
         codes = ", ".join(sorted({f.get("code", "?") for f in result.failures}))
         steps.append(Step(Event.ATTESTATION_FAILED.value, verdict_at, codes))
         incidents.append(
@@ -322,21 +387,21 @@ def _failed_attestations():
     return AttestationResult.objects.filter(affirming=False).select_related("node").order_by("-at", "-id")
 
 
-def incidents(limit: int = INCIDENT_LIMIT) -> list[Incident]:
+def incidents(limit: int = INCIDENT_LIMIT, *, disclosure: Disclosure) -> list[Incident]:
     """The latest automatic remediations and failed attestations, newest first."""
-    found = _remediation_incidents(list(_automatic_remediations()[:limit]))
-    found += _attestation_incidents(list(_failed_attestations()[:limit]))
+    found = _remediation_incidents(list(_automatic_remediations()[:limit]), disclosure)
+    found += _attestation_incidents(list(_failed_attestations()[:limit]), disclosure)
     return sorted(found, key=lambda incident: incident.at, reverse=True)[:limit]
 
 
-def incident(key: str) -> Incident | None:
+def incident(key: str, *, disclosure: Disclosure) -> Incident | None:
     kind, _, pk = key.partition("-")
     if not pk.isdigit():
         return None
     if kind == "remediation":
-        found = _remediation_incidents(list(_automatic_remediations().filter(pk=pk)))
+        found = _remediation_incidents(list(_automatic_remediations().filter(pk=pk)), disclosure)
     elif kind == "attestation":
-        found = _attestation_incidents(list(_failed_attestations().filter(pk=pk)))
+        found = _attestation_incidents(list(_failed_attestations().filter(pk=pk)), disclosure)
     else:
         return None
     return found[0] if found else None
@@ -362,10 +427,10 @@ class Replay:
     changed: str  # the node whose state this step changed
 
 
-def replay(key: str, step: int) -> Replay | None:
+def replay(key: str, step: int, *, disclosure: Disclosure) -> Replay | None:
     """The floor of the incident's pods as it was just before the incident, with its events up
     to `step` applied: the incident's own steps and the audit log of the nodes involved."""
-    found = incident(key)
+    found = incident(key, disclosure=disclosure)
     if found is None or not found.happened:
         return None
     start, end = found.happened[0].at, max(s.at for s in found.happened)
@@ -384,7 +449,12 @@ def replay(key: str, step: int) -> Replay | None:
         .values_list("node_id", "to_state")
     )
     changes = [
-        Frame(e.at, f"{e.node.name}: {e.event} ({e.from_state} → {e.to_state}) by {e.actor}", e.node.name, e.to_state)
+        Frame(
+            e.at,
+            f"{e.node.name}: {e.event} ({e.from_state} → {e.to_state}) by {disclosure.actor(e.actor)}",
+            e.node.name,
+            e.to_state,
+        )
         for e in AuditEvent.objects.filter(node__name__in=found.involved, at__gte=start, at__lte=end)
         .exclude(to_state="")
         .exclude(to_state=F("from_state"))
@@ -412,7 +482,7 @@ def replay(key: str, step: int) -> Replay | None:
             rack = racks[row["rack__name"]] = RackView(pod=row["rack__pod__name"], name=row["rack__name"], counts={})
             floor_pods.setdefault(rack.pod, PodView(name=rack.pod, racks=[])).racks.append(rack)
         rack.counts[state] = rack.counts.get(state, 0) + 1
-        rack.tiles.append(_tile({"name": row["name"], "state": state, "step": "", "tenant__name": None}))
+        rack.tiles.append(_tile({"name": row["name"], "state": state, "step": "", "tenant__name": None}, disclosure))
     floor = FloorView(
         pods=list(floor_pods.values()),
         legend=legend_counts(by_state),
@@ -427,8 +497,8 @@ def replay(key: str, step: int) -> Replay | None:
 # -- remediations and reservations ---------------------------------------------------------
 
 
-def remediations(limit: int = REMEDIATION_LIMIT) -> list[Remediation]:
-    return list(_automatic_remediations()[:limit])
+def remediations(limit: int = REMEDIATION_LIMIT, *, disclosure: Disclosure) -> list[RemediationRow]:
+    return [_remediation_row(remediation, disclosure) for remediation in _automatic_remediations()[:limit]]
 
 
 def tenant_of(user) -> Tenant | None:

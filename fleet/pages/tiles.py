@@ -16,8 +16,8 @@ from fleet.pages.selectors import FloorView, RackView
 
 def _title(tile: dict) -> str:
     parts = [tile["name"], tile["state"]]
-    if tile.get("tenant__name"):
-        parts.append(f"tenant {tile['tenant__name']}")
+    if tile["in_use_by"]:
+        parts.append(tile["in_use_by"])
     if tile.get("step"):
         parts.append(f"step {tile['step']}")
     return " · ".join(parts)

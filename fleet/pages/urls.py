@@ -1,6 +1,7 @@
-"""The pages' routes, in two lists for the two listeners.
+"""The pages' routes, in lists for the two listeners.
 
-`public_patterns`: read-only pages for anyone, on the private and the public listener.
+`public_patterns`: read-only pages for anyone, as the private listener serves them (names and all).
+`public_listener_patterns`: the same pages as the public listener serves them: naming no one.
 `tenant_patterns`: pages behind a login, and the login itself: the private listener only.
 """
 
@@ -9,13 +10,22 @@ from django.urls import path
 
 from fleet.pages import views
 
-public_patterns = [
-    path("", views.FloorView.as_view(), name="floor"),
-    path("nodes/<slug:name>", views.NodeView.as_view(), name="node"),
-    path("incidents", views.IncidentsView.as_view(), name="incidents"),
-    path("incidents/<slug:key>/replay", views.IncidentReplayView.as_view(), name="incident-replay"),
-    path("remediations", views.RemediationsView.as_view(), name="remediations"),
-]
+
+def read_only_patterns(*, public_listener: bool) -> list:
+    def page(view):
+        return view.as_view(public_listener=public_listener)
+
+    return [
+        path("", page(views.FloorView), name="floor"),
+        path("nodes/<slug:name>", page(views.NodeView), name="node"),
+        path("incidents", page(views.IncidentsView), name="incidents"),
+        path("incidents/<slug:key>/replay", page(views.IncidentReplayView), name="incident-replay"),
+        path("remediations", page(views.RemediationsView), name="remediations"),
+    ]
+
+
+public_patterns = read_only_patterns(public_listener=False)
+public_listener_patterns = read_only_patterns(public_listener=True)
 
 tenant_patterns = [
     path("my/reservations", views.MyReservationsView.as_view(), name="my-reservations"),

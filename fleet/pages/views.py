@@ -4,16 +4,24 @@ Public pages answer GET, HEAD and OPTIONS only: they are served on the read-only
 """
 
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views import View
 
+from core.parsing import InvalidInput, parse_int
 from fleet.pages import selectors, tiles
+from fleet.pages.disclosure import EVERYTHING, PublicDisclosure
 
 
 class ReadOnlyPage(View):
     http_method_names = ["get", "head", "options"]
+    # True where the public listener's URLconf routes to the page: it then names no one.
+    public_listener = False
+
+    def setup(self, request, *args, **kwargs):
+        super().setup(request, *args, **kwargs)
+        self.disclosure = PublicDisclosure() if self.public_listener else EVERYTHING
 
 
 def _page_or_fragment(request, page: str, fragment: str, context: dict):
@@ -26,14 +34,16 @@ def _page_or_fragment(request, page: str, fragment: str, context: dict):
 
 class FloorView(ReadOnlyPage):
     def get(self, request):
-        floor = selectors.fleet_floor(pod=request.GET.get("pod") or None, rack=request.GET.get("rack") or None)
+        floor = selectors.fleet_floor(
+            pod=request.GET.get("pod") or None, rack=request.GET.get("rack") or None, disclosure=self.disclosure
+        )
         context = {"floor": tiles.render_racks(floor)}
         return _page_or_fragment(request, "fleet/floor.html", "fleet/_floor.html", context)
 
 
 class NodeView(ReadOnlyPage):
     def get(self, request, name: str):
-        page = selectors.node_page(name)
+        page = selectors.node_page(name, disclosure=self.disclosure)
         if page is None:
             raise Http404(f"no node {name}")
         return render(request, "fleet/node.html", {"page": page, "host": request.get_host()})
@@ -41,13 +51,16 @@ class NodeView(ReadOnlyPage):
 
 class IncidentsView(ReadOnlyPage):
     def get(self, request):
-        return render(request, "fleet/incidents.html", {"incidents": selectors.incidents()})
+        return render(request, "fleet/incidents.html", {"incidents": selectors.incidents(disclosure=self.disclosure)})
 
 
 class IncidentReplayView(ReadOnlyPage):
     def get(self, request, key: str):
-        step = request.GET.get("step", "0")
-        replay = selectors.replay(key, int(step) if step.isdigit() else 0)
+        try:
+            step = parse_int(request.GET.get("step", "0"))
+        except InvalidInput as error:
+            return JsonResponse({"detail": f"step: {error}"}, status=400)
+        replay = selectors.replay(key, step, disclosure=self.disclosure)
         if replay is None:
             raise Http404(f"no incident {key} to replay")
         tiles.render_racks(replay.floor, changed=replay.changed)
@@ -56,7 +69,9 @@ class IncidentReplayView(ReadOnlyPage):
 
 class RemediationsView(ReadOnlyPage):
     def get(self, request):
-        return render(request, "fleet/remediations.html", {"remediations": selectors.remediations()})
+        return render(
+            request, "fleet/remediations.html", {"remediations": selectors.remediations(disclosure=self.disclosure)}
+        )
 
 
 class MyReservationsView(LoginRequiredMixin, View):

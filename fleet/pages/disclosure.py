@@ -1,0 +1,127 @@
+"""What a viewer may see of who did what: the one place that decides it for the pages.
+
+The private listener's viewers are operators and signed-in tenants: they see every name. The
+public listener's are anyone: they see no tenant, operator, worker or reservation by name. An
+actor is shown as its role (`tenant`, `operator`, or `system` for workers, reconcilers and
+automatic remediation), a node's tenant as "in use", and free text (reasons, details) with every
+actor string, tenant name, username and reservation number in it replaced by a role in brackets.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+from django.contrib.auth import get_user_model
+
+from fleet.models import AuditEvent, AuditOnlyEvent
+from reservations.models import Tenant
+
+TENANT, OPERATOR, SYSTEM = "tenant", "operator", "system"
+IN_USE = "in use"
+# An actor is "<kind>:<who>"; every kind not named here is the system's own.
+ROLE_OF_KIND = {"tenant": TENANT, "operator": OPERATOR}
+ACTOR_IN_TEXT = re.compile(r"(?<![\w-])(tenant|operator|worker|system|remediation):[^\s,;()\[\]]+")
+RESERVATION_IN_TEXT = re.compile(r"\breservations?\s*#?\s*\d+", re.IGNORECASE)
+# Names are looked up as runs of letters and digits joined by the separators tenant names and
+# usernames may hold: a set lookup per run, where one regex of every name would cost a page
+# tens of milliseconds with a thousand tenants.
+SEPARATORS = "-_.@+"
+WORD_CHAIN = re.compile(rf"[^\W_]+(?:[{re.escape(SEPARATORS)}]+[^\W_]+)*")
+SEPARATOR_RUN = re.compile(rf"([{re.escape(SEPARATORS)}]+)")
+
+
+def role_of(actor: str) -> str:
+    return ROLE_OF_KIND.get(actor.partition(":")[0], SYSTEM)
+
+
+class Disclosure:
+    """Everything, as the private listener shows it."""
+
+    def actor(self, actor: str) -> str:
+        return actor
+
+    def tenant(self, name: str | None) -> str | None:
+        """A node's tenant, or None when it has none."""
+        return name
+
+    def in_use_by(self, name: str | None) -> str | None:
+        """What a floor tile says of its node's tenant, or None when it has none."""
+        return f"tenant {name}" if name else None
+
+    def text(self, text: str) -> str:
+        return text
+
+    def audit_reason(self, event: AuditEvent) -> str:
+        return event.reason
+
+
+class PublicDisclosure(Disclosure):
+    """The public listener's: no one by name. Build one per request: it reads the names once."""
+
+    def actor(self, actor: str) -> str:
+        return role_of(actor)
+
+    def tenant(self, name: str | None) -> str | None:
+        return IN_USE if name else None
+
+    def in_use_by(self, name: str | None) -> str | None:
+        return self.tenant(name)
+
+    def text(self, text: str) -> str:
+        if not text:
+            return text
+        text = ACTOR_IN_TEXT.sub(lambda found: f"[{role_of(found.group(0))}]", text)
+        text = RESERVATION_IN_TEXT.sub("[reservation]", text)
+        if self._role_of_name:
+            text = WORD_CHAIN.sub(lambda found: self._without_names(found.group(0)), text)
+        return text
+
+    def _without_names(self, chain: str) -> str:
+        """The chain ("acme-prod", "tenant-acme", "bob.smith") with each name in it, longest
+        first, replaced by its role; a name counts only where it starts and ends on a whole word."""
+        parts = SEPARATOR_RUN.split(chain)  # words at even places, separators at odd ones
+        words = len(parts) // 2 + 1
+        out, start = [], 0
+        while start < words:
+            for end in range(min(words, start + self._longest_name), start, -1):
+                role = self._role_of_name.get("".join(parts[2 * start : 2 * end - 1]).lower())
+                if role:
+                    out.append(f"[{role}]")
+                    break
+            else:
+                end = start + 1
+                out.append(parts[2 * start])
+            if end < words:
+                out.append(parts[2 * end - 1])
+            start = end
+        return "".join(out)
+
+    def audit_reason(self, event: AuditEvent) -> str:
+        if event.event == AuditOnlyEvent.RESULT_DISCARDED:
+            # Its reason names the workers by host; its detail tells the same story without them.
+            detail = event.detail
+            return (
+                f"{detail.get('attempted', 'a result')} discarded: fencing token {detail.get('token', '?')} "
+                f"no longer held (the node's is {detail.get('current_token', '?')})"
+            )
+        return self.text(event.reason)
+
+    @cached_property
+    def _role_of_name(self) -> dict[str, str]:
+        """Every tenant's name and every username, lower-cased, with the role it stands for."""
+        names = [(name, TENANT) for name in Tenant.objects.values_list("name", flat=True)]
+        for username, tenant_id in get_user_model().objects.values_list("username", "tenant"):
+            names.append((username, TENANT if tenant_id else OPERATOR))
+        # Trimmed as the text's runs are: "bob." is found in "ask bob." as "bob".
+        roles = {name.strip(SEPARATORS).lower(): role for name, role in names}
+        roles.pop("", None)
+        return roles
+
+    @cached_property
+    def _longest_name(self) -> int:
+        """The most words any name has."""
+        return max(len(SEPARATOR_RUN.split(name)) // 2 + 1 for name in self._role_of_name)
+
+
+EVERYTHING = Disclosure()

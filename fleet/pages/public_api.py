@@ -1,0 +1,36 @@
+"""The public listener's node reads: the shared API views, with free text as the public may read it.
+
+A node's quarantine reason can be an operator's own words (the admin's quarantine asks for them),
+and those may name a tenant or a colleague: on the public listener it goes through the same
+disclosure as the pages (fleet/pages/disclosure.py). The answer keeps the shape and the schema
+name of the private listener's.
+"""
+
+from drf_spectacular.utils import extend_schema_serializer
+
+from fleet.api.serializers import NodeSerializer
+from fleet.api.views import NodeDetailView, NodeListView
+from fleet.pages.disclosure import PublicDisclosure
+
+
+@extend_schema_serializer(component_name="Node")
+class PublicNodeSerializer(NodeSerializer):
+    def to_representation(self, instance):
+        node = super().to_representation(instance)
+        node["quarantine_reason"] = self.context["disclosure"].text(node["quarantine_reason"])
+        return node
+
+
+class PublicNodeSerialization:
+    serializer_class = PublicNodeSerializer
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "disclosure": PublicDisclosure()}
+
+
+class PublicNodeListView(PublicNodeSerialization, NodeListView):
+    __doc__ = NodeListView.__doc__
+
+
+class PublicNodeDetailView(PublicNodeSerialization, NodeDetailView):
+    __doc__ = NodeDetailView.__doc__
