@@ -6,6 +6,11 @@ database's clock, and a fencing token that grows on every claim. The worker hear
 extend its lease and writes every result through a conditional update on its token and an
 unexpired lease: a stalled worker whose lease a successor took over cannot overwrite the
 successor's work; its result is discarded and the discard audited.
+
+A worker does not wait out slow or hung hardware: it parks the node (`park`), held by nobody
+until its wait is due to be checked again. Once that hold expires the reconciler sends the node
+again, like any node that owes work and has no live lease, and its next claimer resumes the
+wait where it stands: a parked node is given back, not taken over.
 """
 
 from __future__ import annotations
@@ -23,13 +28,17 @@ from fleet import lifecycle
 from fleet.models import AuditEvent, AuditOnlyEvent, Node
 from fleet.services import LeaseLost, fenced, record_discarded_result, transition
 
+# The owner of a parked node's hold: no worker.
+WAITING_ON_HARDWARE = "waiting on hardware"
+
 
 @dataclass(frozen=True)
 class Lease:
     node_id: int
     owner: str
     token: int
-    # The previous lease expired rather than being released: its holder died or stalled mid-step.
+    # The previous lease expired rather than being released or parked: its holder died or
+    # stalled mid-step.
     took_over: bool = False
 
 
@@ -64,7 +73,8 @@ def claim(
         )
         claimed = Node.objects.filter(pk__in=previous_owner).order_by("pk").values_list("pk", "fencing_token")
         return [
-            Lease(node_id=pk, owner=owner, token=token, took_over=bool(previous_owner[pk])) for pk, token in claimed
+            Lease(node_id=pk, owner=owner, token=token, took_over=previous_owner[pk] not in ("", WAITING_ON_HARDWARE))
+            for pk, token in claimed
         ]
 
 
@@ -78,6 +88,15 @@ def heartbeat(lease: Lease, *, seconds: float | None = None) -> None:
 def release(lease: Lease) -> bool:
     """Give the node back without a result; False if the lease had already gone."""
     return bool(fenced(Node.objects.filter(pk=lease.node_id), lease).update(lease_owner="", lease_expires_at=None))
+
+
+def park(lease: Lease, *, seconds: float) -> bool:
+    """Give the node back mid-wait, with its step: nobody may claim it for `seconds`, then the
+    reconciler sends it again. False if the lease had already gone."""
+    parked = fenced(Node.objects.filter(pk=lease.node_id), lease).update(
+        lease_owner=WAITING_ON_HARDWARE, lease_expires_at=Now() + timedelta(seconds=seconds)
+    )
+    return bool(parked)
 
 
 def complete(lease: Lease, *, event: lifecycle.Event | str, actor: str, reason: str = "", **kwargs) -> Node | None:
@@ -95,9 +114,9 @@ def kept(lease: Lease, node: Node | None) -> Lease | None:
     return Lease(node_id=node.pk, owner=lease.owner, token=node.fencing_token)
 
 
-def set_step(lease: Lease, *, step: str, actor: str) -> bool:
-    """Record the workflow step the worker is on (audited when it changes); False, and an
-    audited discard, if the lease is gone."""
+def set_step(lease: Lease, *, step: str, actor: str, detail: dict | None = None) -> bool:
+    """Record the workflow step the worker is on (audited, with `detail`, when it changes; a
+    step resumed keeps its `step_since`); False, and an audited discard, if the lease is gone."""
     with transaction.atomic():
         node = Node.objects.get(pk=lease.node_id)
         moved = (
@@ -111,7 +130,7 @@ def set_step(lease: Lease, *, step: str, actor: str) -> bool:
                 from_state=node.state,
                 to_state=node.state,
                 reason=step,
-                detail={"from_step": node.step, "token": lease.token},
+                detail={"from_step": node.step, "token": lease.token, **(detail or {})},
             )
         holds = moved or fenced(Node.objects.filter(pk=lease.node_id, step=step), lease).exists()
     if not holds:

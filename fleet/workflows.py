@@ -7,6 +7,14 @@ the outcome as a lifecycle event through the fenced update. When that outcome ow
 same BMC connection and what it learnt of the BMC. BMC and agent calls happen outside any
 database transaction. A step that meets a transient fault gives the node back unchanged;
 the reconciler enqueues it again and the workflow resumes at that step, until its deadline.
+
+Hardware that takes long, or hangs, must not hold a worker: a wait that outlasts
+WORKFLOW_HOLD_SECONDS parks the node (fleet/leases.py) until it is due to be checked again,
+and the worker moves on. The reconciler sends the node again when that hold expires. All a
+wait needs is in the database, so neither Redis nor the worker has anything to lose: the step,
+when the step began (its timeout counts from then) and, in the step's audit row, what it waits
+on. No countdown message is used: a Celery worker holds those in memory until they are due,
+and kombu's Redis transport cannot give them back when the broker restarts (the worker dies).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from attestation import verifier
 from fleet import leases, lifecycle
 from fleet.agent import AgentClient, AgentError, AgentUnavailable
 from fleet.leases import Lease
-from fleet.models import GPU, Node
+from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node
 from fleet.redfish import (
     RESET_FORCE_OFF,
     RESET_FORCE_RESTART,
@@ -47,6 +55,14 @@ class StepFailed(Exception):
 
 class NotYet(Exception):
     """A step cannot finish now (transient fault, or waiting on something): give the node back."""
+
+
+class Waiting(Exception):
+    """A wait outlasted the worker's hold: park the node and look again in `recheck_in` seconds."""
+
+    def __init__(self, what: str, recheck_in: float):
+        super().__init__(f"still waiting for {what}; again in {recheck_in:.1f}s")
+        self.recheck_in = recheck_in
 
 
 @dataclass
@@ -98,14 +114,22 @@ class Run:
             self.last_heartbeat = time.monotonic()
 
     def wait_until(self, what: str, done: Callable[[], bool], timeout: float) -> None:
-        """Poll `done` until it is true, heartbeating; StepFailed when `timeout` seconds pass."""
-        deadline = time.monotonic() + timeout
+        """Poll `done` until it is true, heartbeating. The wait counts from when its step began,
+        across visits: StepFailed once `timeout` seconds have passed since then, Waiting once it
+        has outlasted the hold (checked again after a quarter of the time waited so far)."""
+        began = None
         while True:
             self.heartbeat()  # first: a worker that was stalled must not touch the machine again
             if done():
                 return
-            if time.monotonic() >= deadline:
+            if began is None:  # read only for a wait that did not end at once
+                began = Node.objects.values_list("step_since", flat=True).get(pk=self.node.pk)
+            waited = (timezone.now() - began).total_seconds()
+            if waited >= timeout:
                 raise StepFailed(f"timed out after {timeout:g}s waiting for {what}")
+            if waited >= settings.WORKFLOW_HOLD_SECONDS:
+                backoff = max(waited / 4, settings.WORKFLOW_POLL_SECONDS)
+                raise Waiting(what, min(backoff, settings.WORKFLOW_RECHECK_MAX_SECONDS, timeout - waited))
             time.sleep(settings.WORKFLOW_POLL_SECONDS)
 
 
@@ -186,13 +210,15 @@ def attest(run: Run) -> None:
         )
 
 
-def wipe_gpu_memory(run: Run) -> None:
+def start_gpu_wipe(run: Run) -> None:
     try:
         if run.agent.gpu_wipe_state() != "running":
             run.agent.start_gpu_wipe()
     except AgentError as error:
         raise StepFailed(f"GPU memory wipe refused: {error}") from error
 
+
+def wait_for_gpu_wipe(run: Run) -> None:
     def finished() -> bool:
         state = run.agent.gpu_wipe_state()
         if state == "failed":
@@ -202,20 +228,33 @@ def wipe_gpu_memory(run: Run) -> None:
     run.wait_until("the GPU memory wipe", finished, settings.WIPE_TIMEOUT)
 
 
-def erase_drives(run: Run) -> None:
+def start_drive_erase(run: Run) -> dict:
+    """Start a secure erase of every drive at once. The BMC refuses a second erase of a drive
+    while one runs, so the task monitors go with the next step's audit row, for whichever
+    visit resumes the wait."""
+    monitors = {}
     for drive in run.bmc.drives():
-        monitor = run.bmc.secure_erase(drive)
-        if monitor is None:
-            continue
-        outcome = {}
+        if (monitor := run.bmc.secure_erase(drive)) is not None:
+            monitors[drive] = monitor
+    return {"monitors": monitors}
 
-        def finished(monitor=monitor, outcome=outcome) -> bool:
-            done, outcome["state"] = run.bmc.task_status(monitor)
-            return done
 
-        run.wait_until(f"secure erase of {drive}", finished, settings.WIPE_TIMEOUT)
-        if not outcome["state"].startswith("Completed"):
-            raise StepFailed(f"secure erase of {drive} ended {outcome['state']}")
+def wait_for_drive_erase(run: Run) -> None:
+    started = AuditEvent.objects.filter(
+        node_id=run.node.pk, event=AuditOnlyEvent.STEP_CHANGED, reason="wait_for_drive_erase"
+    ).latest("id")
+    pending = dict(started.detail["monitors"])
+
+    def finished() -> bool:
+        for drive, monitor in list(pending.items()):
+            done, state = run.bmc.task_status(monitor)
+            if done and not state.startswith("Completed"):
+                raise StepFailed(f"secure erase of {drive} ended {state}")
+            if done:
+                del pending[drive]
+        return not pending
+
+    run.wait_until("the secure erase of every drive", finished, settings.WIPE_TIMEOUT)
 
 
 def eject_media(run: Run) -> None:
@@ -234,7 +273,7 @@ def power_off(run: Run) -> None:
 
 @dataclass(frozen=True)
 class Workflow:
-    steps: tuple[Callable[[Run], None], ...]
+    steps: tuple[Callable[[Run], dict | None], ...]
     succeeded: lifecycle.Event | None  # None: the last step applies the outcome itself
     failed: lifecycle.Event
     deadline_setting: str  # how long the node may stay in this state, all retries included
@@ -257,8 +296,10 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
         steps=(
             boot_service_image,
             wait_for_agent,
-            wipe_gpu_memory,
-            erase_drives,
+            start_gpu_wipe,
+            wait_for_gpu_wipe,
+            start_drive_erase,
+            wait_for_drive_erase,
             eject_media,
             clear_boot_override,
             power_off,
@@ -270,7 +311,7 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
 }
 
 
-def _remaining_steps(workflow: Workflow, run: Run) -> tuple[Callable[[Run], None], ...]:
+def _remaining_steps(workflow: Workflow, run: Run) -> tuple[Callable[[Run], dict | None], ...]:
     """Resume where a paused run stopped. After a worker died or stalled mid-step, start over:
     nobody knows what it left the machine doing, and every step is safe to repeat."""
     names = [step.__name__ for step in workflow.steps]
@@ -281,7 +322,7 @@ def _remaining_steps(workflow: Workflow, run: Run) -> tuple[Callable[[Run], None
 
 def run_workflow(*, node_id: int, worker: str) -> str:
     """Claim the node if it owes work and nobody holds it, and run its workflows until it owes
-    none. Returns what happened, one outcome per workflow."""
+    none or waits on its hardware. Returns what happened, one outcome per workflow."""
     claimed = leases.claim(owner=worker, node_ids=[node_id])
     if not claimed:
         return "not claimed"
@@ -315,11 +356,12 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
         waited = (timezone.now() - run.node.state_since).total_seconds()
         if waited > deadline:
             raise StepFailed(f"still {run.node.state} after {waited:.0f}s (deadline {deadline:g}s, retries included)")
+        handed_on = None  # what a step returned for the next one: audited with it, read from there
         for step in _remaining_steps(workflow, run):
             current = run.step = step.__name__
-            if not leases.set_step(run.lease, step=current, actor=run.actor):
+            if not leases.set_step(run.lease, step=current, actor=run.actor, detail=handed_on):
                 return "lease lost"
-            step(run)
+            handed_on = step(run)
     except (StepFailed, BMCPermanentError) as failure:
         reason = f"{current}: {failure}"
         log.warning("%s: %s failed at %s", run.node.name, run.node.state, reason)
@@ -328,6 +370,12 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
         )
         run.next_lease = leases.kept(run.lease, node)
         return workflow.failed.value
+    except Waiting as wait:
+        log.info("%s: %s at %s: %s", run.node.name, run.node.state, current, wait)
+        if not leases.park(run.lease, seconds=wait.recheck_in):
+            record_discarded_result(lease=run.lease, attempted=f"park at {current}", actor=run.actor)
+            return "lease lost"
+        return f"waiting at {current}"
     except (NotYet, BMCTransientError, AgentUnavailable, AgentError) as pause:
         log.info("%s: %s paused at %s: %s", run.node.name, run.node.state, current, pause)
         first = workflow.steps[0].__name__

@@ -27,13 +27,32 @@ class Remediation(models.Model):
     status = models.CharField(max_length=16, choices=RemediationStatus.choices)
     at = models.DateTimeField(db_default=Now(), db_index=True)
     decided_by = models.CharField(max_length=128, blank=True, help_text="Who applied a suppressed one.")
+    # In the database rather than in a countdown message, which Redis would lose: the reconciler
+    # sends each recheck when it is due (remediation.services.send_due_rechecks).
+    recheck_due_at = models.DateTimeField(null=True, blank=True, help_text="When the GPU's recheck is due.")
 
     class Meta:
         ordering = ["-at", "-id"]
+        permissions = [("apply_remediation", "Can apply a suppressed remediation (quarantine as an operator)")]
         constraints = [
-            # Alertmanager repeats notifications: one alert occurrence is acted on once.
-            models.UniqueConstraint(fields=["fingerprint", "starts_at"], name="remediation_once_per_alert"),
+            # Alertmanager repeats notifications: one alert occurrence is acted on once as firing and
+            # once as resolved, so a resolved notification received first cannot swallow the firing one.
+            models.UniqueConstraint(
+                fields=["fingerprint", "starts_at", "alert_status"], name="remediation_once_per_alert_status"
+            ),
             models.CheckConstraint(condition=Q(status__in=RemediationStatus.values), name="remediation_status_known"),
+            models.CheckConstraint(
+                condition=~Q(status=RemediationStatus.PENDING) | Q(recheck_due_at__isnull=False),
+                name="remediation_pending_has_recheck_due",
+            ),
+        ]
+        indexes = [
+            # The reconciler's sweep for the rechecks that are due.
+            models.Index(
+                fields=["recheck_due_at"],
+                name="remediation_recheck_due_idx",
+                condition=Q(status=RemediationStatus.PENDING),
+            ),
         ]
 
     def __str__(self):

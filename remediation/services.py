@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from fleet import lifecycle
@@ -70,19 +71,42 @@ def _receive(alert: rules.Alert) -> Remediation:
                 _quarantine_within_cap(remediation, node)
             elif decision.action is rules.Action.RESET_GPU:
                 remediation.status = RemediationStatus.PENDING
-                from remediation.tasks import recheck_gpu  # the task calls back into this module
-
-                transaction.on_commit(
-                    lambda: recheck_gpu.apply_async(
-                        args=[remediation.pk], countdown=settings.REMEDIATION_RECHECK_SECONDS
-                    ),
-                    robust=True,
-                )
-            remediation.save(update_fields=["status", "reason"])
+                # The reconciler sends the recheck when it is due (send_due_rechecks).
+                remediation.recheck_due_at = received_at + timedelta(seconds=settings.REMEDIATION_RECHECK_SECONDS)
+            remediation.save(update_fields=["status", "reason", "recheck_due_at"])
     except IntegrityError:
-        # The same alert, received by another process at the same moment: its answer stands.
-        return Remediation.objects.get(fingerprint=alert.fingerprint, starts_at=alert.starts_at)
+        # The same notification, received by another process at the same moment: its answer stands.
+        return Remediation.objects.get(
+            fingerprint=alert.fingerprint, starts_at=alert.starts_at, alert_status=alert.status
+        )
     return remediation
+
+
+def send_due_rechecks(*, limit: int) -> int:
+    """Send the recheck of every pending remediation that is due; how many were sent.
+
+    The due time is in the database, not in a countdown message: Redis loses those when it
+    restarts, and a worker holding one when the broker restarts dies (kombu's Redis transport).
+    Each recheck sent is due again one recheck period later, so one lost with Redis, or dropped
+    on expiry in a backlog, is sent again; a recheck that was made is not pending any more."""
+    period = timedelta(seconds=settings.REMEDIATION_RECHECK_SECONDS)
+    with transaction.atomic():
+        due = list(
+            Remediation.objects.filter(status=RemediationStatus.PENDING, recheck_due_at__lte=Now())
+            .order_by("recheck_due_at")
+            .select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)[:limit]
+        )
+        Remediation.objects.filter(pk__in=due).update(recheck_due_at=Now() + period)
+        transaction.on_commit(lambda: _send_rechecks(due))
+    return len(due)
+
+
+def _send_rechecks(remediation_ids: list[int]) -> None:
+    from remediation.tasks import recheck_gpu  # the task calls back into this module
+
+    for remediation_id in remediation_ids:
+        recheck_gpu.apply_async(args=[remediation_id], expires=settings.REMEDIATION_RECHECK_SECONDS)
 
 
 def _quarantine_within_cap(remediation: Remediation, node: Node) -> None:

@@ -18,3 +18,9 @@ def recheck_gpu(remediation_id: int) -> str:
     finally:
         agent.close()
     return services.recheck_gpu(remediation_id=remediation_id, healthy=healthy).status
+
+
+@shared_task(ignore_result=True)
+def reconcile_remediations(limit: int = 500) -> dict:
+    """Send the GPU rechecks that are due."""
+    return {"rechecks_sent": services.send_due_rechecks(limit=limit)}

@@ -1,6 +1,9 @@
-"""Shared fixtures: a small enrolled fleet and named tenants, on the real PostgreSQL."""
+"""Shared fixtures: a small enrolled fleet and named tenants, on the real PostgreSQL, and the
+tests' own Redis broker."""
 
 import pytest
+import redis
+from django.conf import settings
 
 from fleet.models import Node
 from reservations.models import Reservation, Tenant
@@ -46,3 +49,12 @@ def available_node(node) -> Node:
 @pytest.fixture
 def active_node(available_node, alices_reservation) -> Node:
     return drive(available_node, "provision_requested", "provision_succeeded", reservation=alices_reservation)
+
+
+@pytest.fixture
+def broker():
+    """The tests' broker, empty before and after the test: what this process enqueues lands there."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.flushdb()
+    yield client
+    client.flushdb()

@@ -46,7 +46,7 @@ def clear_faults(bmcsim, node: str) -> None:
 
 def hung(node: Node) -> bool:
     """Waiting on a wipe that erase_hang keeps from finishing."""
-    return Node.objects.get(pk=node.pk).step == "wipe_gpu_memory"
+    return Node.objects.get(pk=node.pk).step == "wait_for_gpu_wipe"
 
 
 def wiped(node: Node) -> bool:
@@ -85,8 +85,10 @@ def test_twenty_four_nodes_are_inspected_then_wiped_by_two_workers(bmcsim, contr
     assert steps == [
         "boot_service_image",
         "wait_for_agent",
-        "wipe_gpu_memory",
-        "erase_drives",
+        "start_gpu_wipe",
+        "wait_for_gpu_wipe",
+        "start_drive_erase",
+        "wait_for_drive_erase",
         "eject_media",
         "clear_boot_override",
         "power_off",
@@ -118,7 +120,7 @@ def test_a_hung_secure_erase_ends_quarantined_at_its_timeout(bmcsim, control_pla
     wait_for("quarantine", lambda: Node.objects.get(pk=node.pk).state == "quarantined", timeout=60)
     node.refresh_from_db()
     # erase_hang hangs the GPU memory wipe and the drive erase alike: the first wait times out
-    assert node.quarantine_reason.startswith("wipe_failed: wipe_gpu_memory: timed out after 2s")
+    assert node.quarantine_reason.startswith("wipe_failed: wait_for_gpu_wipe: timed out after 2s")
     assert not wiped(node)
 
 

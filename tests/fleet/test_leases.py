@@ -1,14 +1,17 @@
 """Leases with fencing, with real concurrent connections to PostgreSQL."""
 
+import functools
 import threading
 import time
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 
 from fleet import leases
 from fleet.models import AuditEvent, Node
 from fleet.services import LeaseLost
+from tests.support.concurrency import at_once
 from tests.support.factories import drive, enrol_default_fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,22 +44,13 @@ def test_only_nodes_owing_work_are_claimed():
 def test_two_claimers_never_get_the_same_node():
     nodes = wiping_fleet(12)
     claimed = {"a": [], "b": []}
-    barrier = threading.Barrier(2)
 
     def worker(name):
-        barrier.wait()
-        try:
-            while got := leases.claim(owner=f"worker-{name}", limit=2, seconds=60):
-                claimed[name].extend(lease.node_id for lease in got)
-                time.sleep(0.01)
-        finally:
-            connection.close()
+        while got := leases.claim(owner=f"worker-{name}", limit=2, seconds=60):
+            claimed[name].extend(lease.node_id for lease in got)
+            time.sleep(0.01)
 
-    threads = [threading.Thread(target=worker, args=(name,)) for name in claimed]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(*(functools.partial(worker, name) for name in claimed))
     assert not set(claimed["a"]) & set(claimed["b"])
     assert sorted(claimed["a"] + claimed["b"]) == sorted(n.pk for n in nodes)
 
@@ -176,6 +170,35 @@ def test_steps_are_recorded_under_the_lease_and_audited():
     node.refresh_from_db()
     assert node.step == "secure_erase" and node.step_since is not None
     assert AuditEvent.objects.filter(node=node, event="step_changed", reason="secure_erase").exists()
+
+
+def test_a_step_resumed_under_a_new_lease_keeps_when_it_began():
+    node = wiping_fleet(1)[0]
+    first = leases.claim(owner="worker-a", seconds=60)[0]
+    assert leases.set_step(first, step="wait_for_gpu_wipe", actor="worker-a", detail={"why": "test"})
+    began = Node.objects.get(pk=node.pk).step_since
+    assert leases.release(first)
+    second = leases.claim(owner="worker-b", seconds=60)[0]
+    assert leases.set_step(second, step="wait_for_gpu_wipe", actor="worker-b")
+    assert Node.objects.get(pk=node.pk).step_since == began  # the wait's timeout counts from then
+    audited = AuditEvent.objects.filter(node=node, event="step_changed", reason="wait_for_gpu_wipe").get()
+    assert audited.detail == {"from_step": "", "token": first.token, "why": "test"}
+
+
+def test_a_parked_node_is_claimed_by_nobody_until_its_wait_is_due_and_then_resumed_not_taken_over():
+    node = wiping_fleet(1)[0]
+    lease = leases.claim(owner="worker-a", seconds=60)[0]
+    assert leases.park(lease, seconds=60)
+    node.refresh_from_db()
+    assert (node.lease_owner, node.fencing_token) == (leases.WAITING_ON_HARDWARE, lease.token)
+    assert leases.claim(owner="worker-b") == []
+    with pytest.raises(LeaseLost):
+        leases.heartbeat(lease)  # the parking worker has no hold on it any more
+    assert not leases.park(lease, seconds=0)
+
+    Node.objects.filter(pk=node.pk).update(lease_expires_at=Now())  # the wait is due
+    resumed = leases.claim(owner="worker-b")[0]
+    assert (resumed.token, resumed.took_over) == (lease.token + 1, False)
 
 
 def test_release_gives_the_node_back_for_the_next_claim():

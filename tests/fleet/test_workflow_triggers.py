@@ -4,20 +4,11 @@ import base64
 import json
 
 import pytest
-import redis
 from django.conf import settings
 
 from fleet import tasks, workflow_triggers
 from fleet.models import Node
 from tests.support.factories import drive, enrol_default_fleet
-
-
-@pytest.fixture
-def broker():
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    client.flushdb()
-    yield client
-    client.flushdb()
 
 
 def waiting_messages(broker) -> list[int]:
