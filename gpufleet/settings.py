@@ -1,6 +1,8 @@
 """Settings for gpu-fleet, read from the environment; every variable has a working default."""
 
+import ipaddress
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -43,6 +45,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "gpufleet",
     "fleet",
     "reservations",
@@ -53,6 +56,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads the session, the user or the database (both listeners).
+    "gpufleet.middleware.RefuseUnstorableText",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -61,6 +66,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -100,6 +106,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 
+# Login throttling (django-axes) on the admin's and the tenants' login pages: after
+# GPUFLEET_LOGIN_FAILURE_LIMIT failures for one username from one address, that pair is refused
+# (429) for GPUFLEET_LOGIN_COOLOFF_SECONDS. Attempts are kept in the database, so every web
+# worker counts the same ones. axes needs the request in authenticate(): tests log in with
+# force_login, or client.login(request=HttpRequest(), ...). The demo's default operator
+# password is what check --deploy looks for.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = int(os.environ.get("GPUFLEET_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(seconds=float(os.environ.get("GPUFLEET_LOGIN_COOLOFF_SECONDS", "900")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Its start-up banner and per-attempt INFO lines in every process; failures are still logged.
+AXES_VERBOSE = False
+DEMO_OPERATOR_PASSWORD = "admin"
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False
@@ -128,6 +149,15 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "gpufleet.api.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    # Per tenant, counted in the shared cache (CACHES): every web worker and replica sees one count.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "reservations.api.throttles.TenantReadThrottle",
+        "reservations.api.throttles.TenantWriteThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "tenant_reads": os.environ.get("GPUFLEET_API_READ_RATE", "600/min"),
+        "tenant_writes": os.environ.get("GPUFLEET_API_WRITE_RATE", "120/min"),
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpu-fleet API",
@@ -140,6 +170,21 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 API_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_API_MAX_BODY_BYTES", str(256 * 1024)))
+
+# Reservations (reservations/periods.py): how far ahead one may start and how long it may last;
+# one that starts now without ends_at lasts the maximum, unless released before.
+BOOKING_HORIZON_DAYS = float(os.environ.get("GPUFLEET_BOOKING_HORIZON_DAYS", "90"))
+MAX_RESERVATION_DAYS = float(os.environ.get("GPUFLEET_MAX_RESERVATION_DAYS", "30"))
+# Django's cache in Redis, shared by every web process: the API's per-tenant throttles count
+# there. Short socket timeouts: with Redis down a request waits a moment, then is let through.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": DATABASES["default"]["NAME"],  # control planes that share a Redis count apart
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+    }
+}
 
 # Celery: Redis is the broker; results are not kept (the database records every outcome).
 CELERY_BROKER_URL = REDIS_URL
@@ -158,6 +203,7 @@ RECONCILE_SECONDS = float(os.environ.get("GPUFLEET_RECONCILE_SECONDS", "5"))
 CELERY_TASK_ROUTES = {
     "fleet.tasks.reconcile_nodes": {"queue": "reconcile"},
     "reservations.tasks.reconcile_reservations": {"queue": "reconcile"},
+    "remediation.tasks.reconcile_remediations": {"queue": "reconcile"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-nodes": {
@@ -167,6 +213,11 @@ CELERY_BEAT_SCHEDULE = {
     },
     "reconcile-reservations": {
         "task": "reservations.tasks.reconcile_reservations",
+        "schedule": RECONCILE_SECONDS,
+        "options": {"expires": RECONCILE_SECONDS},
+    },
+    "reconcile-remediations": {
+        "task": "remediation.tasks.reconcile_remediations",
         "schedule": RECONCILE_SECONDS,
         "options": {"expires": RECONCILE_SECONDS},
     },
@@ -198,6 +249,10 @@ SERVICE_IMAGE_URL = os.environ.get("GPUFLEET_SERVICE_IMAGE_URL", "http://images.
 TENANT_IMAGE_URL = os.environ.get("GPUFLEET_TENANT_IMAGE_URL", "http://images.gpufleet.internal/tenant.iso")
 BMC_TIMEOUT = float(os.environ.get("GPUFLEET_BMC_TIMEOUT", "10"))
 WORKFLOW_POLL_SECONDS = float(os.environ.get("GPUFLEET_WORKFLOW_POLL_SECONDS", "1"))
+# Hung or slow hardware must not hold a worker: a wait longer than this parks the node, and the
+# reconciler sends it again after a quarter of the time waited so far, at most the maximum.
+WORKFLOW_HOLD_SECONDS = float(os.environ.get("GPUFLEET_WORKFLOW_HOLD_SECONDS", "10"))
+WORKFLOW_RECHECK_MAX_SECONDS = float(os.environ.get("GPUFLEET_WORKFLOW_RECHECK_MAX_SECONDS", "60"))
 AGENT_BOOT_TIMEOUT = float(os.environ.get("GPUFLEET_AGENT_BOOT_TIMEOUT", "600"))
 WIPE_TIMEOUT = float(os.environ.get("GPUFLEET_WIPE_TIMEOUT", "3600"))
 # How long a node may stay in a state that owes work, every retry included, before it fails.
@@ -206,6 +261,17 @@ PROVISION_DEADLINE = float(os.environ.get("GPUFLEET_PROVISION_DEADLINE", "3600")
 WIPE_DEADLINE = float(os.environ.get("GPUFLEET_WIPE_DEADLINE", "7200"))
 # Messages that wait longer than this are dropped: the reconciler enqueues the work again.
 WORKFLOW_MESSAGE_EXPIRES = float(os.environ.get("GPUFLEET_WORKFLOW_MESSAGE_EXPIRES", "300"))
+
+# BMC access (fleet/bmc_access.py): BMC and node-agent URLs must resolve into these networks
+# (comma-separated CIDRs), wherever they come in and before a worker connects, so a changed
+# address cannot send a BMC's password, or any request, elsewhere.
+BMC_NETWORKS = tuple(
+    ipaddress.ip_network(cidr.strip())
+    for cidr in os.environ.get(
+        "GPUFLEET_BMC_NETWORKS", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
+    ).split(",")
+    if cidr.strip()
+)
 
 LOGGING = {
     "version": 1,
