@@ -122,8 +122,9 @@ class RedfishClient:
             self._bmc_origin, self._refused = _origin(access.base_url), None
         except BMCAddressRefused as refusal:
             # The URL without any user:password in it: the refusal is logged and audited.
-            shown = urlsplit(access.base_url)._replace(netloc=urlsplit(access.base_url).netloc.rpartition("@")[2])
-            self._bmc_origin, self._refused = None, f"{shown.geturl()}: {refusal}"
+            parts = urlsplit(access.base_url)
+            shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+            self._bmc_origin, self._refused = None, f"{shown}: {refusal}"
 
     @property
     def system_path(self) -> str:

@@ -357,3 +357,10 @@ def test_retry_after_may_be_an_http_date(servers):
     with pytest.raises(BMCTransientError):
         bmc_client(bmc.url, attempts=2, sleep=delays.append).power_state()
     assert delays == [0.0]  # a date past: at once
+
+
+def test_a_refused_bmc_url_is_named_without_the_credentials_written_into_it():
+    client = RedfishClient(BMCAccess("node-001", "http://root:calvin-in-url@192.0.2.1/", "1", "root", "calvin"))
+    with pytest.raises(BMCPermanentError) as refusal:
+        client.get("/redfish/v1/")
+    assert "calvin-in-url" not in str(refusal.value) and "http://192.0.2.1/" in str(refusal.value)
