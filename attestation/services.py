@@ -1,10 +1,15 @@
 """Appraising a node's evidence with the configured anchors, reference values and policy, and
-keeping every signed verdict. The checks themselves are the pure attestation/verifier.py."""
+keeping every signed verdict. The checks themselves are the pure attestation/verifier.py.
+
+Attestation knows a node only by what its callers say of it (`NodeToAppraise`: its identity and
+its GPU models, which choose the policy) and by the string reference of its results' foreign
+key: it imports nothing of the fleet app."""
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +21,6 @@ from django.utils import timezone
 from attestation import ear, reference, verifier
 from attestation.models import AttestationPolicy, AttestationResult, ReferenceValue, TrustAnchor, TrustAnchorRole
 from attestation.policy import Policy, load_policy_file
-from fleet.models import GPU, Node
 
 log = logging.getLogger(__name__)
 VERIFIER_ID = "gpu-fleet/attestation.verifier"
@@ -24,6 +28,12 @@ VERIFIER_ID = "gpu-fleet/attestation.verifier"
 
 class NotConfigured(Exception):
     """The verifier lacks something it needs (trust anchors, reference values, a signing key)."""
+
+
+@dataclass(frozen=True)
+class NodeToAppraise:
+    identity: verifier.NodeIdentity  # name, serial and the GPUs expected
+    gpu_models: Collection[str]  # the node's class: which policy applies
 
 
 @dataclass(frozen=True)
@@ -88,32 +98,24 @@ def reference_values() -> reference.ReferenceValues:
     return reference.reference_values(reference.ReferenceEntry(*row) for row in rows)
 
 
-def policy_for(node: Node) -> Policy:
+def policy_for(gpu_models: Collection[str]) -> Policy:
     """The policy of the node's class (its GPU model), else the catch-all one, else the shipped file."""
-    models = set(GPU.objects.filter(node=node).values_list("model", flat=True))
-    for row in AttestationPolicy.objects.filter(gpu_model__in=[*models, ""]).order_by("-gpu_model"):
+    for row in AttestationPolicy.objects.filter(gpu_model__in=[*gpu_models, ""]).order_by("-gpu_model"):
         return row.load()
     return load_policy_file(settings.ATTESTATION_POLICY_FILE)
-
-
-def node_identity(node: Node) -> verifier.NodeIdentity:
-    gpus = GPU.objects.filter(node=node).order_by("index").values_list("index", "uuid", "serial")
-    return verifier.NodeIdentity(
-        name=node.name, serial=node.serial, gpus=tuple(verifier.GPUIdentity(*gpu) for gpu in gpus)
-    )
 
 
 # -- appraisal -----------------------------------------------------------------------------
 
 
-def appraise(*, node: Node, evidence: object, nonce: bytes, now: datetime | None = None) -> Appraisal:
+def appraise(*, node: NodeToAppraise, evidence: object, nonce: bytes, now: datetime | None = None) -> Appraisal:
     """Verify the evidence and sign the verdict. Raises NotConfigured; never passes what it cannot check."""
     now = now or timezone.now()
-    policy = policy_for(node)
+    policy = policy_for(node.gpu_models)
     verdict = verifier.verify(
         evidence=evidence,
         nonce=nonce,
-        node=node_identity(node),
+        node=node.identity,
         reference=reference_values(),
         policy=policy,
         roots=trusted_roots(),
@@ -121,15 +123,21 @@ def appraise(*, node: Node, evidence: object, nonce: bytes, now: datetime | None
     )
     kid, key = signing_keys()[0]
     token = ear.sign_result(
-        verdict=verdict, node=node.name, nonce=nonce, verifier_id=VERIFIER_ID, private_key=key, kid=kid, now=now
+        verdict=verdict,
+        node=node.identity.name,
+        nonce=nonce,
+        verifier_id=VERIFIER_ID,
+        private_key=key,
+        kid=kid,
+        now=now,
     )
     return Appraisal(verdict=verdict, token=token, kid=kid, policy=policy.name)
 
 
-def record(*, node: Node, nonce: bytes, appraisal: Appraisal) -> AttestationResult:
+def record(*, node_id: int, nonce: bytes, appraisal: Appraisal) -> AttestationResult:
     verdict = appraisal.verdict
     return AttestationResult.objects.create(
-        node=node,
+        node_id=node_id,
         nonce=nonce.hex(),
         affirming=verdict.affirming,
         failures=[
@@ -180,5 +188,10 @@ def import_trust_anchors(roots: dict) -> list[str]:
     return list(TrustAnchorRole.values)
 
 
-def latest_result(node: Node) -> AttestationResult | None:
-    return AttestationResult.objects.filter(node=node).first()
+def node_exists(name: str) -> bool:
+    """Whether a node of that name is enrolled, asked of the model the results refer to."""
+    return AttestationResult.node.field.related_model.objects.filter(name=name).exists()
+
+
+def latest_result(node_name: str) -> AttestationResult | None:
+    return AttestationResult.objects.filter(node__name=node_name).first()

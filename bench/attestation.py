@@ -33,7 +33,7 @@ from bmcsim import evidence, releases
 from bmcsim.pki import PKI
 from bmcsim.state import NodeState
 from bmcsim.store import Store
-from fleet.topology import default_layout
+from core.topology import default_layout
 from tests.support import REPO_ROOT
 
 ROUNDS = 5

@@ -60,9 +60,9 @@ def build_fleet(size: int) -> None:
     """
     from django.db import connection, transaction
 
+    from core.topology import default_layout
     from fleet.inventory import records_from_layout
     from fleet.services import enrol_nodes
-    from fleet.topology import default_layout
     from reservations.models import Reservation, Tenant
 
     enrol_nodes(records=records_from_layout(default_layout(size), "http://127.0.0.1:8100"), actor="bench")

@@ -46,7 +46,7 @@ import django; django.setup()
 from django.db import connection, transaction
 from fleet.inventory import records_from_layout
 from fleet.services import enrol_nodes
-from fleet.topology import default_layout
+from core.topology import default_layout
 layout = default_layout({nodes}, pod_count={pods})
 enrol_nodes(records=records_from_layout(layout, "http://127.0.0.1:8100"), actor="bench")
 # Inspection and attestation are not what this measures: pass every node, audited, in bulk.

@@ -56,9 +56,9 @@ def populate(live: int) -> int:
     from django.db import connection, transaction
     from django.utils import timezone
 
+    from core.topology import default_layout
     from fleet.inventory import records_from_layout
     from fleet.services import enrol_nodes
-    from fleet.topology import default_layout
 
     active = live // 2
     pending = live - active - 1

@@ -13,7 +13,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from fleet.topology import BMC_USERNAME
+from core.topology import BMC_USERNAME
 
 from .state import Fleet
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from fleet.topology import GPU_MODEL
+from core.topology import GPU_MODEL
 
 BOOT_COMPONENTS = ("firmware", "bootloader", "kernel", "initrd", "cmdline")
 

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleet.topology import NodeSpec, default_layout
+from core.topology import NodeSpec, default_layout
 
 MAX_NODES = 10_000
 MAX_BODY_BYTES = 1024 * 1024  # a request body past this answers 413, on every route
@@ -78,7 +78,7 @@ def parse(argv: list[str] | None = None) -> Settings:
 
 
 def layout(settings: Settings) -> list[NodeSpec]:
-    """The fleet from fleet.topology, so the control plane's seed_fleet names the same hardware."""
+    """The fleet from core.topology, so the control plane's seed_fleet names the same hardware."""
     if settings.topology is None:
         return default_layout(settings.nodes)
     shape = json.loads(settings.topology.read_text())

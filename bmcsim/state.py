@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 
-from fleet.topology import NodeSpec
+from core.topology import NodeSpec
 
 from . import releases
 from .store import Store

@@ -7,11 +7,11 @@ from django.contrib import admin, messages
 from django.db import models
 from django.template.response import TemplateResponse
 
+from core.admin_permissions import has_permission
 from fleet import lifecycle
 from fleet.bmc_access import BMCAddressRefused, check_bmc_url
 from fleet.models import GPU, AuditEvent, Node, Pod, Rack
 from fleet.services import BMC_ACCESS_FIELDS, ConcurrentTransition, change_bmc_access, transition
-from gpufleet.admin import has_permission
 
 # What the form shows of a node's BMC access: all of it but the stored password.
 BMC_ACCESS_FORM_FIELDS = [f for f in BMC_ACCESS_FIELDS if f != "bmc_password"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fleet.topology import NodeSpec
+from core.topology import NodeSpec
 
 
 class InventoryError(ValueError):

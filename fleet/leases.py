@@ -26,10 +26,13 @@ from django.db.models.functions import Now
 
 from fleet import lifecycle
 from fleet.models import AuditEvent, AuditOnlyEvent, Node
-from fleet.services import LeaseLost, fenced, record_discarded_result, transition
 
 # The owner of a parked node's hold: no worker.
 WAITING_ON_HARDWARE = "waiting on hardware"
+
+
+class LeaseLost(Exception):
+    """The worker's lease no longer holds: its result was discarded (and audited)."""
 
 
 @dataclass(frozen=True)
@@ -99,19 +102,13 @@ def park(lease: Lease, *, seconds: float) -> bool:
     return bool(parked)
 
 
-def complete(lease: Lease, *, event: lifecycle.Event | str, actor: str, reason: str = "", **kwargs) -> Node | None:
-    """Apply a worker's result as a lifecycle event under its lease; None if it was discarded."""
-    try:
-        return transition(node_id=lease.node_id, event=event, actor=actor, reason=reason, lease=lease, **kwargs)
-    except LeaseLost:
-        return None
-
-
-def kept(lease: Lease, node: Node | None) -> Lease | None:
-    """The new lease, if completing `lease` with keep_lease=True moved the node on to more work."""
-    if node is None or node.lease_owner != lease.owner or node.fencing_token == lease.token:
-        return None
-    return Lease(node_id=node.pk, owner=lease.owner, token=node.fencing_token)
+def reclaim(lease: Lease) -> Lease | None:
+    """Claim again, under a new token, the node whose work `lease` has just completed, if the
+    outcome owes more work: the worker goes straight on with what it knows of the hardware.
+    Call it in the transaction that completed the work, so that no other worker is sent the node
+    meanwhile; None if the node owes no work (or someone else holds it)."""
+    claimed = claim(owner=lease.owner, node_ids=[lease.node_id])
+    return claimed[0] if claimed else None
 
 
 def set_step(lease: Lease, *, step: str, actor: str, detail: dict | None = None) -> bool:
@@ -136,3 +133,23 @@ def set_step(lease: Lease, *, step: str, actor: str, detail: dict | None = None)
     if not holds:
         record_discarded_result(lease=lease, attempted=f"step {step}", actor=actor)
     return bool(holds)
+
+
+def fenced(queryset, lease: Lease):
+    """The rows of `queryset` that `lease` still holds: its token, its owner, not expired."""
+    return queryset.filter(fencing_token=lease.token, lease_owner=lease.owner, lease_expires_at__gt=Now())
+
+
+def record_discarded_result(*, lease: Lease, attempted: str, actor: str) -> AuditEvent:
+    """Audit what a worker whose lease no longer holds tried to do, and that was not done."""
+    node = Node.objects.get(pk=lease.node_id)
+    return AuditEvent.objects.create(
+        node_id=node.pk,
+        actor=actor,
+        event=AuditOnlyEvent.RESULT_DISCARDED,
+        from_state=node.state,
+        to_state=node.state,
+        reason=f"{attempted} from {lease.owner} with fencing token {lease.token} discarded: "
+        f"the node's token is {node.fencing_token} and its lease owner {node.lease_owner or 'nobody'}",
+        detail={"attempted": attempted, "token": lease.token, "current_token": node.fencing_token},
+    )

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import enum
 
+from core.errors import Conflict
+
 
 class State(enum.StrEnum):
     ENROLLED = "enrolled"
@@ -44,7 +46,7 @@ class Event(enum.StrEnum):
     OPERATOR_RETURN = "operator_return"
 
 
-class IllegalTransition(ValueError):
+class IllegalTransition(Conflict, ValueError):
     def __init__(self, state: State, event: Event):
         self.state = state
         self.event = event

@@ -1,30 +1,26 @@
 """Writes to the fleet: enrolment, lifecycle transitions and changes of BMC access.
 
-`transition` is the only code that changes a node's state. It applies the pure state machine
-of fleet/lifecycle.py with a compare-and-set on the old state (and, for a worker, on its
-lease's fencing token) and writes the audit row in the same transaction.
+`transition` (for operators, the reconciler, reservations and remediation) and `complete` (a
+worker's result under its lease) are the only code that changes a node's state. Both apply the
+pure state machine of fleet/lifecycle.py with a compare-and-set on the old state (and, for a
+worker, on its lease's fencing token, fleet/leases.py) and write the audit row in the same
+transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import TYPE_CHECKING
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 from django.db.models.functions import Now
 
-from fleet import lifecycle
+from fleet import leases, lifecycle
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_host, check_bmc_url
 from fleet.inventory import NodeRecord
+from fleet.leases import Lease
 from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node, NodeState, Pod, Rack
 from fleet.signals import node_transitioned
-
-if TYPE_CHECKING:
-    from fleet.leases import Lease
 
 ENROLMENT_BATCH = 500
 # How a node's BMC and agent are reached; the password is one of them but is never audited.
@@ -36,10 +32,6 @@ class ConcurrentTransition(Exception):
 
     def __init__(self, node: str, expected_state: str):
         super().__init__(f"node {node} left state {expected_state!r} before this transition could apply")
-
-
-class LeaseLost(Exception):
-    """The worker's lease no longer holds: its result was discarded (and audited)."""
 
 
 def _state_fields(node: Node, new_state: lifecycle.State, event: lifecycle.Event, reason: str, reservation) -> dict:
@@ -69,43 +61,54 @@ def transition(
     actor: str,
     reason: str = "",
     reservation=None,
-    lease: Lease | None = None,
-    keep_lease: bool = False,
     detail: dict | None = None,
 ) -> Node:
     """Apply `event` to the node and audit it; returns the updated node.
 
-    Raises lifecycle.IllegalTransition if the state machine refuses the event,
-    ConcurrentTransition if someone else changed the node first, and, with a `lease`,
-    LeaseLost if the lease is no longer the node's current one (the discard is audited).
-    A change of state ends any lease on the node: the new state's work is claimed afresh,
-    unless the worker asks to `keep_lease` and go straight on to it: then it holds the node
-    under a new fencing token, and nothing is enqueued.
+    Raises lifecycle.IllegalTransition if the state machine refuses the event, and
+    ConcurrentTransition if someone else changed the node first. A change of state ends any
+    lease on the node: the new state's work is claimed afresh (fleet.signals.node_transitioned
+    tells who sends it).
     """
+    return _apply(node_id=node_id, event=event, actor=actor, reason=reason, reservation=reservation, detail=detail)
+
+
+def complete(
+    lease: Lease, *, event: lifecycle.Event | str, actor: str, reason: str = "", detail: dict | None = None
+) -> Node | None:
+    """Apply a worker's result as a lifecycle event under its lease; the updated node, or None if
+    the lease no longer holds (a successor took the node, or it moved on), the discard audited.
+    Raises lifecycle.IllegalTransition if the event does not fit the node while the lease holds."""
+    return _apply(node_id=lease.node_id, event=event, actor=actor, reason=reason, detail=detail, lease=lease)
+
+
+def _apply(
+    *,
+    node_id: int,
+    event: lifecycle.Event | str,
+    actor: str,
+    reason: str,
+    detail: dict | None,
+    reservation=None,
+    lease: Lease | None = None,
+) -> Node | None:
+    """The compare-and-set of both: on the node's state and, under a lease, on its fencing token."""
     event = lifecycle.Event(event)
-    applied = kept = False
+    applied = False
     with transaction.atomic():
         node = Node.objects.get(pk=node_id)
         try:
             new_state = lifecycle.next_state(node.state, event)
         except lifecycle.IllegalTransition:
             # A worker whose lease has gone reports on a node that has moved on: a discard, not a bug.
-            if lease is None or fenced(Node.objects.filter(pk=node_id), lease).exists():
+            if lease is None or leases.fenced(Node.objects.filter(pk=node_id), lease).exists():
                 raise
             new_state = None
         if new_state is not None:
-            fields = _state_fields(node, new_state, event, reason, reservation)
-            kept = keep_lease and lease is not None and new_state != node.state and new_state in lifecycle.WORK_STATES
-            if kept:
-                fields.update(
-                    lease_owner=lease.owner,
-                    lease_expires_at=Now() + timedelta(seconds=settings.LEASE_SECONDS),
-                    fencing_token=F("fencing_token") + 1,
-                )
             target = Node.objects.filter(pk=node_id, state=node.state)
             if lease is not None:
-                target = fenced(target, lease)
-            applied = target.update(**fields) == 1
+                target = leases.fenced(target, lease)
+            applied = target.update(**_state_fields(node, new_state, event, reason, reservation)) == 1
         if applied:
             AuditEvent.objects.create(
                 node_id=node_id,
@@ -126,20 +129,11 @@ def transition(
                 reservation_id=node.reservation_id,
             )
     if applied:
-        if new_state != node.state and new_state in lifecycle.WORK_STATES and not kept:
-            # Start the new state's workflow at once; the reconciler is the fallback if this is lost.
-            transaction.on_commit(lambda: _enqueue_workflow(node_id), robust=True)
         return Node.objects.get(pk=node_id)
     if lease is not None:
-        record_discarded_result(lease=lease, attempted=event.value, actor=actor)
-        raise LeaseLost(f"node {node.name}: lease token {lease.token} no longer holds; {event.value} discarded")
+        leases.record_discarded_result(lease=lease, attempted=event.value, actor=actor)
+        return None
     raise ConcurrentTransition(node.name, node.state)
-
-
-def _enqueue_workflow(node_id: int) -> None:
-    from fleet.tasks import enqueue_workflow  # tasks run the workflows, which call this module
-
-    enqueue_workflow(node_id)
 
 
 def start_inspections(*, actor: str, limit: int) -> int:
@@ -152,24 +146,6 @@ def start_inspections(*, actor: str, limit: int) -> int:
         except (ConcurrentTransition, lifecycle.IllegalTransition):
             continue
     return started
-
-
-def fenced(queryset, lease: Lease):
-    return queryset.filter(fencing_token=lease.token, lease_owner=lease.owner, lease_expires_at__gt=Now())
-
-
-def record_discarded_result(*, lease: Lease, attempted: str, actor: str) -> AuditEvent:
-    node = Node.objects.get(pk=lease.node_id)
-    return AuditEvent.objects.create(
-        node_id=node.pk,
-        actor=actor,
-        event=AuditOnlyEvent.RESULT_DISCARDED,
-        from_state=node.state,
-        to_state=node.state,
-        reason=f"{attempted} from {lease.owner} with fencing token {lease.token} discarded: "
-        f"the node's token is {node.fencing_token} and its lease owner {node.lease_owner or 'nobody'}",
-        detail={"attempted": attempted, "token": lease.token, "current_token": node.fencing_token},
-    )
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,9 @@
-"""What every app's admin shares: an action's own permission, and the login throttle's records.
-
-Every admin action declares the permission it needs (`@admin.action(permissions=[...])`), so a
-staff user who may only view never runs one. Where `change` would be too broad, the permission
-is the model's own (Meta.permissions), checked by a `has_<codename>_permission` method.
-"""
+"""The login throttle's records in the admin (each app registers its own models; an action's own
+permission is checked by core.admin_permissions)."""
 
 from axes.admin import AccessAttemptAdmin
 from axes.models import AccessAttempt
 from django.contrib import admin
-
-
-def has_permission(permission: str):
-    """The ModelAdmin method that Django's admin calls for an action's custom permission."""
-
-    def check(modeladmin, request) -> bool:
-        return request.user.has_perm(permission)
-
-    return check
-
 
 admin.site.unregister(AccessAttempt)
 

@@ -11,7 +11,7 @@ class RefuseUnstorableText:
     """400 `{"detail": ...}` for text PostgreSQL cannot store or compare (a NUL character,
     `%00` once decoded, above all) in the path, a query parameter or a cookie: it would reach
     a query and fail there as a 500, on the API and the pages alike. Bodies are the JSON
-    parser's to check (gpufleet.api.SizeLimitedJSONParser), with the same core.parsing.check_text."""
+    parser's to check (core.api.SizeLimitedJSONParser), with the same core.parsing.check_text."""
 
     def __init__(self, get_response):
         self.get_response = get_response

@@ -1,13 +1,7 @@
 """The OpenAPI document of a listener, with browsable docs served from local static files."""
 
 from django.urls import path
-from drf_spectacular.utils import inline_serializer
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
-from rest_framework import serializers
-
-# The shape of every error answer. Kept out of gpufleet.api: that module is named in
-# REST_FRAMEWORK settings, and drf-spectacular reads those settings when it is imported.
-ERROR = inline_serializer("Error", {"detail": serializers.CharField()})
 
 
 def schema_patterns(urlconf: str) -> list:

@@ -47,10 +47,13 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "axes",
     "gpufleet",
+    # From the bottom up (docs/architecture.md): each imports only those above it in this list.
     "fleet",
-    "reservations",
     "attestation",
+    "reservations",
     "remediation",
+    "workflows",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -141,12 +144,12 @@ LOGIN_REDIRECT_URL = "/my/reservations"
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["gpufleet.api.SizeLimitedJSONParser"],
-    "DEFAULT_AUTHENTICATION_CLASSES": ["gpufleet.api.TenantTokenAuthentication"],
+    "DEFAULT_PARSER_CLASSES": ["core.api.SizeLimitedJSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["core.api.TenantTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "gpufleet.api.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.Pagination",
     "PAGE_SIZE": 100,
-    "EXCEPTION_HANDLER": "gpufleet.api.api_exception_handler",
+    "EXCEPTION_HANDLER": "core.api.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
     # Per tenant, counted in the shared cache (CACHES): every web worker and replica sees one count.
@@ -201,23 +204,23 @@ RECONCILE_SECONDS = float(os.environ.get("GPUFLEET_RECONCILE_SECONDS", "5"))
 # The reconcilers have a queue of their own, consumed by the beat process itself: workers busy
 # with long workflows must never starve the safety net that re-sends lost work.
 CELERY_TASK_ROUTES = {
-    "fleet.tasks.reconcile_nodes": {"queue": "reconcile"},
-    "reservations.tasks.reconcile_reservations": {"queue": "reconcile"},
-    "remediation.tasks.reconcile_remediations": {"queue": "reconcile"},
+    "workflows.tasks.reconcile_nodes": {"queue": "reconcile"},
+    "workflows.tasks.reconcile_reservations": {"queue": "reconcile"},
+    "workflows.tasks.reconcile_remediations": {"queue": "reconcile"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-nodes": {
-        "task": "fleet.tasks.reconcile_nodes",
+        "task": "workflows.tasks.reconcile_nodes",
         "schedule": RECONCILE_SECONDS,
         "options": {"expires": RECONCILE_SECONDS},
     },
     "reconcile-reservations": {
-        "task": "reservations.tasks.reconcile_reservations",
+        "task": "workflows.tasks.reconcile_reservations",
         "schedule": RECONCILE_SECONDS,
         "options": {"expires": RECONCILE_SECONDS},
     },
     "reconcile-remediations": {
-        "task": "remediation.tasks.reconcile_remediations",
+        "task": "workflows.tasks.reconcile_remediations",
         "schedule": RECONCILE_SECONDS,
         "options": {"expires": RECONCILE_SECONDS},
     },
@@ -244,7 +247,7 @@ ATTESTATION_POLICY_FILE = os.environ.get(
     "GPUFLEET_ATTESTATION_POLICY", str(BASE_DIR / "attestation" / "policies" / "default.toml")
 )
 
-# Workflows (fleet/workflows.py). Timeouts are in real seconds: bmcsim scales its own durations.
+# Workflows (workflows/node_workflows.py). Timeouts are in real seconds: bmcsim scales its own durations.
 SERVICE_IMAGE_URL = os.environ.get("GPUFLEET_SERVICE_IMAGE_URL", "http://images.gpufleet.internal/service.iso")
 TENANT_IMAGE_URL = os.environ.get("GPUFLEET_TENANT_IMAGE_URL", "http://images.gpufleet.internal/tenant.iso")
 BMC_TIMEOUT = float(os.environ.get("GPUFLEET_BMC_TIMEOUT", "10"))

@@ -3,8 +3,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from fleet.metrics import FleetMetricsView
-from fleet.pages.urls import public_patterns, tenant_patterns
+from console.metrics import FleetMetricsView
+from console.pages.urls import public_patterns, tenant_patterns
 from gpufleet.healthz import HealthzView
 from gpufleet.schema import schema_patterns
 
@@ -22,5 +22,5 @@ urlpatterns = [
     *tenant_patterns,
 ]
 
-handler404 = "gpufleet.api.json_not_found"
-handler500 = "gpufleet.api.json_server_error"
+handler404 = "core.api.json_not_found"
+handler500 = "core.api.json_server_error"

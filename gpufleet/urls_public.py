@@ -3,15 +3,15 @@
 Read-only by construction: every route here is to a view that has no write method at all, not
 to one that refuses writes (tests/test_public_listener.py walks every pattern to prove it).
 Naming no one: no page or answer here names a tenant, an operator, a worker or a reservation;
-the pages and the node reads go through fleet/pages/disclosure.py
+the pages and the node reads go through console/pages/disclosure.py
 (tests/test_public_names_no_one.py sweeps every route to prove it).
 """
 
 from django.urls import path
 
 from attestation.api.views import NodeAttestationView, SigningKeysView
-from fleet.pages.public_api import PublicNodeDetailView, PublicNodeListView
-from fleet.pages.urls import public_listener_patterns
+from console.pages.public_api import PublicNodeDetailView, PublicNodeListView
+from console.pages.urls import public_listener_patterns
 from gpufleet.healthz import HealthzView
 from gpufleet.schema import schema_patterns
 from remediation.api.views import RemediationListView
@@ -29,5 +29,5 @@ urlpatterns = [
     *public_listener_patterns,
 ]
 
-handler404 = "gpufleet.api.json_not_found"
-handler500 = "gpufleet.api.json_server_error"
+handler404 = "core.api.json_not_found"
+handler500 = "core.api.json_server_error"

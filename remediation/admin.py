@@ -1,6 +1,6 @@
 from django.contrib import admin, messages
 
-from gpufleet.admin import has_permission
+from core.admin_permissions import has_permission
 from remediation import services
 from remediation.models import IncidentEvent, Remediation, RemediationStatus
 

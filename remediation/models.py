@@ -28,7 +28,7 @@ class Remediation(models.Model):
     at = models.DateTimeField(db_default=Now(), db_index=True)
     decided_by = models.CharField(max_length=128, blank=True, help_text="Who applied a suppressed one.")
     # In the database rather than in a countdown message, which Redis would lose: the reconciler
-    # sends each recheck when it is due (remediation.services.send_due_rechecks).
+    # sends each recheck when it is due (remediation.services.take_due_rechecks).
     recheck_due_at = models.DateTimeField(null=True, blank=True, help_text="When the GPU's recheck is due.")
 
     class Meta:
@@ -68,7 +68,7 @@ class IncidentStep(models.TextChoices):
 
 class IncidentEvent(models.Model):
     """One step of an automatic remediation's timeline, for the dashboard and its replay; the
-    replacement's steps come from the reservation's own history (fleet/pages/selectors.py)."""
+    replacement's steps come from the reservation's own history (console/pages/selectors.py)."""
 
     remediation = models.ForeignKey(Remediation, on_delete=models.CASCADE, related_name="timeline")
     step = models.CharField(max_length=32, choices=IncidentStep.choices)

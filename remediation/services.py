@@ -71,7 +71,7 @@ def _receive(alert: rules.Alert) -> Remediation:
                 _quarantine_within_cap(remediation, node)
             elif decision.action is rules.Action.RESET_GPU:
                 remediation.status = RemediationStatus.PENDING
-                # The reconciler sends the recheck when it is due (send_due_rechecks).
+                # The reconciler sends the recheck when it is due (take_due_rechecks).
                 remediation.recheck_due_at = received_at + timedelta(seconds=settings.REMEDIATION_RECHECK_SECONDS)
             remediation.save(update_fields=["status", "reason", "recheck_due_at"])
     except IntegrityError:
@@ -82,13 +82,14 @@ def _receive(alert: rules.Alert) -> Remediation:
     return remediation
 
 
-def send_due_rechecks(*, limit: int) -> int:
-    """Send the recheck of every pending remediation that is due; how many were sent.
+def take_due_rechecks(*, limit: int) -> list[int]:
+    """The pending remediations whose recheck is due, each due again one recheck period later;
+    the caller sends their rechecks.
 
     The due time is in the database, not in a countdown message: Redis loses those when it
     restarts, and a worker holding one when the broker restarts dies (kombu's Redis transport).
-    Each recheck sent is due again one recheck period later, so one lost with Redis, or dropped
-    on expiry in a backlog, is sent again; a recheck that was made is not pending any more."""
+    Because each recheck taken is due again later, one lost with Redis, or dropped on expiry in
+    a backlog, is sent again; a recheck that was made is not pending any more."""
     period = timedelta(seconds=settings.REMEDIATION_RECHECK_SECONDS)
     with transaction.atomic():
         due = list(
@@ -98,15 +99,7 @@ def send_due_rechecks(*, limit: int) -> int:
             .values_list("pk", flat=True)[:limit]
         )
         Remediation.objects.filter(pk__in=due).update(recheck_due_at=Now() + period)
-        transaction.on_commit(lambda: _send_rechecks(due))
-    return len(due)
-
-
-def _send_rechecks(remediation_ids: list[int]) -> None:
-    from remediation.tasks import recheck_gpu  # the task calls back into this module
-
-    for remediation_id in remediation_ids:
-        recheck_gpu.apply_async(args=[remediation_id], expires=settings.REMEDIATION_RECHECK_SECONDS)
+    return due
 
 
 def _quarantine_within_cap(remediation: Remediation, node: Node) -> None:

@@ -9,7 +9,7 @@ issues a new one.
 from django.contrib import admin, messages
 from rest_framework.authtoken.models import Token, TokenProxy
 
-from gpufleet.admin import has_permission
+from core.admin_permissions import has_permission
 from reservations import services
 from reservations.models import Allocation, Reservation, ReservationEvent, Tenant
 

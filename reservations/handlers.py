@@ -1,4 +1,5 @@
-"""Reservations follow their nodes: settle when one comes up, degrade and heal when one is lost."""
+"""Reservations follow their nodes: settle when one comes up, degrade when one is lost (and say
+so with reservation_lost_node, so that healing starts at once)."""
 
 from django.db import transaction
 from django.dispatch import receiver
@@ -6,7 +7,8 @@ from django.dispatch import receiver
 from fleet import lifecycle
 from fleet.models import Node
 from fleet.signals import node_transitioned
-from reservations import services, tasks
+from reservations import services
+from reservations.signals import reservation_lost_node
 
 
 @receiver(node_transitioned, dispatch_uid="reservations.follow_node")
@@ -18,5 +20,4 @@ def follow_node(sender, *, node_id, event, actor, to_state, reservation_id, **kw
     elif to_state not in lifecycle.SERVING_STATES:
         reason = f"{Node.objects.get(pk=node_id).name} lost ({event.value})"
         if services.let_node_go(node_id=node_id, reservation_id=reservation_id, reason=reason, actor=actor):
-            # At once, not at the next reconciler pass; the reconciler is the fallback if this is lost.
-            transaction.on_commit(lambda: tasks.heal_reservation.delay(reservation_id), robust=True)
+            reservation_lost_node.send(sender=services, reservation_id=reservation_id)

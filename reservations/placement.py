@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from core.errors import Conflict
+
 
 @dataclass(frozen=True)
 class RackCapacity:
@@ -36,7 +38,7 @@ class PlacementRequest:
     gpu_model: str | None = None  # None: any model
 
 
-class PlacementRefused(Exception):
+class PlacementRefused(Conflict):
     """No placement exists; `reason` says why in words a tenant can act on."""
 
     def __init__(self, reason: str):

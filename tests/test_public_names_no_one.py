@@ -18,7 +18,7 @@ from django.urls import get_resolver
 from attestation.models import AttestationResult
 from fleet import leases
 from fleet.models import AuditEvent, Node
-from fleet.services import transition
+from fleet.services import complete, transition
 from remediation import services as remediation
 from remediation.models import Remediation
 from reservations import services as reservations
@@ -57,8 +57,8 @@ def two_workers_inspect(node: Node) -> None:
     (successor,) = leases.claim(owner=SUCCESSOR, node_ids=[node.pk])
     assert leases.set_step(successor, step="boot_service_image", actor=f"worker:{SUCCESSOR}")
     assert not leases.set_step(first, step="read_evidence", actor=f"worker:{FIRST_WORKER}")
-    leases.complete(successor, event="inspection_passed", actor=f"worker:{SUCCESSOR}")
-    leases.complete(successor, event="attestation_passed", actor=f"worker:{SUCCESSOR}")
+    complete(successor, event="inspection_passed", actor=f"worker:{SUCCESSOR}")
+    complete(successor, event="attestation_passed", actor=f"worker:{SUCCESSOR}")
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from django.urls import URLResolver, get_resolver
 
 from attestation.ear import generate_signing_key
 from fleet.models import Node
-from fleet.redfish import BMCAccess, RedfishClient, RedfishError
 from reservations.models import Tenant
 from tests.support.factories import tenant_token
+from workflows.redfish import BMCAccess, RedfishClient, RedfishError
 
 BMC_PASSWORD = "bmc-secret-3f9a1c"
 WEBHOOK_TOKEN = "webhook-secret-77d2e0"

@@ -1,13 +1,11 @@
 from django.http import Http404
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from attestation import services
-from fleet.models import Node
-from gpufleet.schema import ERROR
+from core.error_schema import ERROR
 
 
 class PublicReadView(APIView):
@@ -35,8 +33,9 @@ class NodeAttestationView(PublicReadView):
         }
     )
     def get(self, request, name: str):
-        node = get_object_or_404(Node, name=name)
-        result = services.latest_result(node)
+        if not services.node_exists(name):
+            raise Http404("No Node matches the given query.")
+        result = services.latest_result(name)
         if result is None:
             raise Http404(f"node {name} has not been attested yet")
         try:

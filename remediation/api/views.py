@@ -6,9 +6,9 @@ from rest_framework import exceptions, generics, permissions, serializers, statu
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import SizeLimitedJSONParser
+from core.error_schema import ERROR
 from fleet.models import Node, NodeState
-from gpufleet.api import SizeLimitedJSONParser
-from gpufleet.schema import ERROR
 from remediation import rules, services
 from remediation.api.authentication import AlertmanagerAuthentication, IsAlertmanager
 from remediation.models import Remediation

@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
+from core.api import StrictBooleanField, StrictInputSerializer, StrictIntegerField
 from fleet.models import Pod
-from gpufleet.api import StrictBooleanField, StrictInputSerializer, StrictIntegerField
 from reservations.models import Reservation
 
 MAX_NODES_PER_RESERVATION = 10_000

@@ -4,7 +4,7 @@ from rest_framework import generics, permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gpufleet.schema import ERROR
+from core.error_schema import ERROR
 from reservations import selectors, services
 from reservations.api import idempotency
 from reservations.api.serializers import CapacitySerializer, ReservationRequestSerializer, ReservationSerializer

@@ -30,7 +30,7 @@ from bmcsim import evidence, releases, tpm
 from bmcsim.pki import PKI
 from bmcsim.state import NodeState
 from bmcsim.store import Store
-from fleet.topology import NodeSpec, default_layout
+from core.topology import NodeSpec, default_layout
 from tests.support import REPO_ROOT
 
 DEFAULT_POLICY = REPO_ROOT / "attestation" / "policies" / "default.toml"

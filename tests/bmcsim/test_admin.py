@@ -1,4 +1,4 @@
-"""bmcsim's own API: the inventory agrees with fleet.topology, trust roots, reference values, faults."""
+"""bmcsim's own API: the inventory agrees with core.topology, trust roots, reference values, faults."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import requests
 from cryptography import x509
 
-from fleet.topology import bmc_password, default_layout
+from core.topology import bmc_password, default_layout
 from tests.support.bmcsim import FLEET_NODES
 
 

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from fleet.topology import default_layout
+from core.topology import default_layout
 from tests.support.bmcsim import start_bmcsim
 
 SCALE = 0.05  # power on 0.1 s, boot 0.4 s, secure erase 1 s, GPU wipe 0.5 s

@@ -6,7 +6,7 @@ import sys
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from fleet.invariants import dirty_nodes_made_available
+from console.invariants import dirty_nodes_made_available
 from fleet.models import Node
 from reservations.models import Reservation
 from tests.support import REPO_ROOT

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from fleet import leases, workflows
+from fleet import leases
 from fleet.models import AuditEvent, Node
 from fleet.services import transition
 from reservations import services as reservations
@@ -17,6 +17,7 @@ from reservations.models import Reservation, Tenant
 from tests.support.bmcsim import start_bmcsim
 from tests.support.factories import make_available
 from tests.support.processes import wait_for
+from workflows import node_workflows as workflows
 
 WORKER_SLOTS = 2  # the control plane's two solo workers
 

@@ -7,7 +7,7 @@ from io import StringIO
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from fleet.invariants import check_all
+from console.invariants import check_all
 from fleet.models import AuditEvent, Node, Pod
 from fleet.services import transition
 from reservations import services as reservations

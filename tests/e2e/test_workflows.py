@@ -8,10 +8,11 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from fleet import leases, workflows
+from fleet import leases
 from fleet.models import AuditEvent, Node
 from fleet.services import transition
 from tests.support.processes import wait_for
+from workflows import node_workflows as workflows
 
 
 def seed(bmcsim) -> list[Node]:

@@ -5,12 +5,12 @@ import threading
 import time
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from fleet import leases
+from fleet import leases, services
+from fleet.leases import LeaseLost
 from fleet.models import AuditEvent, Node
-from fleet.services import LeaseLost
 from tests.support.concurrency import at_once
 from tests.support.factories import drive, enrol_default_fleet
 
@@ -102,20 +102,20 @@ def test_stalled_workers_late_result_is_discarded_and_audited():
     stalled = leases.claim(owner="worker-a", seconds=0)[0]
     successor = leases.claim(owner="worker-b", seconds=60)[0]
 
-    assert leases.complete(stalled, event="wipe_failed", actor="worker-a", reason="late") is None
+    assert services.complete(stalled, event="wipe_failed", actor="worker-a", reason="late") is None
     assert Node.objects.get(pk=node.pk).state == "wiping"
     discard = AuditEvent.objects.filter(node=node, event="result_discarded").get()
     assert discard.detail == {"attempted": "wipe_failed", "token": stalled.token, "current_token": successor.token}
     assert "worker-a" in discard.reason and "worker-b" in discard.reason
 
-    done = leases.complete(successor, event="wipe_succeeded", actor="worker-b")
+    done = services.complete(successor, event="wipe_succeeded", actor="worker-b")
     assert (done.state, done.lease_owner, done.lease_expires_at) == ("inspecting", "", None)
 
 
 def test_an_expired_lease_writes_nothing_even_without_a_successor():
     node = wiping_fleet(1)[0]
     lease = leases.claim(owner="worker-a", seconds=0)[0]
-    assert leases.complete(lease, event="wipe_succeeded", actor="worker-a") is None
+    assert services.complete(lease, event="wipe_succeeded", actor="worker-a") is None
     assert leases.set_step(lease, step="secure_erase", actor="worker-a") is False
     node.refresh_from_db()
     assert (node.state, node.step) == ("wiping", "")
@@ -127,7 +127,7 @@ def test_a_result_after_the_node_changed_state_is_discarded():
     lease = leases.claim(owner="worker-a", seconds=60)[0]
     node = drive(node, "hardware_fault")  # an alert's quarantine wins, and ends the lease
     assert (node.lease_owner, node.lease_expires_at) == ("", None)
-    assert leases.complete(lease, event="wipe_succeeded", actor="worker-a") is None
+    assert services.complete(lease, event="wipe_succeeded", actor="worker-a") is None
     assert Node.objects.get(pk=node.pk).state == "quarantined"
     assert AuditEvent.objects.filter(node=node, event="result_discarded").exists()
 
@@ -135,31 +135,34 @@ def test_a_result_after_the_node_changed_state_is_discarded():
 def test_a_same_state_result_keeps_the_lease():
     node = drive(enrol_default_fleet(1)[0], "inspection_started")
     lease = leases.claim(owner="worker-a", seconds=60)[0]
-    node = leases.complete(lease, event="inspection_passed", actor="worker-a")
+    node = services.complete(lease, event="inspection_passed", actor="worker-a")
     assert (node.state, node.lease_owner) == ("inspecting", "worker-a")
-    node = leases.complete(lease, event="attestation_passed", actor="worker-a")
+    node = services.complete(lease, event="attestation_passed", actor="worker-a")
     assert (node.state, node.lease_owner) == ("available", "")
 
 
 def test_a_worker_that_keeps_its_lease_goes_on_to_the_next_state_under_a_new_token():
     node = wiping_fleet(1)[0]
     lease = leases.claim(owner="worker-a", seconds=60)[0]
-    node = leases.complete(lease, event="wipe_succeeded", actor="worker-a", keep_lease=True)
-    kept = leases.kept(lease, node)
+    with transaction.atomic():
+        node = services.complete(lease, event="wipe_succeeded", actor="worker-a")
+        kept = leases.reclaim(lease)
     assert node.state == "inspecting" and kept == leases.Lease(node_id=node.pk, owner="worker-a", token=lease.token + 1)
     assert leases.claim(owner="worker-b") == []  # nobody else may start the inspection meanwhile
-    assert leases.complete(lease, event="inspection_passed", actor="worker-a") is None  # the old token is void
+    assert services.complete(lease, event="inspection_passed", actor="worker-a") is None  # the old token is void
     assert leases.set_step(kept, step="boot_service_image", actor="worker-a")
 
 
 def test_keeping_the_lease_is_only_for_more_work_and_only_for_its_holder():
     node = drive(enrol_default_fleet(1)[0], "inspection_started")
     lease = leases.claim(owner="worker-a", seconds=60)[0]
-    node = leases.complete(lease, event="attestation_passed", actor="worker-a", keep_lease=True)
-    assert (node.state, node.lease_owner, leases.kept(lease, node)) == ("available", "", None)
+    with transaction.atomic():
+        node = services.complete(lease, event="attestation_passed", actor="worker-a")
+        kept = leases.reclaim(lease)
+    assert (node.state, node.lease_owner, kept) == ("available", "", None)
     node = wiping_fleet(2)[1]
     lease = leases.claim(owner="worker-a", seconds=0)[0]  # expires at once
-    assert leases.complete(lease, event="wipe_succeeded", actor="worker-a", keep_lease=True) is None
+    assert services.complete(lease, event="wipe_succeeded", actor="worker-a") is None
     assert Node.objects.get(pk=node.pk).state == "wiping"
 
 

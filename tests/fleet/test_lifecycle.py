@@ -117,7 +117,7 @@ def test_invariant_sets_do_not_contradict():
 
 def test_lifecycle_imports_without_django():
     # A fresh interpreter in which importing django fails outright.
-    code = "import sys; sys.modules['django'] = None; import fleet.lifecycle, fleet.topology, fleet.inventory"
+    code = "import sys; sys.modules['django'] = None; import fleet.lifecycle, core.topology, fleet.inventory"
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,

@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.core.management import CommandError, call_command
 
+from core.topology import bmc_password, default_layout
 from fleet.models import GPU, AuditEvent, Node, Pod, Rack
-from fleet.topology import bmc_password, default_layout
 
 
 def seed(*args) -> str:

@@ -12,9 +12,10 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from fleet.models import AuditEvent, Node
-from remediation import rules, services, tasks
+from remediation import rules, services
 from remediation.models import Remediation
 from tests.support.factories import alert, payload
+from workflows import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def rechecks_queued(broker) -> list[int]:
     """The remediation of each recheck_gpu message in the queue, sorted."""
     messages = [json.loads(m) for m in broker.lrange("celery", 0, -1)]
-    rechecks = (m for m in messages if m["headers"]["task"] == "remediation.tasks.recheck_gpu")
+    rechecks = (m for m in messages if m["headers"]["task"] == "workflows.tasks.recheck_gpu")
     return sorted(json.loads(base64.b64decode(m["body"]))[0][0] for m in rechecks)
 
 

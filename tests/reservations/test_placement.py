@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fleet.topology import default_layout
+from core.topology import default_layout
 from reservations.placement import (
     PlacementRefused,
     PlacementRequest,

@@ -12,10 +12,10 @@ from django.utils import timezone
 from attestation import ear
 from attestation.models import AttestationResult
 from attestation.verifier import Failure, Verdict
+from core.topology import default_layout
 from fleet.inventory import records_from_layout
 from fleet.models import Node
 from fleet.services import enrol_nodes, transition
-from fleet.topology import default_layout
 from remediation import rules
 from remediation import services as remediation
 from reservations import services as reservations

@@ -5,10 +5,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from core.topology import DEFAULT_NODE_COUNT, default_layout
 from fleet.bmc_access import BMCAddressRefused
 from fleet.inventory import InventoryError, parse_inventory, records_from_layout
 from fleet.services import enrol_nodes
-from fleet.topology import DEFAULT_NODE_COUNT, default_layout
 
 PROGRESS_FROM_NODES = 500
 

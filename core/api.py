@@ -1,4 +1,5 @@
-"""What every API view shares: errors as JSON `{"detail": ...}`, a body size cap, strict input."""
+"""What every API view shares: errors as JSON `{"detail": ...}` (a domain Conflict is a 409), a body
+size cap, strict input, pagination, and tenant authentication."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json
 
+from core.errors import Conflict
 from core.parsing import InvalidInput, check_text, parse_int
-from fleet.lifecycle import IllegalTransition
-from reservations.placement import PlacementRefused
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -72,10 +72,7 @@ def api_exception_handler(error, context):
     # Imported here: rest_framework.views reads the REST_FRAMEWORK settings, which name this module.
     from rest_framework.views import exception_handler
 
-    if isinstance(error, PlacementRefused):
-        error = exceptions.APIException(error.reason)
-        error.status_code = status.HTTP_409_CONFLICT
-    elif isinstance(error, IllegalTransition):
+    if isinstance(error, Conflict):
         error = exceptions.APIException(str(error))
         error.status_code = status.HTTP_409_CONFLICT
     response = exception_handler(error, context)

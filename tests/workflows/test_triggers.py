@@ -6,9 +6,10 @@ import json
 import pytest
 from django.conf import settings
 
-from fleet import tasks, workflow_triggers
 from fleet.models import Node
 from tests.support.factories import drive, enrol_default_fleet
+from workflows import tasks
+from workflows import triggers as workflow_triggers
 
 
 def waiting_messages(broker) -> list[int]:

@@ -2,15 +2,15 @@
 
 A node's quarantine reason can be an operator's own words (the admin's quarantine asks for them),
 and those may name a tenant or a colleague: on the public listener it goes through the same
-disclosure as the pages (fleet/pages/disclosure.py). The answer keeps the shape and the schema
+disclosure as the pages (console/pages/disclosure.py). The answer keeps the shape and the schema
 name of the private listener's.
 """
 
 from drf_spectacular.utils import extend_schema_serializer
 
+from console.pages.disclosure import PublicDisclosure
 from fleet.api.serializers import NodeSerializer
 from fleet.api.views import NodeDetailView, NodeListView
-from fleet.pages.disclosure import PublicDisclosure
 
 
 @extend_schema_serializer(component_name="Node")

@@ -1,4 +1,4 @@
-"""The fleet floor and its pages: thin views over fleet/pages/selectors.py.
+"""The fleet floor and its pages: thin views over console/pages/selectors.py.
 
 Public pages answer GET, HEAD and OPTIONS only: they are served on the read-only listener too.
 """
@@ -9,9 +9,9 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 from django.views import View
 
+from console.pages import selectors, tiles
+from console.pages.disclosure import EVERYTHING, PublicDisclosure
 from core.parsing import InvalidInput, parse_int
-from fleet.pages import selectors, tiles
-from fleet.pages.disclosure import EVERYTHING, PublicDisclosure
 
 
 class ReadOnlyPage(View):

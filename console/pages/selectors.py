@@ -2,7 +2,7 @@
 
 Every function runs a fixed number of queries whatever the fleet size: rows come back through
 values() with the names they need already joined, and counts are aggregated in SQL. Each takes
-the viewer's `disclosure` (fleet/pages/disclosure.py), which decides whom the answer may name.
+the viewer's `disclosure` (console/pages/disclosure.py), which decides whom the answer may name.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 from django.db.models import Count, F
 
 from attestation.models import AttestationResult
+from console.pages.disclosure import Disclosure
 from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, Node
-from fleet.pages.disclosure import Disclosure
 from remediation.models import IncidentStep, Remediation, RemediationStatus
 from reservations.models import Reservation, ReservationEventKind, Tenant
 from reservations.models import ReservationEvent as ReservationHistory
@@ -59,7 +59,7 @@ class RackView:
     name: str
     counts: dict[str, int]
     tiles: list[dict] = field(default_factory=list)
-    html: str = ""  # its tiles or its bar, filled in by fleet/pages/tiles.py
+    html: str = ""  # its tiles or its bar, filled in by console/pages/tiles.py
 
     @property
     def size(self) -> int:

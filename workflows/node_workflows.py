@@ -30,11 +30,11 @@ from django.utils import timezone
 
 from attestation import services as attestation
 from attestation import verifier
-from fleet import leases, lifecycle
-from fleet.agent import AgentClient, AgentError, AgentUnavailable
-from fleet.leases import Lease
+from fleet import leases, lifecycle, services
+from fleet.leases import Lease, LeaseLost, record_discarded_result
 from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node
-from fleet.redfish import (
+from workflows.agent import AgentClient, AgentError, AgentUnavailable
+from workflows.redfish import (
     RESET_FORCE_OFF,
     RESET_FORCE_RESTART,
     RESET_ON,
@@ -43,7 +43,6 @@ from fleet.redfish import (
     BMCTransientError,
     RedfishClient,
 )
-from fleet.services import LeaseLost, record_discarded_result
 
 log = logging.getLogger(__name__)
 S, E = lifecycle.State, lifecycle.Event
@@ -178,12 +177,23 @@ def check_inventory(run: Run) -> None:
     problems.extend(f"GPU {index} ({g.get('uuid')}) not enrolled" for index, g in sorted(found.items(), key=str))
     if problems:
         raise StepFailed("; ".join(problems))
-    leases.complete(
+    services.complete(
         run.lease,
         event=E.INSPECTION_PASSED,
         actor=run.actor,
         reason="inventory matches enrolment",
         detail=run.figures(),
+    )
+
+
+def _to_appraise(node: Node) -> attestation.NodeToAppraise:
+    """What attestation needs to know of the node: who it is, the GPUs it must have, its class."""
+    gpus = list(GPU.objects.filter(node=node).order_by("index").values_list("index", "uuid", "serial", "model"))
+    return attestation.NodeToAppraise(
+        identity=verifier.NodeIdentity(
+            name=node.name, serial=node.serial, gpus=tuple(verifier.GPUIdentity(*gpu[:3]) for gpu in gpus)
+        ),
+        gpu_models=frozenset(gpu[3] for gpu in gpus),
     )
 
 
@@ -195,13 +205,13 @@ def attest(run: Run) -> None:
     except AgentError as error:  # an agent that refuses to attest fails attestation: fail closed
         evidence = {"refused": str(error)}
     try:
-        appraisal = attestation.appraise(node=run.node, evidence=evidence, nonce=nonce)
+        appraisal = attestation.appraise(node=_to_appraise(run.node), evidence=evidence, nonce=nonce)
     except attestation.NotConfigured as missing:
         raise NotYet(f"attestation: {missing}") from missing
     event = E.ATTESTATION_PASSED if appraisal.verdict.affirming else E.ATTESTATION_FAILED
     with transaction.atomic():
-        result = attestation.record(node=run.node, nonce=nonce, appraisal=appraisal)
-        leases.complete(
+        result = attestation.record(node_id=run.node.pk, nonce=nonce, appraisal=appraisal)
+        services.complete(
             run.lease,
             event=event,
             actor=run.actor,
@@ -365,10 +375,7 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
     except (StepFailed, BMCPermanentError) as failure:
         reason = f"{current}: {failure}"
         log.warning("%s: %s failed at %s", run.node.name, run.node.state, reason)
-        node = leases.complete(
-            run.lease, event=workflow.failed, actor=run.actor, reason=reason, keep_lease=True, detail=run.figures()
-        )
-        run.next_lease = leases.kept(run.lease, node)
+        run.next_lease = _complete_and_go_on(run, event=workflow.failed, reason=reason)
         return workflow.failed.value
     except Waiting as wait:
         log.info("%s: %s at %s: %s", run.node.name, run.node.state, current, wait)
@@ -389,9 +396,15 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
             return "lease lost"
         return f"paused at {current}"
     if workflow.succeeded is not None:
-        node = leases.complete(
-            run.lease, event=workflow.succeeded, actor=run.actor, keep_lease=True, detail=run.figures()
-        )
-        run.next_lease = leases.kept(run.lease, node)
+        run.next_lease = _complete_and_go_on(run, event=workflow.succeeded)
         return workflow.succeeded.value
     return "done"
+
+
+def _complete_and_go_on(run: Run, *, event: lifecycle.Event, reason: str = "") -> Lease | None:
+    """Apply the outcome and, if it owes more work (a wipe is followed by inspection), claim the
+    node again in the same transaction: no other worker is sent it, and this one keeps its BMC
+    connection and what it learnt of the BMC."""
+    with transaction.atomic():
+        node = services.complete(run.lease, event=event, actor=run.actor, reason=reason, detail=run.figures())
+        return leases.reclaim(run.lease) if node is not None else None

@@ -8,7 +8,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from fleet.pages import views
+from console.pages import views
 
 
 def read_only_patterns(*, public_listener: bool) -> list:

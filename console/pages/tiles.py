@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from fleet.pages.selectors import FloorView, RackView
+from console.pages.selectors import FloorView, RackView
 
 
 def _title(tile: dict) -> str:

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from fleet.invariants import check_all
+from console.invariants import check_all
 from fleet.models import Node
 from reservations.models import Reservation
 from tests.support.factories import drive

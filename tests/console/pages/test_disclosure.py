@@ -5,7 +5,7 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from fleet.pages.disclosure import EVERYTHING, PublicDisclosure, role_of
+from console.pages.disclosure import EVERYTHING, PublicDisclosure, role_of
 from reservations import services as reservations
 from reservations.models import Tenant
 from tests.support.factories import bring_up, enrol_default_fleet, make_available, tenant_token

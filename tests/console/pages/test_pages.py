@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from console.pages import selectors
 from fleet.models import Node
-from fleet.pages import selectors
 from reservations import services as reservations
 from reservations.models import Tenant
 from tests.support.factories import (

@@ -1,4 +1,4 @@
-"""fleet.redfish against two real Redfish services: OpenStack's sushy-tools emulator and bmcsim."""
+"""workflows.redfish against two real Redfish services: OpenStack's sushy-tools emulator and bmcsim."""
 
 import email.utils
 import ipaddress
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from fleet.redfish import BMCAccess, BMCPermanentError, BMCTransientError, RedfishClient
-from fleet.topology import bmc_password
+from core.topology import bmc_password
 from tests.support.bmcsim import start_bmcsim
 from tests.support.ports import free_port
 from tests.support.processes import wait_for
+from workflows.redfish import BMCAccess, BMCPermanentError, BMCTransientError, RedfishClient
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from fleet.invariants import CHECKS
+from console.invariants import CHECKS
 
 
 class Command(BaseCommand):

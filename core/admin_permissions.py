@@ -1,0 +1,15 @@
+"""Admin actions that need a permission of their own.
+
+Every admin action declares the permission it needs (`@admin.action(permissions=[...])`), so a
+staff user who may only view never runs one. Where `change` would be too broad, the permission
+is the model's own (Meta.permissions), checked by a `has_<codename>_permission` method.
+"""
+
+
+def has_permission(permission: str):
+    """The ModelAdmin method that Django's admin calls for an action's custom permission."""
+
+    def check(modeladmin, request) -> bool:
+        return request.user.has_perm(permission)
+
+    return check

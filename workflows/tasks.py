@@ -1,0 +1,88 @@
+"""Every Celery task: thin, each loads what it needs by id and calls one workflow or service."""
+
+import os
+import socket
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+
+from fleet import services as fleet_services
+from fleet.selectors import nodes_owing_work
+from remediation import services as remediation_services
+from remediation.models import Remediation
+from reservations import services as reservation_services
+from workflows import node_workflows, triggers
+from workflows.agent import AgentClient, AgentUnavailable
+
+WORKER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+# -- nodes -----------------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def run_workflow(node_id: int) -> str:
+    triggers.unmark(node_id)  # first: whatever the node needs from now on is sent again
+    return node_workflows.run_workflow(node_id=node_id, worker=WORKER)
+
+
+def enqueue_workflows(node_ids: list[int]) -> int:
+    """Send a workflow message for each node that has none waiting; how many were sent."""
+    sent = 0
+    for node_id in triggers.mark_waiting(node_ids):
+        try:
+            run_workflow.apply_async(args=[node_id], expires=settings.WORKFLOW_MESSAGE_EXPIRES)
+        except Exception:
+            triggers.unmark(node_id)  # not sent: the reconciler must be free to send it
+            raise
+        sent += 1
+    return sent
+
+
+@shared_task(ignore_result=True)
+def reconcile_nodes(limit: int = 500) -> dict:
+    """Start inspecting newly enrolled nodes; enqueue every node that owes work, that no live
+    lease holds and that has no message waiting."""
+    started = fleet_services.start_inspections(actor="system:reconciler", limit=limit)
+    owing = nodes_owing_work(limit=limit, quiet_for=timedelta(seconds=2 * settings.RECONCILE_SECONDS))
+    return {"inspections_started": started, "owing": len(owing), "enqueued": enqueue_workflows(owing)}
+
+
+# -- reservations ----------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def heal_reservation(reservation_id: int) -> None:
+    reservation_services.heal_reservation(reservation_id=reservation_id)
+
+
+@shared_task(ignore_result=True)
+def reconcile_reservations() -> dict:
+    return reservation_services.reconcile_reservations()
+
+
+# -- remediation -----------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def recheck_gpu(remediation_id: int) -> str:
+    """Recheck a GPU the rules sent to reset: an agent that cannot tell counts as unhealthy."""
+    remediation = Remediation.objects.select_related("node").get(pk=remediation_id)
+    agent = AgentClient(remediation.node.name, remediation.node.agent_url, timeout=settings.BMC_TIMEOUT)
+    try:
+        healthy = agent.gpu_healthy(remediation.gpu)
+    except AgentUnavailable:
+        healthy = False
+    finally:
+        agent.close()
+    return remediation_services.recheck_gpu(remediation_id=remediation_id, healthy=healthy).status
+
+
+@shared_task(ignore_result=True)
+def reconcile_remediations(limit: int = 500) -> dict:
+    """Send the GPU rechecks that are due."""
+    due = remediation_services.take_due_rechecks(limit=limit)
+    for remediation_id in due:
+        recheck_gpu.apply_async(args=[remediation_id], expires=settings.REMEDIATION_RECHECK_SECONDS)
+    return {"rechecks_sent": len(due)}
