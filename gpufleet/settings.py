@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",
+    "django_filters",
     "gpufleet",
     # From the bottom up (docs/architecture.md): each imports only those above it in this list.
     "fleet",

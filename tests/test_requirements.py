@@ -19,7 +19,18 @@ from packaging.utils import canonicalize_name
 BASE_DIR = settings.BASE_DIR
 RUNTIME = BASE_DIR / "requirements.txt"
 DEVELOPMENT = BASE_DIR / "requirements-dev.txt"
-PRODUCTION_CODE = ("core", "gpufleet", "fleet", "reservations", "attestation", "remediation", "bmcsim", "manage.py")
+PRODUCTION_CODE = (
+    "core",
+    "gpufleet",
+    "console",
+    "workflows",
+    "fleet",
+    "reservations",
+    "attestation",
+    "remediation",
+    "bmcsim",
+    "manage.py",
+)
 FIRST_PARTY = {*PRODUCTION_CODE, "tests", "bench"} - {"manage.py"}
 # Installed by the venv itself, not by either file.
 TOOLING = {"pip", "setuptools", "wheel"}
