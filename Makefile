@@ -40,16 +40,19 @@ demo: database
 	@echo "== tenant acme's API token: $$(cat var/acme.token)   (Ctrl-C stops everything)"
 	SIM_TIME_SCALE=$${SIM_TIME_SCALE:-1} $(VENV)/bin/honcho start
 
+# The layers first (.importlinter: every contract kept, or no test runs), then every test.
 test: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff format --check .
 
 # Every benchmark, each a module that prints its table (python -m bench.NAME runs one).
-BENCHES := $(filter-out __init__ table,$(basename $(notdir $(wildcard bench/*.py))))
+BENCHES := $(filter-out __init__ table placement_baselines,$(basename $(notdir $(wildcard bench/*.py))))
 bench: setup
 	@for b in $(BENCHES); do echo "== bench.$$b"; $(PY) -m bench.$$b || exit 1; done
 
