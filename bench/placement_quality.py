@@ -18,16 +18,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from reservations.placement import (
-    PlacementRefused,
-    PlacementRequest,
-    RackCapacity,
-    Strategy,
-    count_whole_free_racks,
-    first_fit,
-    place,
-    random_fit,
-)
+from bench.placement_baselines import Strategy, count_whole_free_racks, first_fit, random_fit
+from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place
 
 RACK_SCALE_SHARE = 0.1
 PINNED_SHARE = 0.2

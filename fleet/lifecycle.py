@@ -97,8 +97,3 @@ def next_state(state: State | str, event: Event | str) -> State:
         return TRANSITIONS[(state, event)]
     except KeyError:
         raise IllegalTransition(state, event) from None
-
-
-def allowed_events(state: State | str) -> list[Event]:
-    state = State(state)
-    return [event for (from_state, event) in TRANSITIONS if from_state is state]

@@ -7,14 +7,13 @@ allocations stays the final guard against double booking.
 A rack is an NVLink domain and a pod a fabric domain, so a reservation never spans pods.
 Within a pod, placement is best-fit: it uses partly used racks first, tightest fit first,
 and breaks whole racks only when it must, so whole racks stay free for rack-scale requests.
-`first_fit` and `random_fit` exist to measure that choice against (bench/placement_quality.py).
+bench/placement_baselines.py holds first-fit and random placement to measure that choice against.
 """
 
 from __future__ import annotations
 
-import random
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,9 +43,6 @@ class PlacementRefused(Conflict):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
-
-
-Strategy = Callable[[PlacementRequest, Sequence[RackCapacity]], list[str]]
 
 
 class _Rack(NamedTuple):
@@ -89,55 +85,6 @@ def place(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]
     # to a roomier one that can use its partly used racks.
     pod = min(options, key=lambda p: (_whole_racks_broken(options[p]), _usable_nodes(pods[p]), p))
     return [node for rack, taken in options[pod] for node in rack.usable[:taken]]
-
-
-def first_fit(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
-    """The first pod by name that can hold the request; within it, free nodes in rack and slot order."""
-    pods = _pods_in_scope(request, racks)
-    count = request.node_count
-    for rs in pods.values():
-        if request.rack_scale:
-            chosen = _first_whole_racks([r for r in rs if r.whole_usable], count)
-            if chosen is not None:
-                return [node for rack in chosen for node in rack.nodes]
-        elif _usable_nodes(rs) >= count:
-            return [node for rack in rs for node in rack.usable][:count]
-    raise PlacementRefused(
-        _rack_scale_refusal(request, pods) if request.rack_scale else _shortage_refusal(request, pods)
-    )
-
-
-def random_fit(seed: int) -> Strategy:
-    """A strategy that picks a random feasible pod and random nodes (or whole racks) in it.
-
-    It keeps its own random.Random, so a sequence of calls is reproducible from the seed.
-    """
-    rng = random.Random(seed)
-
-    def strategy(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
-        pods = _pods_in_scope(request, racks)
-        count = request.node_count
-        if request.rack_scale:
-            options = {}
-            for pod, rs in pods.items():
-                wholes = [r for r in rs if r.whole_usable]
-                rng.shuffle(wholes)
-                if (chosen := _first_whole_racks(wholes, count)) is not None:
-                    options[pod] = [node for rack in chosen for node in rack.nodes]
-            if not options:
-                raise PlacementRefused(_rack_scale_refusal(request, pods))
-            return options[rng.choice(sorted(options))]
-        feasible = [pod for pod, rs in pods.items() if _usable_nodes(rs) >= count]
-        if not feasible:
-            raise PlacementRefused(_shortage_refusal(request, pods))
-        return rng.sample([node for rack in pods[rng.choice(feasible)] for node in rack.usable], count)
-
-    return strategy
-
-
-def count_whole_free_racks(racks: Iterable[RackCapacity], *, pod: str | None = None) -> int:
-    """Racks (of `pod`, or of all pods) whose every node is free: what rack-scale requests need."""
-    return sum(1 for r in racks if r.nodes and (pod is None or r.pod == pod) and set(r.nodes) <= set(r.free))
 
 
 def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> dict[str, list[_Rack]]:
