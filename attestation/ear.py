@@ -27,6 +27,7 @@ from pathlib import Path
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from jwt.algorithms import OKPAlgorithm
 
 from .verifier import Verdict
 
@@ -118,7 +119,7 @@ def sign_result(
 
 
 def jwks(keys: Iterable[tuple[str, Ed25519PublicKey]]) -> dict:
-    return {"keys": [{**_okp(public_key), "kid": kid, "alg": ALGORITHM, "use": "sig"} for kid, public_key in keys]}
+    return {"keys": [{**_jwk(public_key), "kid": kid, "alg": ALGORITHM, "use": "sig"} for kid, public_key in keys]}
 
 
 def verify_result(token: str, jwks: dict) -> dict:
@@ -140,8 +141,8 @@ def verify_result(token: str, jwks: dict) -> dict:
 
 
 def key_id(public_key: Ed25519PublicKey) -> str:
-    """RFC 7638 JWK thumbprint: SHA-256 over the required members in lexicographic order."""
-    members = json.dumps(_okp(public_key), sort_keys=True, separators=(",", ":"))
+    """RFC 7638 JWK thumbprint: SHA-256 over the required members in lexicographic order (PyJWT has no helper)."""
+    members = json.dumps(_jwk(public_key), separators=(",", ":"))
     return _b64url(hashlib.sha256(members.encode()).digest())
 
 
@@ -206,24 +207,25 @@ def generate_signing_key(path: str | Path) -> tuple[str, Ed25519PrivateKey]:
 
 
 def _public_key(keys: object, kid: object) -> Ed25519PublicKey:
-    entries = keys.get("keys") if isinstance(keys, dict) else None
-    if not isinstance(entries, list):
+    if not isinstance(keys, dict):
         raise ResultInvalid('the JWKS is not {"keys": [...]}')
-    for entry in entries:
-        if isinstance(entry, dict) and entry.get("kid") == kid:
-            if (entry.get("kty"), entry.get("crv")) != ("OKP", "Ed25519") or entry.get("alg", ALGORITHM) != ALGORITHM:
-                raise ResultInvalid(f"key {kid} is not an Ed25519 EdDSA key")
-            try:
-                raw = base64.urlsafe_b64decode(entry["x"] + "=" * (-len(entry["x"]) % 4))
-                return Ed25519PublicKey.from_public_bytes(raw)
-            except (KeyError, TypeError, ValueError) as err:
-                raise ResultInvalid(f"key {kid} in the JWKS is malformed: {err}") from None
-    raise ResultInvalid(f"unknown key id {kid!r}: not in the JWKS")
+    try:
+        # PyJWKSet skips the entries it cannot parse, so a malformed key is as good as absent.
+        jwk = jwt.PyJWKSet.from_dict(keys)[kid]
+    except (jwt.PyJWKSetError, TypeError):  # TypeError: an "alg" that is a list or an object
+        # Not PyJWT's message, which blames a missing `cryptography` for any set of unusable keys.
+        raise ResultInvalid("the JWKS is malformed or has no usable key") from None
+    except KeyError:
+        raise ResultInvalid(f"unknown key id {kid!r}: not among the usable keys of the JWKS") from None
+    # Only an Ed25519 public key: not Ed448 (also EdDSA to PyJWT), nor a key with its private half.
+    if not isinstance(jwk.key, Ed25519PublicKey):
+        raise ResultInvalid(f"key {kid} is not an Ed25519 EdDSA key")
+    return jwk.key
 
 
-def _okp(public_key: Ed25519PublicKey) -> dict:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return {"crv": "Ed25519", "kty": "OKP", "x": _b64url(raw)}
+def _jwk(public_key: Ed25519PublicKey) -> dict:
+    # The members in lexicographic order (crv, kty, x): as RFC 7638 hashes them, and as the JWKS has always listed them.
+    return dict(sorted(OKPAlgorithm.to_jwk(public_key, as_dict=True).items()))
 
 
 def _b64url(data: bytes) -> str:
