@@ -6,9 +6,10 @@ that name the node and the call; sushy brings a resource model and its own retry
 handling for all of Redfish. The tests drive this client against OpenStack's sushy-tools
 emulator as well as bmcsim, so it speaks Redfish as others do.
 
-Transient errors (connection errors, timeouts, 5xx, 503 with Retry-After) are retried with
-exponential backoff and full jitter; permanent ones (4xx) fail at once. Every call has a
-timeout. No call is ever made inside a database transaction: the workflows call this outside.
+Transient errors (connection errors, timeouts, 5xx, 503 with Retry-After) are retried, by
+tenacity, with exponential backoff and full jitter or as long as the BMC's Retry-After asks;
+permanent ones (4xx) fail at once. Every call has a timeout. No call is ever made inside a
+database transaction: the workflows call this outside.
 
 The BMC's credentials go to the BMC and nowhere else. Its URL must pass the BMC-network
 allow-list (fleet/bmc_access.py), and a URL the BMC hands back (an `@odata.id`, a task
@@ -21,13 +22,13 @@ from __future__ import annotations
 import datetime
 import email.utils
 import functools
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 import requests
+import tenacity
 
 from core.parsing import InvalidInput, parse_int
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_url
@@ -46,6 +47,10 @@ class RedfishError(Exception):
 
 class BMCTransientError(RedfishError):
     """The BMC did not answer usefully now; the same call may succeed later."""
+
+    def __init__(self, node: str, call: str, message: str, retry_after: str | None = None):
+        super().__init__(node, call, message)
+        self.retry_after = retry_after  # the BMC's Retry-After header, read when waiting to retry
 
 
 class BMCPermanentError(RedfishError):
@@ -143,35 +148,40 @@ class RedfishClient:
             raise BMCPermanentError(self.access.node, call, self._refused)
         url = urljoin(self.access.base_url.rstrip("/") + "/", path.lstrip("/"))
         self._check_on_this_bmc(url, call)
-        for attempt in range(1, self.attempts + 1):
-            retry_after = None
-            try:
-                self.calls += 1
-                began = time.perf_counter()
-                try:
-                    response = self.session.request(method, url, json=json, timeout=self.timeout, allow_redirects=False)
-                finally:
-                    self.seconds += time.perf_counter() - began
-            except (requests.ConnectionError, requests.Timeout) as error:
-                failure = BMCTransientError(self.access.node, call, f"{type(error).__name__}: {error}")
-            else:
-                if 300 <= response.status_code < 400:
-                    where = response.headers.get("Location", "nowhere")
-                    raise BMCPermanentError(
-                        self.access.node,
-                        call,
-                        f"{response.status_code} redirect to {where!r}: redirects are not followed",
-                    )
-                if response.status_code < 400:
-                    return response
-                if response.status_code < 500:
-                    raise BMCPermanentError(self.access.node, call, _redfish_message(response))
-                failure = BMCTransientError(self.access.node, call, _redfish_message(response))
-                retry_after = response.headers.get("Retry-After")
-            if attempt == self.attempts:
-                raise failure
-            self.sleep(self._delay(attempt, retry_after))
-        raise AssertionError("unreachable")
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(BMCTransientError),  # a permanent error is raised at once
+            stop=tenacity.stop_after_attempt(self.attempts),
+            wait=self._wait,
+            sleep=self.sleep,
+            reraise=True,  # the last BMCTransientError itself, not tenacity's RetryError
+        )
+        return retrying(self._attempt, method, url, json, call)
+
+    def _attempt(self, method: str, url: str, json: dict | None, call: str) -> requests.Response:
+        """One HTTP request; BMCTransientError if it is worth repeating, BMCPermanentError if not."""
+        self.calls += 1
+        began = time.perf_counter()
+        try:
+            response = self.session.request(method, url, json=json, timeout=self.timeout, allow_redirects=False)
+        except (requests.ConnectionError, requests.Timeout) as error:
+            # Not chained: requests' error carries the request, Authorization header and all.
+            raise BMCTransientError(self.access.node, call, f"{type(error).__name__}: {error}") from None
+        finally:
+            self.seconds += time.perf_counter() - began
+        if 300 <= response.status_code < 400:
+            where = response.headers.get("Location", "nowhere")
+            raise BMCPermanentError(
+                self.access.node,
+                call,
+                f"{response.status_code} redirect to {where!r}: redirects are not followed",
+            )
+        if response.status_code < 400:
+            return response
+        if response.status_code < 500:
+            raise BMCPermanentError(self.access.node, call, _redfish_message(response))
+        raise BMCTransientError(
+            self.access.node, call, _redfish_message(response), retry_after=response.headers.get("Retry-After")
+        )
 
     def _check_on_this_bmc(self, url: str, call: str) -> None:
         try:
@@ -185,11 +195,14 @@ class RedfishClient:
                 f"refusing {url[:200]!r}: not on this BMC ({self.access.base_url}), the only place its credentials go",
             )
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        asked = _retry_after_seconds(retry_after, time.time())
+    def _wait(self, retry_state: tenacity.RetryCallState) -> float:
+        """The BMC's Retry-After when it sent one we can read (capped at max_backoff), else
+        exponential backoff with full jitter: uniform(0, min(max_backoff, backoff * 2**(n-1)))."""
+        failure = retry_state.outcome.exception()
+        asked = _retry_after_seconds(getattr(failure, "retry_after", None), time.time())
         if asked is not None:
             return min(asked, self.max_backoff)
-        return random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+        return tenacity.wait_random_exponential(multiplier=self.backoff, max=self.max_backoff)(retry_state)
 
     def get(self, path: str) -> dict:
         response = self.request("GET", path)
@@ -228,9 +241,6 @@ class RedfishClient:
             json={"Boot": {"BootSourceOverrideEnabled": "Disabled"}},
             call="clear boot override",
         )
-
-    def boot_override(self) -> dict:
-        return self.system().get("Boot", {})
 
     @functools.cached_property
     def _virtual_media(self) -> list[str]:

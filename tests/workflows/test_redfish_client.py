@@ -67,7 +67,7 @@ def test_power_off_and_on_with_sushy_tools(sushy_client):
 
 def test_one_time_boot_override_with_sushy_tools(sushy_client):
     sushy_client.set_boot_override("Pxe", "Once")
-    boot = sushy_client.boot_override()
+    boot = sushy_client.system()["Boot"]
     assert boot["BootSourceOverrideTarget"] == "Pxe"
     # sushy-tools accepts Once but always reports Continuous (its libvirt heritage: see its main.py)
     assert boot["BootSourceOverrideEnabled"] in ("Once", "Continuous")
@@ -107,7 +107,7 @@ def client_for(sim, node="node-001", password=None, **kwargs) -> RedfishClient:
 def test_the_workflow_calls_against_bmcsim(sim):
     client = client_for(sim)
     client.set_boot_override("Cd", "Once")
-    assert client.boot_override()["BootSourceOverrideEnabled"] == "Once"
+    assert client.system()["Boot"]["BootSourceOverrideEnabled"] == "Once"
     client.insert_media("http://images/service.iso")
     client.reset("On")
     drives = client.drives()
@@ -118,7 +118,7 @@ def test_the_workflow_calls_against_bmcsim(sim):
     assert client.task_status(monitor) == (True, "Completed")
     client.eject_media()
     client.clear_boot_override()
-    assert client.boot_override()["BootSourceOverrideEnabled"] == "Disabled"
+    assert client.system()["Boot"]["BootSourceOverrideEnabled"] == "Disabled"
 
 
 def test_a_5xx_is_retried_then_reported_as_transient_naming_node_and_call(sim):
@@ -141,6 +141,21 @@ def test_a_timeout_is_transient(sim):
             client.power_state()
     finally:
         sim.delete("/bmcsim/v1/faults?node=node-002")
+
+
+def test_a_refused_connection_is_retried_with_widening_jittered_backoff_then_raised():
+    delays = []
+    client = RedfishClient(
+        BMCAccess("node-042", f"http://127.0.0.1:{free_port()}", "s", "u", "p"),
+        attempts=4,
+        backoff=1,
+        max_backoff=3,
+        sleep=delays.append,
+    )
+    with pytest.raises(BMCTransientError, match=r"^node-042: GET /redfish/v1/Systems/s: ConnectionError"):
+        client.power_state()
+    assert client.calls == 4 and len(delays) == 3
+    assert all(0 <= delay <= high for delay, high in zip(delays, [1, 2, 3], strict=True))
 
 
 def test_a_4xx_fails_at_once_as_permanent(sim):
