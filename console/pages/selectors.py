@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, F
+from django.db.models import Count, F, Q, QuerySet
 
 from attestation.models import AttestationResult
 from console.pages.disclosure import Disclosure
@@ -102,33 +102,30 @@ def _tile(row: dict, disclosure: Disclosure) -> dict:
 TILE_FIELDS = ("name", "state", "step", "rack__name", "tenant__name")
 
 
-def fleet_floor(*, pod: str | None = None, rack: str | None = None, disclosure: Disclosure) -> FloorView:
-    """Every rack of every pod (or of one pod or rack) with its nodes as tiles, or collapsed to
-    per-state counts when too many nodes are on screen; counts by state and capacity per pod."""
+def fleet_floor(nodes: QuerySet[Node], *, disclosure: Disclosure) -> FloorView:
+    """Every rack holding any of `nodes` (the fleet, or what fleet.api.filtersets.NodeFilterSet
+    kept of it) with those nodes as tiles, or collapsed to per-state counts when too many are on
+    screen; the legend counts the whole fleet, and capacity is per pod."""
     per_rack = (
         Node.objects.values_list("rack__pod__name", "rack__name", "state")
-        .annotate(count=Count("id"))
+        .annotate(count=Count("id"), kept=Count("id", filter=Q(id__in=nodes.values("id"))))
         .order_by("rack__pod__name", "rack__name")
     )
     pods: dict[str, PodView] = {}
     racks: dict[str, RackView] = {}
     by_state: Counter[str] = Counter()
-    for pod_name, rack_name, state, count in per_rack:
+    for pod_name, rack_name, state, count, kept in per_rack:
         by_state[state] += count
-        if (pod and pod_name != pod) or (rack and rack_name != rack):
+        if not kept:
             continue
         if rack_name not in racks:
             racks[rack_name] = RackView(pod=pod_name, name=rack_name, counts={})
             pods.setdefault(pod_name, PodView(name=pod_name, racks=[])).racks.append(racks[rack_name])
-        racks[rack_name].counts[state] = count
+        racks[rack_name].counts[state] = kept
     shown = sum(r.size for r in racks.values())
     collapsed = shown > COLLAPSE_ABOVE
 
-    nodes = Node.objects.order_by("rack__name", "position")
-    if pod:
-        nodes = nodes.filter(rack__pod__name=pod)
-    if rack:
-        nodes = nodes.filter(rack__name=rack)
+    nodes = nodes.order_by("rack__name", "position")
     attention = []
     if collapsed:
         out_of_service = nodes.filter(state__in=ATTENTION_STATES).values(*TILE_FIELDS)[:ATTENTION_LIMIT]

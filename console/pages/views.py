@@ -12,6 +12,7 @@ from django.views import View
 from console.pages import selectors, tiles
 from console.pages.disclosure import EVERYTHING, PublicDisclosure
 from core.parsing import InvalidInput, parse_int
+from fleet.api.filtersets import NodeFilterSet
 
 
 class ReadOnlyPage(View):
@@ -34,9 +35,12 @@ def _page_or_fragment(request, page: str, fragment: str, context: dict):
 
 class FloorView(ReadOnlyPage):
     def get(self, request):
-        floor = selectors.fleet_floor(
-            pod=request.GET.get("pod") or None, rack=request.GET.get("rack") or None, disclosure=self.disclosure
-        )
+        # The API's filters on GET /v1/nodes, read the same way: an unknown state is a 400 here too.
+        filters = NodeFilterSet(request.GET)
+        if not filters.is_valid():
+            field, messages = next(iter(filters.errors.items()))
+            return JsonResponse({"detail": f"{field}: {messages[0]}"}, status=400)
+        floor = selectors.fleet_floor(filters.qs, disclosure=self.disclosure)
         context = {"floor": tiles.render_racks(floor)}
         return _page_or_fragment(request, "fleet/floor.html", "fleet/_floor.html", context)
 

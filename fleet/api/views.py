@@ -1,8 +1,9 @@
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import generics, permissions
 
-from fleet.api.filtersets import filter_nodes
+from fleet.api.filtersets import NodeFilterSet
 from fleet.api.serializers import NodeSerializer
 from fleet.models import GPU, Node
 
@@ -19,9 +20,11 @@ class NodeListView(generics.ListAPIView):
     authentication_classes = []
     permission_classes = [permissions.AllowAny]
     serializer_class = NodeSerializer
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = NodeFilterSet
 
     def get_queryset(self):
-        return filter_nodes(nodes().order_by("name"), self.request.query_params)
+        return nodes().order_by("name")
 
 
 class NodeDetailView(generics.RetrieveAPIView):

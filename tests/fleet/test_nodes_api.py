@@ -62,3 +62,32 @@ def test_huge_limits_and_offsets_are_bounded_not_errors(api, fleet):
     # found by schemathesis: a limit past a bigint was a 500
     assert api.get("/v1/nodes", {"limit": 10**30}).json()["count"] == 12
     assert api.get("/v1/nodes", {"offset": 10**30}).json()["results"] == []
+
+
+def test_repeated_filters_are_ored_and_a_name_no_node_has_matches_nothing(api, fleet):
+    drive(fleet[0], "hardware_fault", reason="XID 79")
+    assert api.get("/v1/nodes", {"state": ["quarantined", "enrolled"]}).json()["count"] == 12
+    assert api.get("/v1/nodes", {"state": ["quarantined", "available"]}).json()["count"] == 1
+    assert api.get("/v1/nodes", {"pod": ["p1", "p2"]}).json()["count"] == 12
+    assert api.get("/v1/nodes", {"rack": ["r02", "r99"]}).json()["count"] == 4
+    assert api.get("/v1/nodes", {"pod": ["p9"]}).json()["count"] == 0
+    # "null" is a name here, not django-filter's "is empty"
+    assert api.get("/v1/nodes", {"pod": "null"}).json()["count"] == 0
+
+
+def test_an_unknown_state_is_a_400_naming_every_unknown_state_and_those_there_are(api, fleet):
+    bad = api.get("/v1/nodes", {"state": ["wiping", "on_fire", "100%s", "on_fire"]})
+    assert bad.status_code == 400
+    assert bad.json()["detail"] == (
+        "state: unknown state 100%s, on_fire; "
+        "one of enrolled, inspecting, available, provisioning, active, wiping, quarantined, maintenance"
+    )
+
+
+def test_the_schema_lists_the_filters_as_repeatable_parameters(api, db):
+    operation = api.get("/v1/schema", HTTP_ACCEPT="application/json").json()["paths"]["/v1/nodes"]["get"]
+    parameters = {p["name"]: p for p in operation["parameters"]}
+    for name in ("state", "pod", "rack"):
+        assert parameters[name]["in"] == "query" and parameters[name]["schema"]["type"] == "array"
+        assert parameters[name]["explode"] is True and parameters[name]["style"] == "form"
+    assert "quarantined" in parameters["state"]["schema"]["items"]["enum"]

@@ -91,6 +91,28 @@ def test_a_large_floor_collapses_racks_into_bars_and_lists_nodes_out_of_service(
     assert len(tiles(client.get("/?rack=r01").content.decode())) == 8
 
 
+def test_the_floor_takes_the_node_lists_filters(client, db):
+    enrol_default_fleet(50)
+    drive(Node.objects.get(name="node-007"), "operator_quarantine", reason="fan")
+    html = client.get("/?pod=p2").content.decode()
+    assert re.findall(r'data-pod="([^"]+)"', html) == ["p2"] and len(tiles(html)) == 18
+    assert "50 nodes, 18 shown" in html  # the legend still counts the whole fleet
+    assert re.search(r'data-legend="enrolled">.*?<strong>49</strong>', html)
+    html = client.get("/?rack=r01&rack=r07").content.decode()
+    assert re.findall(r'class="rack" data-rack="([^"]+)"', html) == ["r01", "r07"] and len(tiles(html)) == 10
+    html = client.get("/?state=quarantined&state=maintenance").content.decode()
+    assert tiles(html) == {"node-007": "quarantined"}
+    assert re.findall(r'class="rack" data-rack="([^"]+)"', html) == ["r01"]
+    assert "No rack here" in client.get("/?pod=p9").content.decode()
+
+
+def test_an_unknown_state_on_the_floor_is_the_apis_400(client, db):
+    enrol_default_fleet()
+    answer = client.get("/?state=on_fire")
+    assert answer.status_code == 400 and answer.json()["detail"].startswith("state: unknown state on_fire; one of ")
+    assert answer.json()["detail"] == client.get("/v1/nodes?state=on_fire").json()["detail"]
+
+
 # -- a node --------------------------------------------------------------------------------
 
 
