@@ -23,6 +23,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from core import validation as v
+
 CC_MODES = ("on", "off", "devtools")
 MAX_EVIDENCE_AGE_SECONDS = 86_400
 PCR_COUNT = 24
@@ -79,33 +81,39 @@ def load_policy_file(path: str | Path) -> Policy:
 
 
 def _policy(document: object) -> Policy:
+    try:
+        return _read(document)
+    except v.Invalid as error:
+        raise PolicyError(f"'{error.path}' {error.problem}" if error.path else f"the policy {error.problem}") from None
+
+
+def _read(document: object) -> Policy:
     top = _table(document, "", {"name", "cc_mode", "max_evidence_age_seconds", "boot", "gpu"})
     boot = _table(top["boot"], "boot", {"pcrs"})
     gpu = _table(top["gpu"], "gpu", {"measurements"})
 
-    name = _string(top["name"], "name")
-    cc_mode = _string(top["cc_mode"], "cc_mode")
-    if cc_mode not in CC_MODES:
-        raise PolicyError(f"'cc_mode' must be one of {', '.join(CC_MODES)}, got {cc_mode!r}")
-    max_age = _integer(top["max_evidence_age_seconds"], "max_evidence_age_seconds")
-    if not 1 <= max_age <= MAX_EVIDENCE_AGE_SECONDS:
-        raise PolicyError(f"'max_evidence_age_seconds' must be from 1 to {MAX_EVIDENCE_AGE_SECONDS}, got {max_age}")
+    name = _name(top["name"], "name")
+    cc_mode = v.one_of(_name(top["cc_mode"], "cc_mode"), "cc_mode", CC_MODES)
+    max_age = v.integer(
+        top["max_evidence_age_seconds"], "max_evidence_age_seconds", minimum=1, maximum=MAX_EVIDENCE_AGE_SECONDS
+    )
 
-    if not isinstance(boot["pcrs"], dict) or not boot["pcrs"]:
-        raise PolicyError("'boot.pcrs' must be a non-empty table of boot component -> PCR index")
+    pcrs = v.mapping(
+        boot["pcrs"], "boot.pcrs", min_items=1, expected="a non-empty table of boot component -> PCR index"
+    )
     boot_pcrs = {}
-    for component, pcr in boot["pcrs"].items():
-        key = f"boot.pcrs.{component}"
-        _string(component, key)
-        boot_pcrs[component] = _integer(pcr, key)
-        if not 0 <= pcr < PCR_COUNT:
-            raise PolicyError(f"'{key}' must be a PCR index from 0 to {PCR_COUNT - 1}, got {pcr}")
+    for component, pcr in pcrs.items():
+        key = v.at("boot.pcrs", component)
+        _name(component, key)
+        boot_pcrs[component] = v.integer(
+            pcr, key, minimum=0, maximum=PCR_COUNT - 1, expected=f"a PCR index from 0 to {PCR_COUNT - 1}"
+        )
 
-    measurements = gpu["measurements"]
-    if not isinstance(measurements, list) or not measurements:
-        raise PolicyError("'gpu.measurements' must be a non-empty array of measurement names")
+    measurements = v.sequence(
+        gpu["measurements"], "gpu.measurements", min_items=1, expected="a non-empty array of measurement names"
+    )
     for position, measurement in enumerate(measurements):
-        _string(measurement, f"gpu.measurements[{position}]")
+        _name(measurement, v.at("gpu.measurements", position))
     if len(set(measurements)) != len(measurements):
         raise PolicyError("'gpu.measurements' names a measurement twice")
 
@@ -119,14 +127,12 @@ def _policy(document: object) -> Policy:
 
 
 def _table(value: object, where: str, keys: set[str]) -> dict:
-    label = f"'{where}'" if where else "the policy"
-    if not isinstance(value, dict):
-        raise PolicyError(f"{label} must be a table, got {_type_name(value)}")
+    table = v.mapping(value, where, expected="a table")
     prefix = f"{where}." if where else ""
-    unknown = sorted(str(k) for k in value.keys() - keys)
+    unknown = sorted(str(k) for k in table.keys() - keys)
     if unknown:
         raise PolicyError(f"unknown key '{prefix}{unknown[0]}': allowed keys are {', '.join(sorted(keys))}")
-    missing = sorted(keys - value.keys())
+    missing = sorted(keys - table.keys())
     if "cc_mode" in missing:
         raise PolicyError(
             "missing key 'cc_mode': a policy must state the confidential-computing mode every GPU must report"
@@ -134,24 +140,8 @@ def _table(value: object, where: str, keys: set[str]) -> dict:
         )
     if missing:
         raise PolicyError(f"missing key '{prefix}{missing[0]}'")
-    return value
+    return table
 
 
-def _string(value: object, key: str) -> str:
-    if not isinstance(value, str):
-        raise PolicyError(f"'{key}' must be a string, got {_type_name(value)}")
-    if not value or len(value) > MAX_NAME_LENGTH:
-        raise PolicyError(f"'{key}' must be 1 to {MAX_NAME_LENGTH} characters")
-    return value
-
-
-def _integer(value: object, key: str) -> int:
-    # bool is an int in Python; `true` is never a number of seconds or a PCR index.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise PolicyError(f"'{key}' must be an integer, got {_type_name(value)}")
-    return value
-
-
-def _type_name(value: object) -> str:
-    names = {dict: "a table", list: "an array", str: "a string", bool: "a boolean", int: "an integer"}
-    return names.get(type(value), type(value).__name__)
+def _name(value: object, key: str) -> str:
+    return v.text(value, key, max_length=MAX_NAME_LENGTH)

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from core import validation as v
+
 GPU_PREFIX = "gpu."
 MANIFEST_VERSION = 1
 DIGEST_HEX_LENGTH = {"sha256": 64, "sha384": 96}
@@ -47,25 +49,29 @@ class ReferenceValues:
 
 
 def parse_manifest(document: object) -> list[ReferenceEntry]:
+    try:
+        return _entries(document)
+    except v.Invalid as error:
+        raise ManifestError(f"'{error.path}' {error.problem}") from None
+
+
+def _entries(document: object) -> list[ReferenceEntry]:
     top = _object(document, "manifest", {"issuer", "version", "boot", "gpu"})
     _text(top["issuer"], "issuer")
-    if top["version"] != MANIFEST_VERSION or isinstance(top["version"], bool):
-        raise ManifestError(f"'version' must be {MANIFEST_VERSION}, got {top['version']!r}")
+    v.one_of(top["version"], "version", (MANIFEST_VERSION,))
 
     boot = _object(top["boot"], "boot", {"hash_algorithm", "pcrs", "quoted_pcrs", "components"})
-    _algorithm(boot["hash_algorithm"], "boot.hash_algorithm", "sha256")
-    pcrs = _object(boot["pcrs"], "boot.pcrs", None)
-    for component, pcr in pcrs.items():
+    v.one_of(boot["hash_algorithm"], "boot.hash_algorithm", ("sha256",))
+    for component, pcr in v.mapping(boot["pcrs"], "boot.pcrs").items():
         _component(component, f"boot.pcrs.{component}")
         _pcr(pcr, f"boot.pcrs.{component}")
-    if not isinstance(boot["quoted_pcrs"], list):
-        raise ManifestError("'boot.quoted_pcrs' must be a list of PCR indexes")
-    for position, pcr in enumerate(boot["quoted_pcrs"]):
-        _pcr(pcr, f"boot.quoted_pcrs[{position}]")
+    quoted_pcrs = v.sequence(boot["quoted_pcrs"], "boot.quoted_pcrs", expected="a list of PCR indexes")
+    for position, pcr in enumerate(quoted_pcrs):
+        _pcr(pcr, v.at("boot.quoted_pcrs", position))
     entries = _releases(boot["components"], "boot.components", "", DIGEST_HEX_LENGTH["sha256"])
 
     gpu = _object(top["gpu"], "gpu", {"hash_algorithm", "model", "measurements"})
-    _algorithm(gpu["hash_algorithm"], "gpu.hash_algorithm", "sha384")
+    v.one_of(gpu["hash_algorithm"], "gpu.hash_algorithm", ("sha384",))
     _text(gpu["model"], "gpu.model")
     entries += _releases(gpu["measurements"], "gpu.measurements", GPU_PREFIX, DIGEST_HEX_LENGTH["sha384"])
     return entries
@@ -86,39 +92,36 @@ def reference_values(entries: Iterable[ReferenceEntry]) -> ReferenceValues:
 
 
 def _releases(value: object, where: str, prefix: str, hex_length: int) -> list[ReferenceEntry]:
+    hex_digits = re.compile(f"[0-9a-f]{{{hex_length}}}")
     entries = []
-    for component, releases in _object(value, where, None).items():
+    for component, releases in v.mapping(value, where).items():
         key = f"{where}.{component}"
         _component(component, key)
-        if not isinstance(releases, list) or not releases:
-            raise ManifestError(f"'{key}' must be a non-empty list of {{release, digest}}")
+        releases = v.sequence(releases, key, min_items=1, expected="a non-empty list of {release, digest}")
         for position, item in enumerate(releases):
-            release = _object(item, f"{key}[{position}]", {"release", "digest"})
-            name = _text(release["release"], f"{key}[{position}].release")
-            digest = release["digest"]
-            if not isinstance(digest, str) or not re.fullmatch(f"[0-9a-f]{{{hex_length}}}", digest):
-                raise ManifestError(f"'{key}[{position}].digest' must be {hex_length} lowercase hex digits")
+            place = v.at(key, position)
+            release = _object(item, place, {"release", "digest"})
+            name = _text(release["release"], f"{place}.release")
+            digest = v.matches(release["digest"], f"{place}.digest", hex_digits, f"{hex_length} lowercase hex digits")
             entries.append(ReferenceEntry(release=name, component=prefix + component, digest=digest))
     return entries
 
 
-def _object(value: object, where: str, keys: set[str] | None) -> dict:
-    if not isinstance(value, dict):
-        raise ManifestError(f"'{where}' must be an object, got {type(value).__name__}")
-    if keys is not None:
-        unknown = sorted(str(k) for k in value.keys() - keys)
-        if unknown:
-            raise ManifestError(f"unknown field '{where}.{unknown[0]}'")
-        missing = sorted(keys - value.keys())
-        if missing:
-            raise ManifestError(f"missing field '{where}.{missing[0]}'")
-    return value
+def _object(value: object, where: str, keys: set[str]) -> dict:
+    fields = v.mapping(value, where)
+    unknown = sorted(str(k) for k in fields.keys() - keys)
+    if unknown:
+        raise ManifestError(f"unknown field '{where}.{unknown[0]}'")
+    missing = sorted(keys - fields.keys())
+    if missing:
+        raise ManifestError(f"missing field '{where}.{missing[0]}'")
+    return fields
 
 
 def _text(value: object, where: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_RELEASE_LENGTH:
-        raise ManifestError(f"'{where}' must be a string of 1 to {MAX_RELEASE_LENGTH} characters")
-    return value
+    return v.text(
+        value, where, max_length=MAX_RELEASE_LENGTH, expected=f"a string of 1 to {MAX_RELEASE_LENGTH} characters"
+    )
 
 
 def _component(name: object, where: str) -> None:
@@ -127,10 +130,4 @@ def _component(name: object, where: str) -> None:
 
 
 def _pcr(value: object, where: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_PCR:
-        raise ManifestError(f"'{where}' must be a PCR index from 0 to {MAX_PCR}")
-
-
-def _algorithm(value: object, where: str, expected: str) -> None:
-    if value != expected:
-        raise ManifestError(f"'{where}' must be {expected!r}, got {value!r}")
+    v.integer(value, where, minimum=0, maximum=MAX_PCR, expected=f"a PCR index from 0 to {MAX_PCR}")

@@ -45,6 +45,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
 from cryptography.x509 import verification
 from cryptography.x509.oid import NameOID
+
+from core import validation as v
 
 from .policy import Policy
 from .reference import ReferenceValues
@@ -103,6 +106,8 @@ MAX_GPUS = 64
 MAX_MEASUREMENTS = 16
 MAX_NAME_CHARS = 64
 MAX_SHOWN_CHARS = 160  # of a found value, in a failure
+PCR_INDEX = f"a PCR index from 0 to {PCR_COUNT - 1}"
+GPU_INDEX = f"a GPU index from 0 to {MAX_GPUS - 1}"
 
 # A nonce from `new_nonce`: its issue time in milliseconds since the epoch, then random bytes.
 NONCE_TIME_BYTES = 8
@@ -262,12 +267,6 @@ def verify_quote(
     return quote, failures
 
 
-class _Malformed(Exception):
-    def __init__(self, component: str, expected: str, found: object):
-        super().__init__(component)
-        self.failure = Failure("malformed", component, expected, _describe(found))
-
-
 @dataclass
 class _Appraisal:
     nonce: bytes
@@ -284,19 +283,21 @@ class _Appraisal:
 
     def run(self, evidence: object) -> None:
         self.check_freshness()
-        if not isinstance(evidence, dict):
-            self.failures.append(_Malformed("evidence", "an object with quote, event_log and gpus", evidence).failure)
+        evidence = self.guarded(v.mapping, evidence, "evidence", expected="an object with quote, event_log and gpus")
+        if evidence is None:
             return
         events = self.guarded(self.parse_event_log, evidence.get("event_log"))
         replayed = self.check_events(events) if events is not None else None
         self.guarded(self.check_quote, evidence.get("quote"), replayed)
         self.guarded(self.check_gpus, evidence.get("gpus"))
 
-    def guarded(self, check, *args):
+    def guarded(self, check, *args, **kwargs):
+        """Run a check; evidence off its shape (core.validation.Invalid) is a `malformed` failure."""
         try:
-            return check(*args)
-        except _Malformed as malformed:
-            self.failures.append(malformed.failure)
+            return check(*args, **kwargs)
+        except v.Invalid as invalid:
+            expected = invalid.problem.removeprefix("must be ")
+            self.failures.append(Failure("malformed", invalid.path, expected, _describe(invalid.found)))
             return None
 
     def check_freshness(self) -> None:
@@ -311,7 +312,7 @@ class _Appraisal:
     # The TPM quote.
 
     def check_quote(self, document: object, replayed: dict[int, bytes] | None) -> None:
-        quote_doc = _mapping(document, "quote", "an object with attest, signature and ak_cert")
+        quote_doc = v.mapping(document, "quote", expected="an object with attest, signature and ak_cert")
         attest = _base64(quote_doc.get("attest"), "quote.attest", MAX_ATTEST_BYTES)
         signature = _base64(quote_doc.get("signature"), "quote.signature", MAX_SIGNATURE_BYTES)
         chain = self.guarded(_pem_chain, [quote_doc.get("ak_cert")], ["quote.ak_cert"])
@@ -346,17 +347,11 @@ class _Appraisal:
     # The measured-boot event log.
 
     def parse_event_log(self, document: object) -> list[tuple[int, bytes, str]]:
-        if not isinstance(document, list):
-            raise _Malformed("event_log", "a list of events", document)
-        if len(document) > MAX_EVENTS:
-            raise _Malformed("event_log", f"at most {MAX_EVENTS} events", f"{len(document)} events")
         events = []
-        for position, event in enumerate(document):
+        for position, event in enumerate(v.sequence(document, "event_log", max_items=MAX_EVENTS)):
             where = f"event_log[{position}]"
-            event = _mapping(event, where, "an object with pcr, digest and component")
-            pcr = event.get("pcr")
-            if not _is_int(pcr) or not 0 <= pcr < PCR_COUNT:
-                raise _Malformed(f"{where}.pcr", f"a PCR index from 0 to {PCR_COUNT - 1}", pcr)
+            event = v.mapping(event, where, expected="an object with pcr, digest and component")
+            pcr = v.integer(event.get("pcr"), f"{where}.pcr", minimum=0, maximum=PCR_COUNT - 1, expected=PCR_INDEX)
             digest = _hex(event.get("digest"), f"{where}.digest", 32)
             component = _name(event.get("component"), f"{where}.component")
             events.append((pcr, digest, component))
@@ -390,10 +385,7 @@ class _Appraisal:
     # The GPU reports.
 
     def check_gpus(self, document: object) -> None:
-        if not isinstance(document, list):
-            raise _Malformed("gpus", "a list of GPU reports", document)
-        if len(document) > MAX_GPUS:
-            raise _Malformed("gpus", f"at most {MAX_GPUS} GPU reports", f"{len(document)} reports")
+        document = v.sequence(document, "gpus", max_items=MAX_GPUS, expected="a list of GPU reports")
         enrolled = {gpu.index: gpu for gpu in self.node.gpus}
         reported: set[int] = set()
         for position, report in enumerate(document):
@@ -402,31 +394,36 @@ class _Appraisal:
             self.fail("gpu_inventory", f"gpu{index}", f"a report from {enrolled[index].uuid}", "no report")
 
     def check_gpu(self, report: object, where: str, enrolled: dict[int, GPUIdentity], reported: set[int]) -> None:
-        report = _mapping(report, where, "a GPU report object")
-        index = report.get("index")
-        if not _is_int(index) or not 0 <= index < MAX_GPUS:
-            raise _Malformed(f"{where}.index", f"a GPU index from 0 to {MAX_GPUS - 1}", index)
+        report = v.mapping(report, where, expected="a GPU report object")
+        index = v.integer(report.get("index"), f"{where}.index", minimum=0, maximum=MAX_GPUS - 1, expected=GPU_INDEX)
         # A report that names its GPU counts as that GPU's, even if it turns out malformed.
         duplicate = index in reported
         reported.add(index)
         uuid = _name(report.get("uuid"), f"{where}.uuid")
         report_nonce = _name(report.get("nonce"), f"{where}.nonce", limit=2 * 64)
         cc_mode = _name(report.get("cc_mode"), f"{where}.cc_mode")
-        measurements = _mapping(report.get("measurements"), f"{where}.measurements", "an object of name -> digest")
-        if len(measurements) > MAX_MEASUREMENTS:
-            raise _Malformed(f"{where}.measurements", f"at most {MAX_MEASUREMENTS}", f"{len(measurements)}")
+        measurements = v.mapping(
+            report.get("measurements"),
+            f"{where}.measurements",
+            max_items=MAX_MEASUREMENTS,
+            expected="an object of name -> digest",
+        )
         for name, value in measurements.items():
             _name(name, f"{where}.measurements")
             _name(value, f"{where}.measurements.{name}", limit=128)
         signature = _base64(report.get("signature"), f"{where}.signature", MAX_SIGNATURE_BYTES)
-        chain_pems = report.get("cert_chain")
-        if not isinstance(chain_pems, list) or not 1 <= len(chain_pems) <= MAX_CHAIN_CERTS:
-            raise _Malformed(f"{where}.cert_chain", f"a list of 1 to {MAX_CHAIN_CERTS} PEM certificates", chain_pems)
+        chain_pems = v.sequence(
+            report.get("cert_chain"),
+            f"{where}.cert_chain",
+            min_items=1,
+            max_items=MAX_CHAIN_CERTS,
+            expected=f"a list of 1 to {MAX_CHAIN_CERTS} PEM certificates",
+        )
         chain = _pem_chain(chain_pems, [f"{where}.cert_chain[{i}]" for i in range(len(chain_pems))])
         try:
             signed = _canonical_gpu_report(report)
         except (TypeError, ValueError, RecursionError) as err:
-            raise _Malformed(where, "a report of JSON values", str(err)) from None
+            raise v.Invalid(where, "must be a report of JSON values", str(err)) from None
         # Every field is well-formed from here on: the report is a GPU's, named by its index.
         component = f"gpu{index}"
         enrolled_gpu = enrolled.get(index)
@@ -616,14 +613,18 @@ def _load_certificate(pem: str) -> x509.Certificate:
 
 def _pem_chain(pems: list[object], components: list[str]) -> tuple[str, ...]:
     for pem, component in zip(pems, components, strict=True):
-        if not isinstance(pem, str) or len(pem) > MAX_PEM_CHARS:
-            raise _Malformed(component, f"a PEM certificate of at most {MAX_PEM_CHARS} characters", pem)
+        v.text(
+            pem,
+            component,
+            max_length=MAX_PEM_CHARS,
+            expected=f"a PEM certificate of at most {MAX_PEM_CHARS} characters",
+        )
         try:
             _load_certificate(pem)
         # cryptography reports broken certificates with many exception types (ValueError, TypeError,
         # InvalidVersion, DuplicateExtension, UnsupportedAlgorithm...): any of them means malformed.
         except Exception as err:
-            raise _Malformed(component, "a PEM certificate", str(err)) from None
+            raise v.Invalid(component, "must be a PEM certificate", str(err)) from None
     return tuple(pems)
 
 
@@ -790,44 +791,26 @@ def _verifies_p384(public_key: object, signature: bytes, message: bytes) -> bool
     return True
 
 
-# Field parsing: each raises _Malformed naming where.
-
-
-def _mapping(value: object, where: str, expected: str) -> dict:
-    if not isinstance(value, dict):
-        raise _Malformed(where, expected, value)
-    return value
+# Field parsing: each raises core.validation.Invalid naming where, which `guarded` makes a failure.
 
 
 def _base64(value: object, where: str, limit: int) -> bytes:
-    if not isinstance(value, str) or len(value) > 2 * limit:
-        raise _Malformed(where, f"base64 of at most {limit} bytes", value)
+    v.text(value, where, max_length=2 * limit, expected=f"base64 of at most {limit} bytes")
     try:
         decoded = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as err:
-        raise _Malformed(where, "base64", str(err)) from None
+        raise v.Invalid(where, "must be base64", str(err)) from None
     if not decoded or len(decoded) > limit:
-        raise _Malformed(where, f"base64 of 1 to {limit} bytes", f"{len(decoded)} bytes")
+        raise v.Invalid(where, f"must be base64 of 1 to {limit} bytes", f"{len(decoded)} bytes")
     return decoded
 
 
 def _hex(value: object, where: str, size: int) -> bytes:
-    if not isinstance(value, str) or len(value) != 2 * size:
-        raise _Malformed(where, f"{2 * size} hex digits", value)
-    try:
-        return bytes.fromhex(value)
-    except ValueError:
-        raise _Malformed(where, f"{2 * size} hex digits", value) from None
+    return bytes.fromhex(v.matches(value, where, re.compile(f"[0-9a-fA-F]{{{2 * size}}}"), f"{2 * size} hex digits"))
 
 
 def _name(value: object, where: str, limit: int = MAX_NAME_CHARS) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= limit:
-        raise _Malformed(where, f"a string of 1 to {limit} characters", value)
-    return value
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return v.text(value, where, max_length=limit)
 
 
 def _attribute(name: x509.Name, oid: x509.ObjectIdentifier) -> str | None:
@@ -842,7 +825,9 @@ def _indexes(enrolled: Mapping[int, GPUIdentity]) -> str:
 def _describe(value: object) -> str:
     if isinstance(value, str):
         return _shown(value)
-    kinds = {type(None): "nothing", dict: "an object", list: "a list", bool: "a boolean", int: "a number"}
+    if isinstance(value, list | dict):  # too many, or too few, of them
+        return f"a list of {len(value)} items" if isinstance(value, list) else f"an object of {len(value)} entries"
+    kinds = {type(None): "nothing", bool: "a boolean", int: "a number"}
     return kinds.get(type(value), f"a {type(value).__name__}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core import validation as v
 from core.topology import NodeSpec
 
 
@@ -41,33 +42,38 @@ class NodeRecord:
 
 
 def _field(entry: dict, key: str, kind: type, where: str) -> Any:
+    # Unlike core.validation's checks, it names Python's types: seed_fleet has always said "must be dict".
     value = entry.get(key)
     if not isinstance(value, kind) or isinstance(value, bool):
         raise InventoryError(f"{where}: {key!r} must be {kind.__name__}, got {type(value).__name__}")
     return value
 
 
-def _parse_gpu(gpu: Any, node: str) -> GPURecord:
-    if not isinstance(gpu, dict):
-        raise InventoryError(f"{node}: every gpu must be an object")
+def _parse_gpu(gpu: Any, where: str) -> GPURecord:
+    gpu = v.mapping(gpu, where)
     return GPURecord(
-        index=_field(gpu, "index", int, f"{node} gpu"),
-        uuid=_field(gpu, "uuid", str, f"{node} gpu"),
+        index=_field(gpu, "index", int, where),
+        uuid=_field(gpu, "uuid", str, where),
         serial=str(gpu.get("serial", "")),
-        model=_field(gpu, "model", str, f"{node} gpu"),
+        model=_field(gpu, "model", str, where),
     )
 
 
 def parse_inventory(document: Any) -> list[NodeRecord]:
-    if not isinstance(document, dict) or not isinstance(document.get("nodes"), list):
-        raise InventoryError("inventory must be an object with a 'nodes' list")
+    try:
+        return _records(document)
+    except v.Invalid as error:
+        raise InventoryError(str(error)) from None
+
+
+def _records(document: Any) -> list[NodeRecord]:
+    nodes = document.get("nodes") if isinstance(document, dict) else None
     records = []
-    for number, entry in enumerate(document["nodes"], start=1):
-        if not isinstance(entry, dict):
-            raise InventoryError(f"node #{number}: must be an object")
-        name = _field(entry, "name", str, f"node #{number}")
+    for number, entry in enumerate(v.sequence(nodes, "inventory", expected="an object with a 'nodes' list")):
+        entry = v.mapping(entry, v.at("nodes", number))
+        name = _field(entry, "name", str, v.at("nodes", number))
         credentials = _field(entry, "credentials", dict, name)
-        gpus = tuple(_parse_gpu(gpu, name) for gpu in _field(entry, "gpus", list, name))
+        gpus = _field(entry, "gpus", list, name)
         records.append(
             NodeRecord(
                 name=name,
@@ -77,10 +83,10 @@ def parse_inventory(document: Any) -> list[NodeRecord]:
                 serial=_field(entry, "serial", str, name),
                 redfish_url=_field(entry, "redfish_url", str, name),
                 system_id=_field(entry, "system_id", str, name),
-                bmc_username=_field(credentials, "username", str, f"{name} credentials"),
-                bmc_password=_field(credentials, "password", str, f"{name} credentials"),
+                bmc_username=_field(credentials, "username", str, f"{name}.credentials"),
+                bmc_password=_field(credentials, "password", str, f"{name}.credentials"),
                 agent_url=_field(entry, "agent_url", str, name),
-                gpus=gpus,
+                gpus=tuple(_parse_gpu(gpu, v.at(f"{name}.gpus", index)) for index, gpu in enumerate(gpus)),
             )
         )
     names = [r.name for r in records]

@@ -29,26 +29,29 @@ series, and so every alert, carries the node's name in the `node` label:
   rebooted by a workflow or out of service would otherwise raise NodeAgentDown.
 
 Alertmanager (deploy/alertmanager/alertmanager.yml) posts the v4 webhook payload to
-POST /v1/alerts/alertmanager; `parse_webhook` validates it and `decide` maps each alert to an
-action. The alert rules are in deploy/prometheus/rules/gpu.yml; tests check that their XID lists
-and this table agree.
+POST /v1/alerts/alertmanager; the view checks its envelope, `parse_alerts` each alert, and
+`decide` maps each alert to an action. The alert rules are in deploy/prometheus/rules/gpu.yml;
+tests check that their XID lists and this table agree.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 
+from core import validation as v
 from core.parsing import InvalidInput, check_text
+from core.validation import Invalid
 
 
 class Action(enum.StrEnum):
     QUARANTINE = "quarantine"
-    RESET_GPU = "reset_gpu"
+    # Schedules a recheck of the GPU; "reset_gpu" is the `action` label of the alert rules and the API's value.
+    RECHECK_GPU = "reset_gpu"
     NONE = "none"
 
 
@@ -83,7 +86,8 @@ class XidRule:
 # GPU's memory, bus, NVLink or firmware (PMU, GSP) takes the node out of service until an operator
 # has looked, because the next tenant must not land on it, even where NVIDIA's immediate action
 # (RESET_GPU, RESTART_APP, IGNORE) would let the current job carry on. Hangs that a reset clears
-# get RESET_GPU, then a recheck (`after_reset`). Application faults get no action.
+# get RECHECK_GPU: the GPU's health is asked again later (`after_recheck`), and a GPU still
+# unhealthy is quarantined. Application faults get no action.
 XIDS: Mapping[int, XidRule] = MappingProxyType(
     {
         # Node-level hardware faults: quarantine.
@@ -106,14 +110,14 @@ XIDS: Mapping[int, XidRule] = MappingProxyType(
         149: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink NETIR error"),
         150: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink MSE error"),
         # GPU hangs and recoverable events that NVIDIA resolves with a GPU reset.
-        46: XidRule("RESET_GPU", Action.RESET_GPU, "GPU stopped processing (timeout)"),
-        109: XidRule("RESET_GPU", Action.RESET_GPU, "context switch timeout"),
-        110: XidRule("RESET_GPU", Action.RESET_GPU, "security fault"),
-        136: XidRule("RESET_GPU", Action.RESET_GPU, "NVLink link training failed"),
-        143: XidRule("RESET_GPU", Action.RESET_GPU, "GPU initialisation error"),
-        155: XidRule("RESET_GPU", Action.RESET_GPU, "NVLink software-defined error"),
-        156: XidRule("RESET_GPU", Action.RESET_GPU, "resource retirement pending a reset"),
-        158: XidRule("RESET_GPU", Action.RESET_GPU, "GPU fatal timeout"),
+        46: XidRule("RESET_GPU", Action.RECHECK_GPU, "GPU stopped processing (timeout)"),
+        109: XidRule("RESET_GPU", Action.RECHECK_GPU, "context switch timeout"),
+        110: XidRule("RESET_GPU", Action.RECHECK_GPU, "security fault"),
+        136: XidRule("RESET_GPU", Action.RECHECK_GPU, "NVLink link training failed"),
+        143: XidRule("RESET_GPU", Action.RECHECK_GPU, "GPU initialisation error"),
+        155: XidRule("RESET_GPU", Action.RECHECK_GPU, "NVLink software-defined error"),
+        156: XidRule("RESET_GPU", Action.RECHECK_GPU, "resource retirement pending a reset"),
+        158: XidRule("RESET_GPU", Action.RECHECK_GPU, "GPU fatal timeout"),
         # Application-level: the tenant's job failed, the GPU is fine.
         8: XidRule("RESTART_APP", Action.NONE, "GPU stopped processing an application's work"),
         13: XidRule("RESTART_APP", Action.NONE, "graphics engine exception (application error)"),
@@ -139,7 +143,7 @@ ALERTS: Mapping[str, AlertRule] = MappingProxyType(
         "NodeAgentDown": AlertRule(Action.QUARANTINE, "node agent unreachable: its GPUs' health cannot be observed"),
         "GPUUncorrectableECC": AlertRule(Action.QUARANTINE, "uncorrectable (double-bit) ECC errors"),
         "GPURowRemapFailure": AlertRule(Action.QUARANTINE, "row remapping failed: no spare memory rows left"),
-        "GPUUnhealthy": AlertRule(Action.RESET_GPU, "the node agent reports the GPU unhealthy"),
+        "GPUUnhealthy": AlertRule(Action.RECHECK_GPU, "the node agent reports the GPU unhealthy"),
         # The GPU throttles and shuts itself down to protect itself; the usual cause is cooling,
         # which taking one node out does not fix. Operators are told, nothing is done.
         "GPUOverTemperature": AlertRule(Action.NONE, "GPU over temperature"),
@@ -149,7 +153,7 @@ ALERTS: Mapping[str, AlertRule] = MappingProxyType(
 # The two XID alerts, each selecting the XIDs of one action (`xids_with`). `decide` takes the action
 # from the XID table, not from the alert's name, so the table stays the one source of truth.
 XID_ALERTS: Mapping[str, Action] = MappingProxyType(
-    {"GPUFatalXid": Action.QUARANTINE, "GPUResetRequiredXid": Action.RESET_GPU}
+    {"GPUFatalXid": Action.QUARANTINE, "GPUResetRequiredXid": Action.RECHECK_GPU}
 )
 
 
@@ -180,16 +184,16 @@ def decide(alert: Alert) -> Decision:
         action, reason = rule.action, f"{alert.name}{on_gpu}: {rule.reason}"
     else:
         return Decision(Action.NONE, node, gpu, f"no rule for alert {alert.name}")
-    if action is Action.RESET_GPU and gpu is None:
-        # A reset needs a GPU to aim at; without one only the whole node can be taken out.
+    if action is Action.RECHECK_GPU and gpu is None:
+        # A recheck needs a GPU to aim at; without one only the whole node can be taken out.
         return Decision(Action.QUARANTINE, node, None, f"{reason} (no gpu label, so no GPU to reset)")
     return Decision(action, node, gpu, reason)
 
 
-def after_reset(decision: Decision, *, healthy: bool) -> Decision:
-    """The recheck after a RESET_GPU: done if the GPU came back healthy, else escalate to quarantine."""
-    if decision.action is not Action.RESET_GPU:
-        raise ValueError(f"after_reset applies to {Action.RESET_GPU} decisions, not {decision.action}")
+def after_recheck(decision: Decision, *, healthy: bool) -> Decision:
+    """The recheck of a RECHECK_GPU decision: done if the GPU is healthy again, else escalate to quarantine."""
+    if decision.action is not Action.RECHECK_GPU:
+        raise ValueError(f"after_recheck applies to {Action.RECHECK_GPU} decisions, not {decision.action}")
     if healthy:
         return Decision(Action.NONE, decision.node, decision.gpu, f"{decision.reason}; healthy after a GPU reset")
     return Decision(
@@ -225,7 +229,7 @@ STATUSES = ("firing", "resolved")
 
 
 class PayloadError(ValueError):
-    """The webhook payload is not a valid Alertmanager v4 payload; the message names the field."""
+    """The webhook payload has no list of alerts to read; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -238,36 +242,39 @@ class RefusedAlert:
 
 
 def parse_webhook(payload: object) -> list[Alert | RefusedAlert]:
-    """Validate an Alertmanager webhook payload (version "4"): one entry per alert, in order,
-    the parsed Alert or, for an alert that is malformed, a RefusedAlert saying why.
+    """The alerts of an Alertmanager webhook payload (version "4"), read by `parse_alerts`.
+
+    The envelope around them (version, status, receiver, group and common labels...) is checked
+    where the payload arrives, by remediation.api.views.AlertmanagerPayloadSerializer; this reads
+    only `alerts`, and raises PayloadError if there is no list of them.
+    """
+    try:
+        alerts = v.sequence(v.mapping(payload, "payload").get("alerts"), "alerts", max_items=MAX_ALERTS)
+    except Invalid as error:
+        raise PayloadError(str(error)) from None
+    return parse_alerts(alerts)
+
+
+def parse_alerts(alerts: list) -> list[Alert | RefusedAlert]:
+    """One entry per alert, in order: the parsed Alert or, for an alert that is malformed, a
+    RefusedAlert saying why.
 
     Fields Alertmanager documents are checked for presence, type and size; fields it may add
-    within version 4 are ignored (it added `truncatedAlerts` without a new version). A
-    malformed payload around the alerts raises PayloadError, and nothing else does. Text that no
+    within version 4 are ignored (it added `truncatedAlerts` without a new version). Text that no
     record can store (a NUL character, a lone surrogate: core.parsing.check_text) refuses the
-    alert that carries it; the payload's group and common labels repeat their alerts' and are
-    not kept, so such text there refuses nothing by itself.
+    alert that carries it.
     """
-    if not isinstance(payload, dict):
-        raise PayloadError("payload: must be a JSON object")
-    if payload.get("version") != "4":
-        raise PayloadError('version: must be "4"')
-    _choice(payload, "status", STATUSES, "status")
-    for key in ("receiver", "groupKey"):
-        _text(payload, key, key, required=True)
-    _text(payload, "externalURL", "externalURL", required=False)
-    truncated = payload.get("truncatedAlerts", 0)
-    if not _is_int(truncated) or truncated < 0:
-        raise PayloadError("truncatedAlerts: must be a non-negative integer")
-    for key in ("groupLabels", "commonLabels"):
-        _pairs(payload.get(key, {}), key, MAX_LABEL_VALUE, labels=True)
-    _pairs(payload.get("commonAnnotations", {}), "commonAnnotations", MAX_ANNOTATION_VALUE, labels=False)
-    alerts = payload.get("alerts")
-    if not isinstance(alerts, list):
-        raise PayloadError("alerts: must be a list")
-    if len(alerts) > MAX_ALERTS:
-        raise PayloadError(f"alerts: at most {MAX_ALERTS} alerts")
     return [_alert_or_refusal(item, index) for index, item in enumerate(alerts)]
+
+
+def label_set(value: object, path: str) -> dict[str, str]:
+    """Prometheus labels: names of its alphabet, values of at most MAX_LABEL_VALUE characters."""
+    return _pairs(value, path, MAX_LABEL_VALUE, LABEL_NAME.fullmatch)
+
+
+def annotation_set(value: object, path: str) -> dict[str, str]:
+    # Annotation names are free-form in Alertmanager.
+    return _pairs(value, path, MAX_ANNOTATION_VALUE, lambda name: 0 < len(name) <= 128)
 
 
 def _alert_or_refusal(item: object, index: int) -> Alert | RefusedAlert:
@@ -275,29 +282,27 @@ def _alert_or_refusal(item: object, index: int) -> Alert | RefusedAlert:
     try:
         check_text(item, where)
         return _alert(item, where)
-    except (PayloadError, InvalidInput) as error:
+    except InvalidInput as error:
         fingerprint = item.get("fingerprint") if isinstance(item, dict) else None
         well_formed = isinstance(fingerprint, str) and FINGERPRINT.fullmatch(fingerprint)
         return RefusedAlert(index=index, fingerprint=fingerprint if well_formed else None, reason=str(error))
 
 
 def _alert(item: object, where: str) -> Alert:
-    if not isinstance(item, dict):
-        raise PayloadError(f"{where}: must be an object")
-    status = _choice(item, "status", STATUSES, f"{where}.status")
-    labels = _pairs(item.get("labels"), f"{where}.labels", MAX_LABEL_VALUE, labels=True)
-    name = labels.get("alertname")
-    if not name:
-        raise PayloadError(f"{where}.labels.alertname: required")
-    if len(name) > MAX_ALERT_NAME:
-        raise PayloadError(f"{where}.labels.alertname: at most {MAX_ALERT_NAME} characters")
-    annotations = _pairs(item.get("annotations", {}), f"{where}.annotations", MAX_ANNOTATION_VALUE, labels=False)
-    starts_at = _timestamp(item, "startsAt", where)
-    _timestamp(item, "endsAt", where)
-    _text(item, "generatorURL", f"{where}.generatorURL", required=False)
-    fingerprint = item.get("fingerprint")
-    if not isinstance(fingerprint, str) or not FINGERPRINT.fullmatch(fingerprint):
-        raise PayloadError(f"{where}.fingerprint: must be 16 lowercase hexadecimal digits")
+    item = v.mapping(item, where)
+    status = v.one_of(item.get("status"), f"{where}.status", STATUSES)
+    labels = label_set(item.get("labels"), f"{where}.labels")
+    if not labels.get("alertname"):
+        raise Invalid(f"{where}.labels.alertname", "required")
+    name = v.text(labels["alertname"], f"{where}.labels.alertname", min_length=0, max_length=MAX_ALERT_NAME)
+    annotations = annotation_set(item.get("annotations", {}), f"{where}.annotations")
+    starts_at = _timestamp(item.get("startsAt"), f"{where}.startsAt")
+    _timestamp(item.get("endsAt"), f"{where}.endsAt")
+    if "generatorURL" in item:
+        v.text(item["generatorURL"], f"{where}.generatorURL", min_length=0, max_length=MAX_TEXT)
+    fingerprint = v.matches(
+        item.get("fingerprint"), f"{where}.fingerprint", FINGERPRINT, "16 lowercase hexadecimal digits"
+    )
     return Alert(
         name=name,
         status=status,
@@ -308,37 +313,16 @@ def _alert(item: object, where: str) -> Alert:
     )
 
 
-def _choice(mapping: dict, key: str, choices: tuple[str, ...], where: str) -> str:
-    value = mapping.get(key)
-    if not isinstance(value, str) or value not in choices:
-        raise PayloadError(f"{where}: must be one of {', '.join(choices)}")
-    return value
+def _pairs(value: object, path: str, max_value: int, valid_name: Callable[[str], object]) -> dict[str, str]:
+    pairs = v.mapping(value, path, max_items=MAX_PAIRS, expected="an object of strings")
+    for name, item in pairs.items():
+        if not isinstance(name, str) or not valid_name(name):
+            raise Invalid(path, f"invalid name {str(name)[:64]!r}", name)
+        v.text(item, v.at(path, name), min_length=0, max_length=max_value)
+    return dict(pairs)
 
 
-def _text(mapping: dict, key: str, where: str, *, required: bool) -> None:
-    if key not in mapping and not required:
-        return
-    value = mapping.get(key)
-    if not isinstance(value, str) or len(value) > MAX_TEXT:
-        raise PayloadError(f"{where}: must be a string of at most {MAX_TEXT} characters")
-
-
-def _pairs(value: object, where: str, max_value: int, *, labels: bool) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise PayloadError(f"{where}: must be an object of strings")
-    if len(value) > MAX_PAIRS:
-        raise PayloadError(f"{where}: at most {MAX_PAIRS} entries")
-    for key, item in value.items():
-        # Annotation names are free-form in Alertmanager; label names follow Prometheus' rule.
-        if not isinstance(key, str) or not (LABEL_NAME.fullmatch(key) if labels else 0 < len(key) <= 128):
-            raise PayloadError(f"{where}: invalid name {str(key)[:64]!r}")
-        if not isinstance(item, str) or len(item) > max_value:
-            raise PayloadError(f"{where}.{key}: must be a string of at most {max_value} characters")
-    return dict(value)
-
-
-def _timestamp(mapping: dict, key: str, where: str) -> str:
-    value = mapping.get(key)
+def _timestamp(value: object, path: str) -> str:
     if isinstance(value, str) and RFC3339.fullmatch(value):
         try:
             # Checks the calendar (no 31 February); fromisoformat takes at most 6 fractional digits.
@@ -347,8 +331,4 @@ def _timestamp(mapping: dict, key: str, where: str) -> str:
             pass
         else:
             return value
-    raise PayloadError(f"{where}.{key}: must be an RFC 3339 timestamp")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    raise Invalid(path, "must be an RFC 3339 timestamp", value)

@@ -69,7 +69,7 @@ def _receive(alert: rules.Alert) -> Remediation:
                 remediation.reason = f"{decision.reason}; {node.name} is already quarantined"
             elif decision.action is rules.Action.QUARANTINE:
                 _quarantine_within_cap(remediation, node)
-            elif decision.action is rules.Action.RESET_GPU:
+            elif decision.action is rules.Action.RECHECK_GPU:
                 remediation.status = RemediationStatus.PENDING
                 # The reconciler sends the recheck when it is due (take_due_rechecks).
                 remediation.recheck_due_at = received_at + timedelta(seconds=settings.REMEDIATION_RECHECK_SECONDS)
@@ -160,8 +160,8 @@ def recheck_gpu(*, remediation_id: int, healthy: bool) -> Remediation:
         )
         if remediation.status != RemediationStatus.PENDING:
             return remediation
-        pending = rules.Decision(rules.Action.RESET_GPU, remediation.node.name, remediation.gpu, remediation.reason)
-        decision = rules.after_reset(pending, healthy=healthy)
+        pending = rules.Decision(rules.Action.RECHECK_GPU, remediation.node.name, remediation.gpu, remediation.reason)
+        decision = rules.after_recheck(pending, healthy=healthy)
         remediation.reason = decision.reason
         if decision.action is rules.Action.QUARANTINE:
             _quarantine_within_cap(remediation, remediation.node)

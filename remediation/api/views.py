@@ -1,13 +1,16 @@
 import logging
 
+from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import exceptions, generics, permissions, serializers, status
+from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
+from rest_framework import generics, permissions, serializers, status
 from rest_framework.response import Response
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 from rest_framework.views import APIView
 
-from core.api import SizeLimitedJSONParser
+from core.api import SizeLimitedJSONParser, StrictIntegerField
 from core.error_schema import ERROR
+from core.validation import Invalid
 from fleet.models import Node, NodeState
 from remediation import rules, services
 from remediation.api.authentication import AlertmanagerAuthentication, IsAlertmanager
@@ -19,52 +22,84 @@ log = logging.getLogger(__name__)
 
 class AlertPayloadParser(SizeLimitedJSONParser):
     limit_setting = "ALERT_MAX_BODY_BYTES"
-    # rules.parse_webhook checks the text of each alert on its own: one bad alert must not cost
+    # rules.parse_alerts checks the text of each alert on its own: one bad alert must not cost
     # the batch the others.
     checks_text = False
 
 
-def _labels(**options) -> serializers.DictField:
-    return serializers.DictField(child=serializers.CharField(allow_blank=True), **options)
+class _Text(serializers.CharField):
+    """A JSON string, taken as sent: DRF's CharField would turn 7 into "7" and trim spaces. Nor is a
+    NUL character or a lone surrogate refused: the envelope is not kept, and a 400 would make
+    Alertmanager resend the group's good alerts for ever (each alert's own text: rules.parse_alerts)."""
+
+    def __init__(self, *, choices: tuple[str, ...] = (), **kwargs):
+        super().__init__(trim_whitespace=False, **kwargs)
+        unstorable = ProhibitNullCharactersValidator | ProhibitSurrogateCharactersValidator
+        self.validators = [v for v in self.validators if not isinstance(v, unstorable)]
+        if choices:
+            # A pattern, not an enum: drf-spectacular would name it after the field, as it does the
+            # remediations' own `status`, and warn of the collision (check --deploy fails on warnings).
+            words = f"must be one of {', '.join(choices)}"
+            self.validators.append(RegexValidator(rf"\A({'|'.join(choices)})\Z", message=words))
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return data
 
 
-def _alert_status() -> serializers.RegexField:
-    # A pattern, not an enum: drf-spectacular would name it after the field, as it does the
-    # remediations' own `status`, and warn of the collision (check --deploy fails on warnings).
-    return serializers.RegexField(f"^({'|'.join(rules.STATUSES)})$")
+class _Pairs(serializers.DictField):
+    """Labels or annotations, read by the rules that read each alert's (`read`)."""
+
+    def __init__(self, read, **kwargs):
+        super().__init__(child=serializers.CharField(allow_blank=True), required=False, **kwargs)
+        self.read = read
+
+    def to_internal_value(self, data):
+        try:
+            return self.read(data, "")
+        except Invalid as error:
+            raise serializers.ValidationError(
+                {error.path: [error.problem]} if error.path else [error.problem]
+            ) from None
 
 
-# What Alertmanager posts (rules.parse_webhook is the strict reading): documented, so that
-# generated clients and schemathesis send alerts, not any object.
-ALERTMANAGER_PAYLOAD = inline_serializer(
-    "AlertmanagerPayload",
+# Documents each alert, so that generated clients and schemathesis send alerts, not any object.
+ALERTMANAGER_ALERT = inline_serializer(
+    "AlertmanagerAlert",
     {
-        "version": serializers.ChoiceField(choices=["4"]),
-        "status": _alert_status(),
-        "receiver": serializers.CharField(),
-        "groupKey": serializers.CharField(),
-        "truncatedAlerts": serializers.IntegerField(min_value=0, required=False),
-        "groupLabels": _labels(required=False),
-        "commonLabels": _labels(required=False),
-        "commonAnnotations": _labels(required=False),
-        "externalURL": serializers.CharField(required=False),
-        "alerts": serializers.ListField(
-            max_length=rules.MAX_ALERTS,
-            child=inline_serializer(
-                "AlertmanagerAlert",
-                {
-                    "status": _alert_status(),
-                    "labels": _labels(),
-                    "annotations": _labels(required=False),
-                    "startsAt": serializers.DateTimeField(),
-                    "endsAt": serializers.DateTimeField(),
-                    "generatorURL": serializers.CharField(required=False),
-                    "fingerprint": serializers.RegexField(f"^{rules.FINGERPRINT.pattern}$"),
-                },
-            ),
-        ),
+        "status": _Text(choices=rules.STATUSES),
+        "labels": serializers.DictField(child=serializers.CharField(allow_blank=True)),
+        "annotations": serializers.DictField(child=serializers.CharField(allow_blank=True), required=False),
+        "startsAt": serializers.DateTimeField(),
+        "endsAt": serializers.DateTimeField(),
+        "generatorURL": serializers.CharField(required=False),
+        "fingerprint": serializers.RegexField(f"^{rules.FINGERPRINT.pattern}$"),
     },
 )
+
+
+@extend_schema_field(serializers.ListField(child=ALERTMANAGER_ALERT, max_length=rules.MAX_ALERTS))
+class _Alerts(serializers.ListField):
+    """The alerts as sent: rules.parse_alerts reads each on its own, so that a malformed one is refused alone."""
+
+
+class AlertmanagerPayloadSerializer(serializers.Serializer):
+    """Alertmanager's webhook payload, version 4. Fields it may add within version 4 are ignored
+    (it added `truncatedAlerts` without a new version)."""
+
+    version = _Text(choices=("4",))
+    status = _Text(choices=rules.STATUSES)
+    receiver = _Text(allow_blank=True, max_length=rules.MAX_TEXT)
+    groupKey = _Text(allow_blank=True, max_length=rules.MAX_TEXT)
+    truncatedAlerts = StrictIntegerField(min_value=0, required=False)
+    groupLabels = _Pairs(rules.label_set)
+    commonLabels = _Pairs(rules.label_set)
+    commonAnnotations = _Pairs(rules.annotation_set)
+    externalURL = _Text(allow_blank=True, max_length=rules.MAX_TEXT, required=False)
+    alerts = _Alerts(max_length=rules.MAX_ALERTS)
+
+
 ALERTS_RECEIVED = inline_serializer(
     "AlertsReceived",
     {
@@ -92,14 +127,13 @@ class AlertmanagerWebhookView(APIView):
     parser_classes = [AlertPayloadParser]
 
     @extend_schema(
-        request=ALERTMANAGER_PAYLOAD,
+        request=AlertmanagerPayloadSerializer,
         responses={200: ALERTS_RECEIVED, 207: ALERTS_RECEIVED, 400: ERROR, 401: ERROR, 413: ERROR},
     )
     def post(self, request):
-        try:
-            parsed = rules.parse_webhook(request.data)
-        except rules.PayloadError as error:
-            raise exceptions.ValidationError({"payload": [str(error)]}) from error
+        payload = AlertmanagerPayloadSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        parsed = rules.parse_webhook(payload.validated_data)
         refused = [entry for entry in parsed if isinstance(entry, rules.RefusedAlert)]
         for refusal in refused:
             log.warning("refused alert %d (fingerprint %s): %s", refusal.index, refusal.fingerprint, refusal.reason)

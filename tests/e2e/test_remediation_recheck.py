@@ -17,7 +17,7 @@ def test_a_recheck_whose_message_was_never_enqueued_is_made_by_the_reconciler(bm
     node = make_available(list(Node.objects.order_by("name")))[0]
     bmcsim.reset(node.system_id, "On")  # its agent answers, and reports every GPU healthy
     settings.REMEDIATION_RECHECK_SECONDS = 0
-    reset_xid = min(rules.xids_with(rules.Action.RESET_GPU))
+    reset_xid = min(rules.xids_with(rules.Action.RECHECK_GPU))
     # Received in this process: whatever it sends goes to the tests' own broker, which no worker reads.
     (pending,) = services.receive_alerts(
         rules.parse_webhook(payload(alert(node.name, xid=reset_xid, name="GPUResetRequiredXid")))

@@ -28,7 +28,7 @@ def rechecks_queued(broker) -> list[int]:
 
 
 def reset_gpu_alert(node: Node, **kwargs) -> dict:
-    return alert(node.name, xid=min(rules.xids_with(rules.Action.RESET_GPU)), name="GPUResetRequiredXid", **kwargs)
+    return alert(node.name, xid=min(rules.xids_with(rules.Action.RECHECK_GPU)), name="GPUResetRequiredXid", **kwargs)
 
 
 def receive(*alerts) -> list[Remediation]:

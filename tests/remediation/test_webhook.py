@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from fleet.models import AuditEvent, Node
 from remediation.models import Remediation
 from reservations.models import Reservation
+from tests.remediation.test_rules import DELETE, REAL_PAYLOAD, set_path
 from tests.support.factories import alert, drive, enrol_default_fleet, make_available, payload
 from tests.support.hostile import HOSTILE_TEXT
 
@@ -46,6 +47,47 @@ def test_no_token_or_a_wrong_one_is_401(available_fleet):
 def test_malformed_is_400(available_fleet, body):
     answer = send(body)
     assert answer.status_code == 400 and "detail" in answer.json()
+
+
+MALFORMED_ENVELOPES = [
+    # (path, value, the field the message must name)
+    (("version",), "3", "version"),
+    (("version",), 4, "version"),
+    (("version",), DELETE, "version"),
+    (("status",), "pending", "status"),
+    (("status",), DELETE, "status"),
+    (("receiver",), None, "receiver"),
+    (("receiver",), DELETE, "receiver"),
+    (("groupKey",), 7, "groupKey"),
+    (("groupKey",), DELETE, "groupKey"),
+    (("externalURL",), ["http://x"], "externalURL"),
+    (("truncatedAlerts",), -1, "truncatedAlerts"),
+    (("truncatedAlerts",), True, "truncatedAlerts"),
+    (("groupLabels",), [], "groupLabels"),
+    (("commonLabels",), {"node": 1}, "commonLabels.node"),
+    (("commonAnnotations",), "x", "commonAnnotations"),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"), MALFORMED_ENVELOPES, ids=[f"{f}={v!r:.20}" for _, v, f in MALFORMED_ENVELOPES]
+)
+def test_a_malformed_envelope_is_a_400_naming_the_field(db, path, value, field):
+    answer = send(set_path(REAL_PAYLOAD, path, value))
+    assert answer.status_code == 400
+    assert answer.json()["detail"].split(":")[0] == field
+
+
+def test_the_payload_alertmanager_sends_is_accepted(available_fleet):
+    assert send(REAL_PAYLOAD).status_code == 200
+
+
+def test_a_nul_in_the_group_and_common_labels_alone_refuses_nothing(available_fleet):
+    """They repeat the alerts' own labels and nothing keeps them: each alert answers for itself."""
+    body = set_path(REAL_PAYLOAD, ("groupLabels", "node"), "node-\x00")
+    body["commonAnnotations"]["summary"] = "\x00"
+    answer = send(body)
+    assert answer.status_code == 200 and answer.json()["refused"] == []
 
 
 def test_oversized_is_413(available_fleet):
@@ -124,7 +166,7 @@ def test_a_gpu_that_stays_unhealthy_after_a_reset_is_quarantined(available_fleet
     from remediation.rules import Action, xids_with
 
     node = available_fleet[0]
-    reset_xid = min(xids_with(Action.RESET_GPU))
+    reset_xid = min(xids_with(Action.RECHECK_GPU))
     send(payload(alert(node.name, xid=reset_xid, name="GPUResetRequiredXid")))
     remediation = Remediation.objects.get()
     assert (remediation.status, remediation.action) == ("pending", "reset_gpu")
@@ -137,7 +179,7 @@ def test_a_gpu_healthy_after_a_reset_stays_in_service(available_fleet):
     from remediation.rules import Action, xids_with
 
     node = available_fleet[0]
-    send(payload(alert(node.name, xid=min(xids_with(Action.RESET_GPU)), name="GPUResetRequiredXid")))
+    send(payload(alert(node.name, xid=min(xids_with(Action.RECHECK_GPU)), name="GPUResetRequiredXid")))
     remediation = Remediation.objects.get()
     assert services.recheck_gpu(remediation_id=remediation.pk, healthy=True).status == "no_action"
     assert Node.objects.get(pk=node.pk).state == "available"
