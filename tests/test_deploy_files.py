@@ -566,7 +566,7 @@ def test_dashboard_reads_metrics_that_exist():
     """Names from the node agent (bmcsim), from django-prometheus and from Prometheus or Alertmanager
     themselves, and from the control plane's /metrics/fleet (console/metrics.py)."""
     agent = (REPO_ROOT / "bmcsim" / "metrics.py").read_text()
-    fleet = (REPO_ROOT / "fleet" / "metrics.py").read_text()
+    fleet = (REPO_ROOT / "console" / "metrics.py").read_text()
     import django_prometheus.middleware as django_metrics  # the installed package, read as text
 
     middleware = Path(django_metrics.__file__).read_text()
