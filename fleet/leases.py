@@ -106,9 +106,15 @@ def reclaim(lease: Lease) -> Lease | None:
     """Claim again, under a new token, the node whose work `lease` has just completed, if the
     outcome owes more work: the worker goes straight on with what it knows of the hardware.
     Call it in the transaction that completed the work, so that no other worker is sent the node
-    meanwhile; None if the node owes no work (or someone else holds it)."""
-    claimed = claim(owner=lease.owner, node_ids=[lease.node_id])
-    return claimed[0] if claimed else None
+    meanwhile (and none can claim it: that transaction holds the node's row); None if the node
+    owes no work."""
+    taken = Node.objects.filter(
+        pk=lease.node_id, lease_owner="", state__in=sorted(s.value for s in lifecycle.WORK_STATES)
+    ).update(lease_owner=lease.owner, lease_expires_at=Now() + _duration(None), fencing_token=F("fencing_token") + 1)
+    if not taken:
+        return None
+    token = Node.objects.values_list("fencing_token", flat=True).get(pk=lease.node_id)
+    return Lease(node_id=lease.node_id, owner=lease.owner, token=token)
 
 
 def set_step(lease: Lease, *, step: str, actor: str, detail: dict | None = None) -> bool:
