@@ -45,7 +45,6 @@ from types import MappingProxyType
 
 from core import validation as v
 from core.parsing import InvalidInput, check_text
-from core.validation import Invalid
 
 
 class Action(enum.StrEnum):
@@ -250,7 +249,7 @@ def parse_webhook(payload: object) -> list[Alert | RefusedAlert]:
     """
     try:
         alerts = v.sequence(v.mapping(payload, "payload").get("alerts"), "alerts", max_items=MAX_ALERTS)
-    except Invalid as error:
+    except v.Invalid as error:
         raise PayloadError(str(error)) from None
     return parse_alerts(alerts)
 
@@ -293,7 +292,7 @@ def _alert(item: object, where: str) -> Alert:
     status = v.one_of(item.get("status"), f"{where}.status", STATUSES)
     labels = label_set(item.get("labels"), f"{where}.labels")
     if not labels.get("alertname"):
-        raise Invalid(f"{where}.labels.alertname", "required")
+        raise v.Invalid(f"{where}.labels.alertname", "required")
     name = v.text(labels["alertname"], f"{where}.labels.alertname", min_length=0, max_length=MAX_ALERT_NAME)
     annotations = annotation_set(item.get("annotations", {}), f"{where}.annotations")
     starts_at = _timestamp(item.get("startsAt"), f"{where}.startsAt")
@@ -317,7 +316,7 @@ def _pairs(value: object, path: str, max_value: int, valid_name: Callable[[str],
     pairs = v.mapping(value, path, max_items=MAX_PAIRS, expected="an object of strings")
     for name, item in pairs.items():
         if not isinstance(name, str) or not valid_name(name):
-            raise Invalid(path, f"invalid name {str(name)[:64]!r}", name)
+            raise v.Invalid(path, f"invalid name {str(name)[:64]!r}", name)
         v.text(item, v.at(path, name), min_length=0, max_length=max_value)
     return dict(pairs)
 
@@ -331,4 +330,4 @@ def _timestamp(value: object, path: str) -> str:
             pass
         else:
             return value
-    raise Invalid(path, "must be an RFC 3339 timestamp", value)
+    raise v.Invalid(path, "must be an RFC 3339 timestamp", value)

@@ -188,12 +188,14 @@ def check_inventory(run: Run) -> None:
 
 def _to_appraise(node: Node) -> attestation.NodeToAppraise:
     """What attestation needs to know of the node: who it is, the GPUs it must have, its class."""
-    gpus = list(GPU.objects.filter(node=node).order_by("index").values_list("index", "uuid", "serial", "model"))
+    gpus = list(GPU.objects.filter(node=node).order_by("index"))
     return attestation.NodeToAppraise(
         identity=verifier.NodeIdentity(
-            name=node.name, serial=node.serial, gpus=tuple(verifier.GPUIdentity(*gpu[:3]) for gpu in gpus)
+            name=node.name,
+            serial=node.serial,
+            gpus=tuple(verifier.GPUIdentity(gpu.index, gpu.uuid, gpu.serial) for gpu in gpus),
         ),
-        gpu_models=frozenset(gpu[3] for gpu in gpus),
+        gpu_models=frozenset(gpu.model for gpu in gpus),
     )
 
 
