@@ -339,17 +339,30 @@ def provision_held_nodes(*, actor: str = "system:reconciler") -> int:
                     actor=actor,
                 )
         else:
-            try:
-                transition(
-                    node_id=node.pk,
-                    event=lifecycle.Event.PROVISION_REQUESTED,
-                    actor=actor,
-                    reservation=allocation.reservation,
-                )
-                count += 1
-            except (ConcurrentTransition, lifecycle.IllegalTransition):
-                continue
+            count += _provision_if_still_started(node_id=node.pk, reservation_id=allocation.reservation_id, actor=actor)
     return count
+
+
+def _provision_if_still_started(*, node_id: int, reservation_id: int, actor: str) -> bool:
+    """Send one held node to provisioning while its reservation's row is locked and still started.
+
+    The batch that found the node may be stale: a release that began since would list the
+    reservation's nodes before this one joined it and leave it serving no one. The lock (the
+    one release_reservation's first update takes) puts the two in order.
+    """
+    with transaction.atomic():
+        reservation = (
+            Reservation.objects.select_for_update(no_key=True)
+            .filter(pk=reservation_id, state__in=[RS.PROVISIONING, RS.DEGRADED])
+            .first()
+        )
+        if reservation is None:
+            return False
+        try:
+            transition(node_id=node_id, event=lifecycle.Event.PROVISION_REQUESTED, actor=actor, reservation=reservation)
+        except (ConcurrentTransition, lifecycle.IllegalTransition):
+            return False
+    return True
 
 
 def _count_per_reservation(queryset) -> Subquery:

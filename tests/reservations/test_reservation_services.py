@@ -1,12 +1,14 @@
 """reservations.services against the real PostgreSQL: place, hold, provision, release, heal, expire."""
 
 import functools
+import threading
 import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.types.range import Range
 
 from fleet.models import Node, Pod
 from reservations import services
@@ -199,3 +201,37 @@ def test_concurrent_healing_places_one_replacement():
     at_once(*[functools.partial(services.heal_reservation, reservation_id=reservation.pk)] * 4)
     assert len(held(reservation)) == 3  # found by bench/incident.py: two healers both topped it up
     assert bring_up(reservation).state == "active"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_held_node_does_not_start_provisioning_for_a_reservation_being_released():
+    """Found by the soak: the reconciler read a started reservation, a release listed its nodes
+    and ended it, then the reconciler sent a held node to provisioning for no one."""
+    make_available(enrol_default_fleet(12))
+    starts_at = timezone.now() + timedelta(hours=1)
+    reservation = reserve(
+        Tenant.objects.create(name="acme"), 1, starts_at=starts_at, ends_at=starts_at + timedelta(hours=1)
+    )
+    allocation = Allocation.objects.get(reservation=reservation)
+    # Its period has begun: the reconciler's next pass would provision the held node.
+    Allocation.objects.filter(pk=allocation.pk).update(
+        period=Range(timezone.now() - timedelta(minutes=1), starts_at + timedelta(hours=1))
+    )
+    Reservation.objects.filter(pk=reservation.pk).update(state="provisioning")
+    release_listed_its_nodes = threading.Event()
+
+    def release_not_yet_committed():
+        with transaction.atomic():
+            services.release_reservation(reservation_id=reservation.pk, actor="test")
+            release_listed_its_nodes.set()
+            time.sleep(1)
+
+    def reconcile_from_what_is_committed():
+        release_listed_its_nodes.wait()
+        services.provision_held_nodes()
+
+    at_once(release_not_yet_committed, reconcile_from_what_is_committed)
+
+    assert Reservation.objects.get(pk=reservation.pk).state == "released"
+    assert not Node.objects.filter(reservation=reservation).exists()
+    assert Node.objects.get(pk=allocation.node_id).state == "available"
