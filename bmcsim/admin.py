@@ -11,6 +11,8 @@ import json
 
 from aiohttp import web
 
+from core.topology import agent_token
+
 from . import faults, releases, state
 from .agent import detail
 from .sim import SIM, Simulator
@@ -31,6 +33,7 @@ def inventory(sim: Simulator) -> bytes:
             "system_id": spec.name,
             "credentials": {"username": spec.bmc_username, "password": spec.bmc_password},
             "agent_url": f"{base}/agent/{spec.name}",
+            "agent_token": agent_token(spec.name),
             "macs": state.macs(spec.name),
             "gpus": [{"index": g.index, "uuid": g.uuid, "serial": g.serial, "model": g.model} for g in spec.gpus],
         }

@@ -1,78 +1,78 @@
-"""The in-band agent of each node, under /agent/{node}: what runs on the node's OS.
+"""Every node's in-band agent under /agent/{node}: the real agent (the `agent` package) on the
+simulated hardware of this node, through its `sim` backend.
 
-It answers only while its node is powered on and booted, and not while `agent_down` is set;
-otherwise 503 with a JSON detail. Errors are JSON {"detail": ...}.
+The agent answers only while its node is powered on and booted, and not while `agent_down` is
+set. It needs the node's bearer token (core.topology.agent_token, handed out with the
+inventory); Prometheus reads /metrics with the fleet's metrics token instead.
 """
 
 from __future__ import annotations
 
-import json
-import re
-
 from aiohttp import web
 
-from . import evidence, metrics, state
+from agent import app as agent_app
+from agent.backend import GPU
+from agent.sim import SimBackend
+from core.topology import agent_token
+
+from . import evidence, releases, state
 from .sim import SIM, Simulator
 from .state import NodeState
-
-MAX_NONCE_BYTES = 64  # TPM2B_DATA holds at most one SHA-512 digest
-HEX_BYTES = re.compile(r"(?:[0-9a-fA-F]{2})+")
 
 
 def detail(status: int, message: str) -> web.Response:
     return web.json_response({"detail": message}, status=status)
 
 
-def _not_answering(node: NodeState, now: float) -> str | None:
-    if not node.power_on:
-        return f"{node.name} is powered off"
-    if not node.is_booted(now):
-        return f"{node.name} is still booting"
-    if node.has_fault("agent_down"):
-        return f"the agent of {node.name} is down"
-    return None
+def pci_bus_id(index: int) -> str:
+    return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
 
 
-def running_agent(handler):
-    async def wrapper(request: web.Request) -> web.Response:
-        sim = request.app[SIM]
-        node = sim.fleet.nodes.get(request.match_info["node"])
-        if node is None:
-            return detail(404, f"no node named {request.match_info['node']!r}")
-        reason = _not_answering(node, sim.now())
-        if reason:
-            return detail(503, reason)
-        return await handler(request, sim, node)
+class SimulatedNode:
+    """One bmcsim node as the agent's sim backend sees its hardware."""
 
-    return wrapper
+    def __init__(self, sim: Simulator, node: NodeState):
+        self.sim = sim
+        self.node = node
+        self.name = node.name
+        self._gpus = [
+            GPU(
+                index=g.index,
+                uuid=g.uuid,
+                model=g.model,
+                pci_bus_id=pci_bus_id(g.index),
+                serial=g.serial,
+                driver_version=releases.GPU_RELEASES["driver"][-1],
+                vbios_version=releases.GPU_RELEASES["vbios"][-1],
+            )
+            for g in node.spec.gpus
+        ]
 
+    @property
+    def operations(self) -> dict[str, dict]:
+        return self.node.agent_operations
 
-@running_agent
-async def get_metrics(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
-    return web.Response(
-        body=metrics.render(node, sim.now()), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
-    )
+    def silent_because(self, now: float) -> str | None:
+        if not self.node.power_on:
+            return f"{self.name} is powered off"
+        if not self.node.is_booted(now):
+            return f"{self.name} is still booting"
+        if self.node.has_fault("agent_down"):
+            return f"the agent of {self.name} is down"
+        return None
 
+    def gpu_identities(self) -> list[GPU]:
+        return self._gpus
 
-@running_agent
-async def post_evidence(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
-    try:
-        body = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError):
-        return detail(400, 'body must be JSON: {"nonce": hex}')
-    nonce = body.get("nonce") if isinstance(body, dict) else None
-    if not isinstance(nonce, str) or not HEX_BYTES.fullmatch(nonce) or len(nonce) > 2 * MAX_NONCE_BYTES:
-        return detail(400, f"'nonce' must be 1 to {MAX_NONCE_BYTES} bytes in hex")
-    raw = bytes.fromhex(nonce)
-    return web.json_response(evidence.collect(node, sim.pki, raw, sim.now()))
+    def gpu_faults(self) -> list[dict]:
+        return self.node.gpu_faults()
 
+    def xid_counts(self) -> dict[int, dict[int, int]]:
+        return {int(g): {int(x): n for x, n in per.items()} for g, per in self.node.xid_counts.items()}
 
-@running_agent
-async def get_inventory(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
-    """What in-band inspection collects: the node's serial, NICs, GPUs and disks."""
-    now = sim.now()
-    return web.json_response(
-        {
+    def inventory(self, now: float) -> dict:
+        node = self.node
+        return {
             "name": node.name,
             "serial": node.spec.serial,
             "boot_source": node.boot_source,
@@ -82,45 +82,28 @@ async def get_inventory(request: web.Request, sim: Simulator, node: NodeState) -
                 for g in node.spec.gpus
             ],
             "drives": [
-                {
-                    "id": d,
-                    "capacity_bytes": state.DRIVE_CAPACITY_BYTES,
-                    "last_erased_at": node.last_erased(d, now),
-                }
+                {"id": d, "capacity_bytes": state.DRIVE_CAPACITY_BYTES, "last_erased_at": node.last_erased(d, now)}
                 for d in state.DRIVES
             ],
         }
-    )
+
+    def evidence(self, nonce: bytes, now: float) -> dict:
+        return evidence.collect(self.node, self.sim.pki, nonce, now)
+
+    def outcome(self, now: float, duration: float) -> dict:
+        return self.node.outcome(now, duration)
+
+    def changed(self) -> None:
+        self.sim.fleet.touch(self.node)
 
 
-def _wipe_status(node: NodeState, now: float) -> dict:
-    wipe = node.gpu_wipe
-    status = state.operation_state(wipe, now)
-    return {
-        "state": status,
-        "started_at": wipe["start"] if wipe else None,
-        "finished_at": wipe["end"] if status in ("succeeded", "failed") else None,
+def add_routes(app: web.Application) -> None:
+    sim = app[SIM]
+    metrics_token = sim.settings.agent_metrics_token
+    served = {
+        name: agent_app.Served(
+            SimBackend(SimulatedNode(sim, node), scale=sim.scale, clock=sim.now), agent_token(name), metrics_token
+        )
+        for name, node in sim.fleet.nodes.items()
     }
-
-
-@running_agent
-async def get_gpu_wipe(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
-    return web.json_response(_wipe_status(node, sim.now()))
-
-
-@running_agent
-async def start_gpu_wipe(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
-    now = sim.now()
-    if state.operation_state(node.gpu_wipe, now) == "running":
-        return detail(409, f"a GPU memory wipe of {node.name} is already running")
-    node.start_gpu_wipe(now, sim.scale)
-    sim.fleet.touch(node)
-    return web.json_response(_wipe_status(node, now), status=202)
-
-
-def add_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/agent/{node}/metrics", get_metrics, allow_head=False)
-    router.add_post("/agent/{node}/evidence", post_evidence)
-    router.add_get("/agent/{node}/inventory", get_inventory, allow_head=False)
-    router.add_get("/agent/{node}/gpu-wipe", get_gpu_wipe, allow_head=False)
-    router.add_post("/agent/{node}/gpu-wipe", start_gpu_wipe)
+    agent_app.add_routes(app.router, lambda request: served.get(request.match_info["node"]), prefix="/agent/{node}")

@@ -2,6 +2,8 @@
 
 Kinds (POST /bmcsim/v1/faults with {"node", "kind", ...}):
 - xid {"gpu", "xid"}: the GPU reports that XID; it counts in the metrics and the GPU turns unhealthy.
+- ecc_dbe {"gpu"}: the GPU reports an uncorrectable (double-bit) ECC error, and a row remapped for it.
+- row_remap_failure {"gpu"}: the GPU could not remap a failing memory row.
 - implant: the node's kernel image is replaced by a tampered one; the next boot measures it,
   a disk secure erase does not remove it, clearing the fault (the operator's reflash) does.
 - bmc_error: the node's BMC answers 500.
@@ -17,7 +19,19 @@ from __future__ import annotations
 
 from .state import Fleet, NodeState
 
-KINDS = ("xid", "implant", "bmc_error", "bmc_timeout", "erase_hang", "erase_fail", "agent_down", "cc_mode")
+KINDS = (
+    "xid",
+    "ecc_dbe",
+    "row_remap_failure",
+    "implant",
+    "bmc_error",
+    "bmc_timeout",
+    "erase_hang",
+    "erase_fail",
+    "agent_down",
+    "cc_mode",
+)
+GPU_KINDS = ("xid", "ecc_dbe", "row_remap_failure")
 CC_MODES = ("on", "off", "devtools")
 HANG_S = 120.0
 
@@ -41,11 +55,16 @@ def inject(fleet: Fleet, payload: object) -> tuple[NodeState, dict]:
     node = fleet.nodes.get(name)
     if node is None:
         raise FaultError(404, f"no node named {name!r}")
-    if kind == "xid":
-        gpu, xid = payload.get("gpu"), payload.get("xid")
+    if kind in GPU_KINDS:
+        gpu = payload.get("gpu")
         gpus = len(node.spec.gpus)
         if not _is_int(gpu) or not 0 <= gpu < gpus:
             raise FaultError(400, f"'gpu' must be an integer from 0 to {gpus - 1}")
+    if kind in ("ecc_dbe", "row_remap_failure"):
+        fault = {"kind": kind, "gpu": gpu}
+        node.faults.append(fault)
+    elif kind == "xid":
+        xid = payload.get("xid")
         if not _is_int(xid) or not 1 <= xid <= 65535:
             raise FaultError(400, "'xid' must be an integer from 1 to 65535")
         fault = {"kind": "xid", "gpu": gpu, "xid": xid}

@@ -60,7 +60,7 @@ def make_app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=[json_errors, route_redfish], client_max_size=MAX_BODY_BYTES)
     app[SIM] = Simulator(settings)
     redfish.add_routes(app.router)
-    agent.add_routes(app.router)
+    agent.add_routes(app)
     admin.add_routes(app.router)
     app.cleanup_ctx.append(_flusher)
     return app

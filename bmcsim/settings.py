@@ -13,6 +13,7 @@ from core.topology import NodeSpec, default_layout
 MAX_NODES = 10_000
 MAX_BODY_BYTES = 1024 * 1024  # a request body past this answers 413, on every route
 REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_METRICS_TOKEN = "gpufleet-demo-agent-metrics"
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Settings:
     scale: float
     username: str
     password: str
+    # Prometheus' credential for every agent's /metrics; deploy/prometheus/prometheus.yml carries it.
+    agent_metrics_token: str = DEMO_METRICS_TOKEN
 
     @property
     def base_url(self) -> str:
@@ -74,6 +77,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         scale=args.time_scale,
         username=env.get("BMCSIM_USERNAME", "root"),
         password=env.get("BMCSIM_PASSWORD", "calvin"),
+        agent_metrics_token=env.get("BMCSIM_AGENT_METRICS_TOKEN", DEMO_METRICS_TOKEN),
     )
 
 

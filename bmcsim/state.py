@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 
+from agent.sim import kill_running, operation_state
 from core.topology import NodeSpec
 
 from . import releases
@@ -20,7 +21,6 @@ POWER_ON_S = 2.0
 GRACEFUL_OFF_S = 3.0
 BOOT_S = 8.0
 SECURE_ERASE_S = 20.0
-GPU_WIPE_S = 10.0
 FIRMWARE_UPDATE_S = 30.0
 
 DRIVES = ("0", "1")
@@ -45,6 +45,7 @@ class NodeState:
     """One node's hardware. Everything but `spec` is persisted."""
 
     __slots__ = (
+        "agent_operations",
         "boot_count",
         "boot_enabled",
         "boot_firmware",
@@ -55,7 +56,6 @@ class NodeState:
         "booted_at",
         "faults",
         "firmware",
-        "gpu_wipe",
         "indicator_led",
         "media",
         "power_on",
@@ -87,7 +87,7 @@ class NodeState:
         self.xid_counts: dict[str, dict[str, int]] = {}
         self.tasks: list[dict] = []
         self.task_seq = 0
-        self.gpu_wipe: dict | None = None
+        self.agent_operations: dict[str, dict] = {}  # the agent's GPU wipe, reset and diagnostics
         self.volumes: list[dict] = []
 
     @property
@@ -138,9 +138,7 @@ class NodeState:
         self.boot_count += 1
         self.boot_implanted = self.has_fault("implant")
         self.boot_firmware = self.firmware
-        if operation_state(self.gpu_wipe, now) == "running":
-            # The reboot kills the wipe: it ends failed and a new one may start.
-            self.gpu_wipe = {**self.gpu_wipe, "end": now, "ok": False}
+        kill_running(self.agent_operations, now)
 
     def measured_boot(self) -> list[tuple[str, str]]:
         """(component, digest) in boot order, as measured by the last boot."""
@@ -161,20 +159,18 @@ class NodeState:
         modes = [f["mode"] for f in self.faults if f["kind"] == "cc_mode"]
         return modes[-1] if modes else "on"
 
-    def last_xid(self, gpu: int) -> int:
-        xids = [f["xid"] for f in self.faults if f["kind"] == "xid" and f["gpu"] == gpu]
-        return xids[-1] if xids else 0
+    def gpu_faults(self) -> list[dict]:
+        return [f for f in self.faults if "gpu" in f]
 
-    # Long operations: secure erase and firmware update (Redfish tasks), the agent's GPU memory wipe.
+    def gpu_unhealthy(self, gpu: int) -> bool:
+        return any(f["gpu"] == gpu for f in self.gpu_faults())
 
-    def _outcome(self, now: float, duration: float, scale: float) -> dict:
-        """Decide at start how an erase or wipe ends: a hang never ends, a failure ends in error."""
+    # Long operations: secure erase and firmware update (Redfish tasks), and the agent's.
+
+    def outcome(self, now: float, duration: float) -> dict:
+        """Decide at start how an erase or GPU wipe ends: a hang never ends, a failure ends in error."""
         hang = self.has_fault("erase_hang")
-        return {
-            "start": now,
-            "end": math.inf if hang else now + duration * scale,
-            "ok": not self.has_fault("erase_fail"),
-        }
+        return {"start": now, "end": math.inf if hang else now + duration, "ok": not self.has_fault("erase_fail")}
 
     def _task(self, record: dict) -> dict:
         self.task_seq += 1
@@ -183,7 +179,7 @@ class NodeState:
         return task
 
     def start_erase(self, drive: str, now: float, scale: float) -> dict:
-        return self._task({"drive": drive, **self._outcome(now, SECURE_ERASE_S, scale)})
+        return self._task({"drive": drive, **self.outcome(now, SECURE_ERASE_S * scale)})
 
     def start_update(self, release: str, now: float, scale: float) -> dict:
         """Flash a firmware release: the next boot runs, and measures, it."""
@@ -200,18 +196,6 @@ class NodeState:
 
     def find_task(self, task_id: str) -> dict | None:
         return next((t for t in self.tasks if t["id"] == task_id), None)
-
-    def start_gpu_wipe(self, now: float, scale: float) -> None:
-        self.gpu_wipe = self._outcome(now, GPU_WIPE_S, scale)
-
-
-def operation_state(operation: dict | None, now: float) -> str:
-    """idle, running, succeeded or failed: the state of an erase task or a GPU wipe."""
-    if operation is None:
-        return "idle"
-    if now < operation["end"]:
-        return "running"
-    return "succeeded" if operation["ok"] else "failed"
 
 
 class Fleet:

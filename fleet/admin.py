@@ -11,10 +11,17 @@ from core.admin_permissions import has_permission
 from fleet import lifecycle
 from fleet.bmc_access import BMCAddressRefused, check_bmc_url
 from fleet.models import GPU, AuditEvent, Node, Pod, Rack
-from fleet.services import BMC_ACCESS_FIELDS, ConcurrentTransition, change_bmc_access, transition
+from fleet.services import (
+    BMC_ACCESS_FIELDS,
+    SECRET_ACCESS_FIELDS,
+    ConcurrentTransition,
+    change_bmc_access,
+    transition,
+)
 
-# What the form shows of a node's BMC access: all of it but the stored password.
-BMC_ACCESS_FORM_FIELDS = [f for f in BMC_ACCESS_FIELDS if f != "bmc_password"]
+# What the form shows of a node's BMC and agent access: all of it but the stored secrets.
+BMC_ACCESS_FORM_FIELDS = [f for f in BMC_ACCESS_FIELDS if f not in SECRET_ACCESS_FIELDS]
+SECRET_INPUTS = ["reentered_password", "new_agent_token"]
 
 
 class RackInline(admin.TabularInline):
@@ -52,7 +59,8 @@ class QuarantineForm(forms.Form):
 
 class NodeForm(forms.ModelForm):
     """A BMC's address, system id, username and agent URL change only with its password entered
-    anew: whoever points the node's BMC elsewhere gets the password they typed, never the real one."""
+    anew: whoever points the node's BMC elsewhere gets the password they typed, never the real one.
+    Likewise the agent's URL changes only with its token entered anew."""
 
     reentered_password = forms.CharField(
         label="BMC password",
@@ -61,10 +69,21 @@ class NodeForm(forms.ModelForm):
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="Never shown. Enter it to change how the BMC is reached (and to set a new password).",
     )
+    new_agent_token = forms.CharField(
+        label="Agent token",
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Never shown. Enter it, with the BMC password, to set the agent's token or to move its URL.",
+    )
 
     def clean(self):
         cleaned = super().clean()
         changed = [f for f in BMC_ACCESS_FORM_FIELDS if f in self.changed_data]
+        if cleaned.get("new_agent_token"):
+            changed.append("agent_token")
+        elif "agent_url" in self.changed_data:
+            self.add_error("new_agent_token", "Enter the agent's token to change its URL.")
         if not cleaned.get("reentered_password"):
             if changed:
                 self.add_error("reentered_password", f"Enter the BMC's password to change {', '.join(changed)}.")
@@ -124,7 +143,7 @@ class NodeAdmin(admin.ModelAdmin):
     def get_fieldsets(self, request, obj=None):
         access = BMC_ACCESS_FORM_FIELDS
         if self.has_change_permission(request, obj):
-            access = [*access, "reentered_password"]
+            access = [*access, *SECRET_INPUTS]
         return [
             (None, {"fields": ["name", "rack", "position", "serial"]}),
             ("BMC access", {"fields": access, "description": "Changed only with the BMC password; audited."}),
@@ -132,7 +151,7 @@ class NodeAdmin(admin.ModelAdmin):
         ]
 
     def save_model(self, request, obj, form, change):
-        others = [f for f in form.changed_data if f not in BMC_ACCESS_FORM_FIELDS and f != "reentered_password"]
+        others = [f for f in form.changed_data if f not in BMC_ACCESS_FORM_FIELDS and f not in SECRET_INPUTS]
         if others:
             obj.save(update_fields=others)
         if password := form.cleaned_data.get("reentered_password"):
@@ -140,6 +159,7 @@ class NodeAdmin(admin.ModelAdmin):
                 node_id=obj.pk,
                 actor=f"operator:{request.user.get_username()}",
                 bmc_password=password,
+                agent_token=form.cleaned_data["new_agent_token"] or obj.agent_token,
                 **{f: form.cleaned_data[f] for f in BMC_ACCESS_FORM_FIELDS},
             )
 

@@ -1,17 +1,19 @@
 """What a data-center inventory hands the control plane, as plain records.
 
-Pure: parses bmcsim's GET /bmcsim/v1/inventory answer, or turns the default topology into the
-same records, with no Django import. Anything malformed raises InventoryError naming the node
-and the field.
+Pure: parses bmcsim's GET /bmcsim/v1/inventory answer (or a JSON file of that shape), a CSV
+file with one node per row, or turns the default topology into the same records, with no Django
+import. Anything malformed raises InventoryError naming the node and the field.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
 from typing import Any
 
 from core import validation as v
-from core.topology import NodeSpec
+from core.topology import NodeSpec, agent_token
 
 
 class InventoryError(ValueError):
@@ -38,6 +40,7 @@ class NodeRecord:
     bmc_username: str
     bmc_password: str
     agent_url: str
+    agent_token: str
     gpus: tuple[GPURecord, ...]
 
 
@@ -86,6 +89,7 @@ def _records(document: Any) -> list[NodeRecord]:
                 bmc_username=_field(credentials, "username", str, f"{name}.credentials"),
                 bmc_password=_field(credentials, "password", str, f"{name}.credentials"),
                 agent_url=_field(entry, "agent_url", str, name),
+                agent_token=_field(entry, "agent_token", str, name),
                 gpus=tuple(_parse_gpu(gpu, v.at(f"{name}.gpus", index)) for index, gpu in enumerate(gpus)),
             )
         )
@@ -93,6 +97,58 @@ def _records(document: Any) -> list[NodeRecord]:
     if len(set(names)) != len(names):
         raise InventoryError("inventory names a node twice")
     return records
+
+
+# A CSV inventory's columns: the JSON shape's fields, the credentials flat, and each node's GPUs as
+# one model and space-separated UUIDs and serials in index order.
+CSV_COLUMNS = (
+    "name",
+    "pod",
+    "rack",
+    "position",
+    "serial",
+    "redfish_url",
+    "system_id",
+    "bmc_username",
+    "bmc_password",
+    "agent_url",
+    "agent_token",
+    "gpu_model",
+    "gpu_uuids",
+    "gpu_serials",
+)
+
+
+def parse_csv_inventory(text: str) -> list[NodeRecord]:
+    """Records from a CSV inventory with a header row naming CSV_COLUMNS (in any order)."""
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InventoryError(
+            f"the CSV inventory has no column {', '.join(missing)} (it needs {', '.join(CSV_COLUMNS)})"
+        )
+    nodes = []
+    for line, row in enumerate(reader, start=2):
+        name = row["name"] or f"line {line}"
+        if not row["position"].isdigit():
+            raise InventoryError(f"{name}: 'position' must be a whole number, got {row['position']!r}")
+        uuids, serials = row["gpu_uuids"].split(), row["gpu_serials"].split()
+        if serials and len(serials) != len(uuids):
+            raise InventoryError(f"{name}: {len(uuids)} GPU UUIDs but {len(serials)} serials")
+        nodes.append(
+            {
+                **{c: row[c] for c in ("name", "pod", "rack", "serial", "redfish_url", "system_id")},
+                "position": int(row["position"]),
+                "credentials": {"username": row["bmc_username"], "password": row["bmc_password"]},
+                "agent_url": row["agent_url"],
+                "agent_token": row["agent_token"],
+                "gpus": [
+                    {"index": i, "uuid": u, "serial": serials[i] if serials else "", "model": row["gpu_model"]}
+                    for i, u in enumerate(uuids)
+                ],
+            }
+        )
+    return parse_inventory({"nodes": nodes})
 
 
 def records_from_layout(layout: list[NodeSpec], bmcsim_url: str) -> list[NodeRecord]:
@@ -110,6 +166,7 @@ def records_from_layout(layout: list[NodeSpec], bmcsim_url: str) -> list[NodeRec
             bmc_username=spec.bmc_username,
             bmc_password=spec.bmc_password,
             agent_url=f"{base}/agent/{spec.name}",
+            agent_token=agent_token(spec.name),
             gpus=tuple(GPURecord(index=g.index, uuid=g.uuid, serial=g.serial, model=g.model) for g in spec.gpus),
         )
         for spec in layout

@@ -63,13 +63,15 @@ class Node(models.Model):
     position = models.PositiveSmallIntegerField(help_text="Slot in the rack, from 1.")
     serial = models.CharField(max_length=64)
 
-    # BMC access. The credentials never appear in a listing, an API answer or a log line; the
-    # address and username change only with the password re-entered (fleet.services.change_bmc_access).
+    # BMC and agent access. The credentials (BMC password, agent token) never appear in a listing, an
+    # API answer or a log line; the addresses and username change only with the password re-entered
+    # (fleet.services.change_bmc_access), the agent's address only with its token too.
     redfish_url = models.URLField(help_text="Base URL of the Redfish service.")
     system_id = models.CharField(max_length=64, help_text="Id of the node's System in that service.")
     bmc_username = models.CharField(max_length=64)
     bmc_password = models.CharField(max_length=128)
     agent_url = models.URLField(blank=True, help_text="The node's in-band agent.")
+    agent_token = models.CharField(max_length=256, blank=True, help_text="The agent's bearer token. Never shown.")
 
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.ENROLLED)
     state_since = models.DateTimeField(db_default=Now())

@@ -23,8 +23,9 @@ from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node, NodeState, Pod, 
 from fleet.signals import node_transitioned
 
 ENROLMENT_BATCH = 500
-# How a node's BMC and agent are reached; the password is one of them but is never audited.
-BMC_ACCESS_FIELDS = ["redfish_url", "system_id", "bmc_username", "bmc_password", "agent_url"]
+# How a node's BMC and agent are reached; the secrets among them are audited as changed, never by value.
+BMC_ACCESS_FIELDS = ["redfish_url", "system_id", "bmc_username", "bmc_password", "agent_url", "agent_token"]
+SECRET_ACCESS_FIELDS = ("bmc_password", "agent_token")
 
 
 class ConcurrentTransition(Exception):
@@ -190,6 +191,7 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
                     bmc_username=r.bmc_username,
                     bmc_password=r.bmc_password,
                     agent_url=r.agent_url,
+                    agent_token=r.agent_token,
                 )
                 for r in new
             )
@@ -234,15 +236,12 @@ def _check_bmc_addresses(records: list[NodeRecord]) -> None:
 
 
 def _bmc_change(node: Node, access: dict) -> dict:
-    """What the new access changes, fit for the audit log: the password only as changed or not."""
-    changed = {
-        field: {"from": getattr(node, field), "to": value}
+    """What the new access changes, fit for the audit log: a secret only as changed or not."""
+    return {
+        field: "changed" if field in SECRET_ACCESS_FIELDS else {"from": getattr(node, field), "to": value}
         for field, value in access.items()
-        if field != "bmc_password" and getattr(node, field) != value
+        if getattr(node, field) != value
     }
-    if node.bmc_password != access["bmc_password"]:
-        changed["bmc_password"] = "changed"
-    return changed
 
 
 def _bmc_change_audit(node: Node, actor: str, detail: dict) -> AuditEvent:
@@ -258,12 +257,20 @@ def _bmc_change_audit(node: Node, actor: str, detail: dict) -> AuditEvent:
 
 
 def change_bmc_access(
-    *, node_id: int, actor: str, redfish_url: str, system_id: str, bmc_username: str, bmc_password: str, agent_url: str
+    *,
+    node_id: int,
+    actor: str,
+    redfish_url: str,
+    system_id: str,
+    bmc_username: str,
+    bmc_password: str,
+    agent_url: str,
+    agent_token: str,
 ) -> Node:
-    """Give the node new BMC access (the password always with it) and audit what changed.
+    """Give the node new BMC and agent access (the secrets always with it) and audit what changed.
 
     Raises BMCAddressRefused if the BMC or agent URL is outside the BMC networks. The audit
-    row names the fields that changed, with old and new values, but never a password.
+    row names the fields that changed, with old and new values, but never a secret's.
     """
     for url in filter(None, (redfish_url, agent_url)):
         check_bmc_url(url)
@@ -273,6 +280,7 @@ def change_bmc_access(
         "bmc_username": bmc_username,
         "bmc_password": bmc_password,
         "agent_url": agent_url,
+        "agent_token": agent_token,
     }
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node_id)

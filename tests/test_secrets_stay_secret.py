@@ -14,10 +14,12 @@ from attestation.ear import generate_signing_key
 from fleet.models import Node
 from reservations.models import Tenant
 from tests.support.factories import tenant_token
+from workflows.agent import AgentClient, AgentUnavailable
 from workflows.redfish import BMCAccess, RedfishClient, RedfishError
 
 BMC_PASSWORD = "bmc-secret-3f9a1c"
 WEBHOOK_TOKEN = "webhook-secret-77d2e0"
+AGENT_TOKEN = "agent-secret-5be04d"
 
 
 def routes(patterns=None, prefix=""):
@@ -36,10 +38,16 @@ def secrets(active_node, settings, tmp_path):
     key_file = tmp_path / "key.pem"
     generate_signing_key(key_file)
     settings.GPUFLEET_SIGNING_KEY = str(key_file)
-    Node.objects.update(bmc_password=BMC_PASSWORD)
+    Node.objects.update(bmc_password=BMC_PASSWORD, agent_token=AGENT_TOKEN)
     token = tenant_token("carol")
     pem_body = "".join(key_file.read_text().splitlines()[1:-1])
-    yield {"BMC password": BMC_PASSWORD, "tenant token": token, "webhook token": WEBHOOK_TOKEN, "signing key": pem_body}
+    yield {
+        "BMC password": BMC_PASSWORD,
+        "agent token": AGENT_TOKEN,
+        "tenant token": token,
+        "webhook token": WEBHOOK_TOKEN,
+        "signing key": pem_body,
+    }
 
 
 def assert_clean(where: str, text: str, secrets: dict) -> None:
@@ -87,6 +95,16 @@ def test_a_failing_bmc_call_names_the_node_and_never_its_credentials(secrets, ca
         client.system()
     assert "node-x" in str(failure.value)
     assert_clean("a Redfish error", str(failure.value) + caplog.text, secrets)
+
+
+@pytest.mark.django_db
+def test_a_failing_agent_call_names_the_node_and_never_its_token(secrets, caplog):
+    caplog.set_level(logging.DEBUG)
+    agent = AgentClient("node-x", "http://127.0.0.1:9/agent/node-x", AGENT_TOKEN, timeout=0.5)
+    with pytest.raises(AgentUnavailable) as failure:
+        agent.inventory()
+    assert "node-x" in str(failure.value)
+    assert_clean("an agent error", str(failure.value) + caplog.text, secrets)
 
 
 @pytest.mark.django_db

@@ -1,5 +1,7 @@
 """A client for a node's in-band agent (inventory, GPU memory wipe, attestation evidence).
 
+Every call carries the node's agent token; the agent answers 401 without it.
+
 The agent answers only while its node is on and booted: until then it is unavailable, which
 the workflows wait out, within their timeouts.
 """
@@ -21,11 +23,12 @@ class AgentError(Exception):
 
 
 class AgentClient:
-    def __init__(self, node: str, agent_url: str, *, timeout: float = 10.0):
+    def __init__(self, node: str, agent_url: str, token: str, *, timeout: float = 10.0):
         self.node = node
         self.base = agent_url.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {token}"
         self.calls = 0
         self.seconds = 0.0
 

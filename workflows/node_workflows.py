@@ -342,7 +342,7 @@ def run_workflow(*, node_id: int, worker: str) -> str:
     node = Node.objects.get(pk=node_id)
     access = BMCAccess(node.name, node.redfish_url, node.system_id, node.bmc_username, node.bmc_password)
     bmc = RedfishClient(access, timeout=settings.BMC_TIMEOUT)
-    agent = AgentClient(node.name, node.agent_url, timeout=settings.BMC_TIMEOUT)
+    agent = AgentClient(node.name, node.agent_url, node.agent_token, timeout=settings.BMC_TIMEOUT)
     outcomes = []
     try:
         while lease is not None:

@@ -69,7 +69,9 @@ def reconcile_reservations() -> dict:
 def recheck_gpu(remediation_id: int) -> str:
     """Recheck a GPU the rules sent to reset: an agent that cannot tell counts as unhealthy."""
     remediation = Remediation.objects.select_related("node").get(pk=remediation_id)
-    agent = AgentClient(remediation.node.name, remediation.node.agent_url, timeout=settings.BMC_TIMEOUT)
+    agent = AgentClient(
+        remediation.node.name, remediation.node.agent_url, remediation.node.agent_token, timeout=settings.BMC_TIMEOUT
+    )
     try:
         healthy = agent.gpu_healthy(remediation.gpu)
     except AgentUnavailable:

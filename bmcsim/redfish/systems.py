@@ -111,7 +111,7 @@ def processor_body(node: NodeState, processor_id: str) -> dict | None:
     gpu = next((g for g in node.spec.gpus if f"GPU{g.index}" == processor_id), None)
     if gpu is None:
         return None
-    unhealthy = node.last_xid(gpu.index) != 0
+    unhealthy = node.gpu_unhealthy(gpu.index)
     return body | {
         "Status": {"State": "Enabled", "Health": "Critical" if unhealthy else "OK"},
         "ProcessorType": "GPU",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .. import state
+from agent.sim import operation_state
+
 from ..sim import SIM
 from ..state import NodeState
 from .access import check_bmc, visible_nodes
@@ -20,7 +21,7 @@ TASK_STATES = {
 
 
 def task_body(node: NodeState, record: dict, now: float) -> dict:
-    outcome = state.operation_state(record, now)
+    outcome = operation_state(record, now)
     task_state, status, message_id, progress = TASK_STATES[outcome]
     what = (
         f"Secure erase of {node.name} drive {record['drive']}"

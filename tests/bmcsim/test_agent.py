@@ -1,8 +1,13 @@
-"""The in-band agent: metrics in dcgm-exporter's format, GPU wipe, inventory, and when it answers."""
+"""Each simulated node's agent, the real `agent` package on bmcsim's hardware: metrics in
+dcgm-exporter's format, GPU wipe, reset and diagnostics, inventory, its token, and when it answers."""
 
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from bmcsim.settings import DEMO_METRICS_TOKEN
+from core.topology import agent_token
+from tests.support.bmcsim import Bearer
 
 NODE = "node-002"
 DCGM = (
@@ -21,7 +26,9 @@ def samples(bmcsim, node: str = NODE) -> list:
 
 
 def value(found: list, name: str, **labels) -> float:
-    (match,) = [s.value for s in found if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    # prometheus_client's parser names the samples of dcgm-exporter's counters (no _total) *_total.
+    names = (name, f"{name}_total")
+    (match,) = [s.value for s in found if s.name in names and all(s.labels.get(k) == v for k, v in labels.items())]
     return match
 
 
@@ -32,7 +39,16 @@ def test_metrics_use_dcgm_exporter_names_and_labels_per_gpu(bmcsim):
         per_gpu = [s for s in found if s.name == name]
         assert len(per_gpu) == len(gpus), name
         for sample, gpu in zip(per_gpu, gpus, strict=True):
-            assert set(sample.labels) == {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"}
+            assert set(sample.labels) == {
+                "gpu",
+                "UUID",
+                "pci_bus_id",
+                "device",
+                "modelName",
+                "Hostname",
+                "DCGM_FI_DRIVER_VERSION",
+                *(("err_code", "err_msg") if name == "DCGM_FI_DEV_XID_ERRORS" else ()),
+            }
             assert (sample.labels["gpu"], sample.labels["UUID"], sample.labels["Hostname"]) == (
                 str(gpu["index"]),
                 gpu["uuid"],
@@ -49,10 +65,9 @@ def test_an_injected_xid_shows_at_once_and_marks_the_gpu_unhealthy(bmcsim):
     found = samples(bmcsim)
     assert value(found, "gpu_agent_gpu_healthy", gpu="5") == 0
     assert value(found, "gpu_agent_gpu_healthy", gpu="4") == 1
-    assert value(found, "DCGM_FI_DEV_XID_ERRORS", gpu="5") == 79
+    assert value(found, "DCGM_FI_DEV_XID_ERRORS", gpu="5", err_code="79", err_msg="GPU has fallen off the bus") == 79
     before = value(found, "gpu_agent_xid_errors_total", gpu="5", xid="79")
     assert before >= 1
-    assert value(found, "DCGM_EXP_XID_ERRORS_COUNT", gpu="5", xid="79") == before
     bmcsim.post("/bmcsim/v1/faults", json={"node": NODE, "kind": "xid", "gpu": 5, "xid": 79})
     assert value(samples(bmcsim), "gpu_agent_xid_errors_total", gpu="5", xid="79") == before + 1
     assert bmcsim.get(f"/redfish/v1/Systems/{NODE}/Processors/GPU5").json()["Status"]["Health"] == "Critical"
@@ -103,3 +118,54 @@ def test_agent_inventory_matches_the_data_center_inventory(bmcsim):
     assert inventory["serial"] == node["serial"]
     assert inventory["macs"] == node["macs"]
     assert [(g["uuid"], g["serial"]) for g in inventory["gpus"]] == [(g["uuid"], g["serial"]) for g in node["gpus"]]
+
+
+def test_ecc_and_row_remap_faults_show_as_dcgm_exporter_does(bmcsim):
+    assert value(samples(bmcsim), "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu="2") == 0
+    bmcsim.post("/bmcsim/v1/faults", json={"node": NODE, "kind": "ecc_dbe", "gpu": 2})
+    bmcsim.post("/bmcsim/v1/faults", json={"node": NODE, "kind": "row_remap_failure", "gpu": 6})
+    found = samples(bmcsim)
+    assert value(found, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu="2") == 1
+    assert value(found, "DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu="6") == 1
+    assert value(found, "DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu="2") == 0
+    assert value(found, "gpu_agent_gpu_healthy", gpu="2") == value(found, "gpu_agent_gpu_healthy", gpu="6") == 0
+    assert bmcsim.get(f"/redfish/v1/Systems/{NODE}/Processors/GPU6").json()["Status"]["Health"] == "Critical"
+    r = bmcsim.post("/bmcsim/v1/faults", json={"node": NODE, "kind": "ecc_dbe", "gpu": 99})
+    assert r.status_code == 400 and "'gpu'" in r.json()["detail"]
+
+
+def test_every_call_needs_the_nodes_token_and_prometheus_reads_only_metrics(bmcsim):
+    for method, path in (("GET", "metrics"), ("GET", "inventory"), ("POST", "evidence"), ("POST", "gpu-wipe")):
+        r = bmcsim.request(method, f"/agent/{NODE}/{path}", auth=None)
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer", path
+        assert "token" in r.json()["detail"]
+        other_nodes = Bearer(agent_token("node-001"))
+        assert bmcsim.request(method, f"/agent/{NODE}/{path}", auth=other_nodes).status_code == 401, path
+    prometheus = Bearer(DEMO_METRICS_TOKEN)
+    assert bmcsim.get(f"/agent/{NODE}/metrics", auth=prometheus).status_code == 200
+    assert bmcsim.get(f"/agent/{NODE}/inventory", auth=prometheus).status_code == 401
+    assert bmcsim.node(NODE)["agent_token"] == agent_token(NODE)
+
+
+def test_gpu_reset_and_diagnostics_report_their_progress(bmcsim):
+    r = bmcsim.post(f"/agent/{NODE}/gpu-reset", json={"gpu": 3})
+    assert r.status_code == 202 and r.json()["gpu"] == 3
+    assert bmcsim.get(f"/agent/{NODE}/gpu-reset").json() | {"started_at": 0, "finished_at": 0} == {
+        "state": "succeeded",
+        "gpu": 3,
+        "started_at": 0,
+        "finished_at": 0,
+    }
+    assert bmcsim.post(f"/agent/{NODE}/gpu-reset", json={"gpu": 8}).status_code == 400
+    assert bmcsim.post(f"/agent/{NODE}/gpu-reset", json={"gpu": "3"}).status_code == 400
+
+    bmcsim.post("/bmcsim/v1/faults", json={"node": NODE, "kind": "xid", "gpu": 1, "xid": 48})
+    assert bmcsim.post(f"/agent/{NODE}/diagnostics", json={"level": 2}).status_code == 202
+    run = bmcsim.get(f"/agent/{NODE}/diagnostics").json()
+    assert run["state"] == "succeeded" and run["level"] == 2
+    assert {r["test"] for r in run["results"]} == {"software", "pcie", "memory"}
+    failed = {(r["test"], r["gpu"]) for r in run["results"] if not r["passed"]}
+    assert failed == {("pcie", 1), ("memory", 1)}
+    for level in (0, 5, "2", None):
+        r = bmcsim.post(f"/agent/{NODE}/diagnostics", json={"level": level})
+        assert r.status_code == 400 and "'level'" in r.json()["detail"], level

@@ -8,7 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.core.management import CommandError, call_command
 
-from core.topology import bmc_password, default_layout
+from core.topology import agent_token, bmc_password, default_layout
+from fleet.inventory import CSV_COLUMNS
 from fleet.models import GPU, AuditEvent, Node, Pod, Rack
 
 
@@ -84,6 +85,7 @@ def inventory(**overrides) -> dict:
             "system_id": spec.name,
             "credentials": {"username": "admin", "password": spec.bmc_password},
             "agent_url": f"{base}/agent/{spec.name}",
+            "agent_token": agent_token(spec.name),
             "gpus": [{"index": g.index, "uuid": g.uuid, "serial": g.serial, "model": g.model} for g in spec.gpus],
         }
         nodes.append({**entry, **overrides})
@@ -119,3 +121,56 @@ def test_a_bad_inventory_is_refused_with_a_clear_error(db, inventory_server, sta
 def test_an_unreachable_bmcsim_says_what_to_do(db):
     with pytest.raises(CommandError, match="start bmcsim, or use --topology default"):
         seed("--bmcsim-url", "http://127.0.0.1:9")
+
+
+def csv_inventory(nodes: list[dict]) -> str:
+    header = ",".join(CSV_COLUMNS)
+    rows = [
+        ",".join(
+            [
+                *(str(n[c]) for c in ("name", "pod", "rack", "position", "serial", "redfish_url", "system_id")),
+                n["credentials"]["username"],
+                n["credentials"]["password"],
+                n["agent_url"],
+                n["agent_token"],
+                n["gpus"][0]["model"],
+                " ".join(g["uuid"] for g in n["gpus"]),
+                " ".join(g["serial"] for g in n["gpus"]),
+            ]
+        )
+        for n in nodes
+    ]
+    return "\n".join([header, *rows]) + "\n"
+
+
+@pytest.mark.parametrize("kind", ["json", "csv"])
+def test_real_servers_are_enrolled_from_an_inventory_file_without_bmcsim(db, tmp_path, kind):
+    document = inventory()
+    path = tmp_path / f"inventory.{kind}"
+    path.write_text(json.dumps(document) if kind == "json" else csv_inventory(document["nodes"]))
+    assert "3 enrolled" in seed("--inventory", str(path), "--bmcsim-url", "http://127.0.0.1:9")
+    node = Node.objects.get(name="node-002")
+    assert node.agent_token == agent_token("node-002") and node.bmc_password == bmc_password("node-002")
+    assert [g.uuid for g in GPU.objects.filter(node=node).order_by("index")] == [
+        g["uuid"] for g in document["nodes"][1]["gpus"]
+    ]
+    assert seed("--inventory", str(path)).endswith("3 unchanged\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("missing.json", None, "cannot read"),
+        ("bad.json", "{not json", "is not usable"),
+        ("no-token.json", json.dumps({"nodes": [{**inventory()["nodes"][0], "agent_token": None}]}), "'agent_token'"),
+        ("short.csv", "name,pod\nnode-001,p1\n", "no column rack"),
+        ("bad.csv", csv_inventory(inventory()["nodes"]).replace(",1,GF", ",first,GF", 1), "'position'"),
+    ],
+)
+def test_a_bad_inventory_file_is_refused_with_a_clear_error(db, tmp_path, name, text, message):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(CommandError, match=message):
+        seed("--inventory", str(path))
+    assert not Node.objects.exists()

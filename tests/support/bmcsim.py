@@ -9,6 +9,7 @@ from pathlib import Path
 
 import requests
 
+from core.topology import agent_token
 from tests.support.ports import free_port
 from tests.support.processes import Process, answers, once_ready
 
@@ -16,23 +17,39 @@ OPERATOR = ("root", "calvin")
 FLEET_NODES = 4
 
 
+class Bearer(requests.auth.AuthBase):
+    def __init__(self, token: str):
+        self.token = token
+
+    def __call__(self, request):
+        request.headers["Authorization"] = f"Bearer {self.token}"
+        return request
+
+
 @dataclass
 class Bmcsim:
+    """Calls as the operator; a call to a node's agent (/agent/{node}/...) carries that node's token."""
+
     url: str
     data_dir: Path
     process: Process
 
+    def request(self, method: str, path: str, auth=OPERATOR, **kwargs) -> requests.Response:
+        if auth is OPERATOR and path.startswith("/agent/"):
+            auth = Bearer(agent_token(path.split("/")[2]))
+        return requests.request(method, self.url + path, auth=auth, timeout=kwargs.pop("timeout", 10), **kwargs)
+
     def get(self, path: str, auth=OPERATOR, **kwargs) -> requests.Response:
-        return requests.get(self.url + path, auth=auth, timeout=kwargs.pop("timeout", 10), **kwargs)
+        return self.request("GET", path, auth, **kwargs)
 
     def post(self, path: str, auth=OPERATOR, **kwargs) -> requests.Response:
-        return requests.post(self.url + path, auth=auth, timeout=kwargs.pop("timeout", 10), **kwargs)
+        return self.request("POST", path, auth, **kwargs)
 
     def patch(self, path: str, auth=OPERATOR, **kwargs) -> requests.Response:
-        return requests.patch(self.url + path, auth=auth, timeout=kwargs.pop("timeout", 10), **kwargs)
+        return self.request("PATCH", path, auth, **kwargs)
 
     def delete(self, path: str, auth=OPERATOR, **kwargs) -> requests.Response:
-        return requests.delete(self.url + path, auth=auth, timeout=kwargs.pop("timeout", 10), **kwargs)
+        return self.request("DELETE", path, auth, **kwargs)
 
     def reset(self, node: str, reset_type: str) -> None:
         r = self.post(f"/redfish/v1/Systems/{node}/Actions/ComputerSystem.Reset", json={"ResetType": reset_type})

@@ -1,4 +1,6 @@
+import json
 import time
+from pathlib import Path
 
 import requests
 from django.conf import settings
@@ -7,7 +9,7 @@ from tqdm import tqdm
 
 from core.topology import DEFAULT_NODE_COUNT, default_layout
 from fleet.bmc_access import BMCAddressRefused
-from fleet.inventory import InventoryError, parse_inventory, records_from_layout
+from fleet.inventory import InventoryError, parse_csv_inventory, parse_inventory, records_from_layout
 from fleet.services import enrol_nodes
 
 PROGRESS_FROM_NODES = 500
@@ -15,8 +17,9 @@ PROGRESS_FROM_NODES = 500
 
 class Command(BaseCommand):
     help = (
-        "Enrol the fleet: from bmcsim's inventory (GET {BMCSIM_URL}/bmcsim/v1/inventory), or with "
-        "--topology default from the default layout without asking bmcsim. Idempotent."
+        "Enrol the fleet: from bmcsim's inventory (GET {BMCSIM_URL}/bmcsim/v1/inventory), from an "
+        "inventory file (--inventory, JSON of that shape or CSV), or with --topology default from the "
+        "default layout without asking bmcsim. Idempotent."
     )
 
     def add_arguments(self, parser):
@@ -24,11 +27,20 @@ class Command(BaseCommand):
         parser.add_argument("--nodes", type=int, default=DEFAULT_NODE_COUNT, help="Fleet size with --topology default.")
         parser.add_argument("--bmcsim-url", default=settings.BMCSIM_URL)
         parser.add_argument(
+            "--inventory",
+            type=Path,
+            metavar="FILE",
+            help="A JSON file in bmcsim's inventory shape, or a CSV file (.csv) with the columns "
+            "fleet/inventory.py names: real servers, enrolled without bmcsim.",
+        )
+        parser.add_argument(
             "--wait", type=float, default=0, metavar="SECONDS", help="Wait this long for bmcsim to come up."
         )
 
-    def handle(self, *args, topology, nodes, bmcsim_url, wait, verbosity, **options):
-        if topology == "default":
+    def handle(self, *args, topology, nodes, bmcsim_url, wait, inventory, verbosity, **options):
+        if inventory is not None:
+            records = self.read_inventory_file(inventory)
+        elif topology == "default":
             if not 1 <= nodes <= 100_000:
                 raise CommandError("--nodes must be between 1 and 100000")
             records = records_from_layout(default_layout(nodes), bmcsim_url)
@@ -55,6 +67,17 @@ class Command(BaseCommand):
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.5)
+
+    def read_inventory_file(self, path: Path):
+        try:
+            text = path.read_text()
+            if path.suffix.lower() == ".csv":
+                return parse_csv_inventory(text)
+            return parse_inventory(json.loads(text))
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
+        except (ValueError, InventoryError) as exc:
+            raise CommandError(f"the inventory in {path} is not usable: {exc}") from exc
 
     def read_inventory(self, url: str):
         try:

@@ -1,0 +1,150 @@
+"""The `gpu-agent` command: serve one node's agent, or prepare its TPM once at install.
+
+    gpu-agent [--backend host|sim] [--listen ADDRESS:PORT] --token-file FILE [...]
+    gpu-agent tpm-create-ak [--tcti TCTI] [--ak-handle HANDLE] [--out FILE]
+
+Every option has an environment variable (GPU_AGENT_*), so a systemd unit or a container can
+configure it without a command line; a bad value is a usage error, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import ssl
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from .app import Served, make_app
+
+DEFAULT_LISTEN = "0.0.0.0:9411"
+log = logging.getLogger("gpu-agent")
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"GPU_AGENT_{name}", default)
+
+
+def _secret(path: str | None, what: str, parser: argparse.ArgumentParser) -> str:
+    if not path:
+        return ""
+    try:
+        secret = Path(path).read_text().strip()
+    except OSError as error:
+        parser.error(f"cannot read the {what} from {path}: {error.strerror}")
+    if len(secret) < 16:
+        parser.error(f"the {what} in {path} is shorter than 16 characters")
+    return secret
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{value!r} is not ADDRESS:PORT")
+    return host.strip("[]"), int(port)
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-agent", description="The gpu-fleet node agent.")
+    parser.add_argument("--backend", choices=("host", "sim"), default=_env("BACKEND", "host"))
+    parser.add_argument("--listen", type=_listen, default=_env("LISTEN", DEFAULT_LISTEN), help=DEFAULT_LISTEN)
+    parser.add_argument("--token-file", default=_env("TOKEN_FILE"), help="the node's bearer token (required)")
+    parser.add_argument("--metrics-token-file", default=_env("METRICS_TOKEN_FILE"), help="Prometheus' token")
+    tls = parser.add_argument_group("TLS (optional; with --client-ca, callers need a certificate it issued)")
+    tls.add_argument("--tls-cert", default=_env("TLS_CERT"))
+    tls.add_argument("--tls-key", default=_env("TLS_KEY"))
+    tls.add_argument("--client-ca", default=_env("CLIENT_CA"))
+    host = parser.add_argument_group("host backend")
+    host.add_argument("--tcti", default=_env("TCTI", "device:/dev/tpmrm0"), help="the TPM, as tpm2-tools name it")
+    host.add_argument("--ak-handle", default=_env("AK_HANDLE", "0x81010002"), help="the persistent attestation key")
+    host.add_argument("--ak-cert", default=_env("AK_CERT", "/etc/gpu-agent/ak.pem"), help="its certificate (PEM)")
+    host.add_argument(
+        "--event-log",
+        default=_env("EVENT_LOG", "/sys/kernel/security/tpm0/binary_bios_measurements"),
+        help="the measured-boot event log",
+    )
+    host.add_argument("--kmsg", default=_env("KMSG", "/dev/kmsg"), help="the kernel log XIDs are read from")
+    sim = parser.add_argument_group("sim backend (a simulated node without a TPM, to try the agent)")
+    sim.add_argument("--name", default=_env("NAME"), help="the node's name, default the host name")
+    sim.add_argument("--gpus", type=int, default=_env("GPUS", "8"))
+    return parser
+
+
+def _tls(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ssl.SSLContext | None:
+    if not args.tls_cert and not args.client_ca:
+        return None
+    if not args.tls_cert or not args.tls_key:
+        parser.error("--tls-cert and --tls-key go together, and --client-ca needs them")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        if args.client_ca:
+            context.load_verify_locations(args.client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as error:
+        parser.error(f"TLS: {error}")
+    return context
+
+
+def _backend(args: argparse.Namespace, parser: argparse.ArgumentParser):
+    if args.backend == "sim":
+        from .sim import SimBackend, StandaloneNode
+
+        return SimBackend(StandaloneNode(args.name, args.gpus)), False
+    from .host import HostBackend, HostUnusable
+
+    try:
+        return HostBackend.open(args), True
+    except HostUnusable as error:
+        parser.error(str(error))
+
+
+def serve(argv: list[str]) -> None:
+    parser = _serve_parser()
+    args = parser.parse_args(argv)
+    tls = _tls(args, parser)
+    token = _secret(args.token_file, "node token", parser)
+    if not token:
+        parser.error("the agent needs the node's bearer token: --token-file or GPU_AGENT_TOKEN_FILE")
+    backend, blocking = _backend(args, parser)
+    served = Served(backend, token, _secret(args.metrics_token_file, "metrics token", parser), blocking)
+    host, port = args.listen
+    log.info("serving %s with the %s backend on %s:%d", backend.hostname(), args.backend, host, port)
+    web.run_app(make_app(served), host=host, port=port, ssl_context=tls, access_log=None, print=None)
+
+
+def tpm_create_ak(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="gpu-agent tpm-create-ak",
+        description="Create the node's attestation key in its TPM, once, and write its public key "
+        "for the operator's CA to certify (the certificate goes to --ak-cert).",
+    )
+    parser.add_argument("--tcti", default=_env("TCTI", "device:/dev/tpmrm0"))
+    parser.add_argument("--ak-handle", default=_env("AK_HANDLE", "0x81010002"))
+    parser.add_argument("--out", default="-", help="where the AK's public key (PEM) goes, default standard output")
+    args = parser.parse_args(argv)
+    from .host.tpm import TPMError, create_attestation_key
+
+    try:
+        pem = create_attestation_key(tcti=args.tcti, handle=args.ak_handle)
+    except TPMError as error:
+        parser.exit(1, f"gpu-agent tpm-create-ak: {error}\n")
+    if args.out == "-":
+        sys.stdout.write(pem)
+    else:
+        Path(args.out).write_text(pem)
+
+
+COMMANDS = {"tpm-create-ak": tpm_create_ak}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if argv and argv[0] in COMMANDS:
+        COMMANDS[argv[0]](argv[1:])
+    else:
+        serve(argv)
