@@ -1,70 +1,22 @@
 """Our quote checker against a real TPM 2.0: swtpm in socket mode, driven by tpm2-tools.
 
 Needs the Debian packages swtpm, swtpm-tools and tpm2-tools; without them this test fails, it
-never skips. There is no resource manager between tpm2-tools and swtpm, so every command is
-followed by flushing the transient objects (and sessions) it left loaded.
+never skips (tests/support/swtpm.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import socket
-import subprocess
-import time
-from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from attestation.verifier import verify_quote
-from tests.support.ports import free_port_pair
+from tests.support.swtpm import SoftwareTPM
 
-TOOLS = ("swtpm", "tpm2_createek", "tpm2_createak", "tpm2_pcrreset", "tpm2_pcrextend", "tpm2_quote")
 PCR = 16  # the debug PCR: resettable, so each quote starts from zeros
 MEASUREMENT = hashlib.sha256(b"vmlinuz-6.8.0-49-generic").digest()
-
-
-class SoftwareTPM:
-    def __init__(self, directory: Path):
-        missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-        assert not missing, f"install the Debian packages swtpm, swtpm-tools and tpm2-tools (missing {missing})"
-        self.directory = directory
-        self.port = free_port_pair()
-        state = directory / "state"
-        state.mkdir()
-        self.process = subprocess.Popen(
-            [
-                "swtpm", "socket", "--tpm2",
-                "--tpmstate", f"dir={state}",
-                "--server", f"type=tcp,port={self.port},bindaddr=127.0.0.1",
-                "--ctrl", f"type=tcp,port={self.port + 1},bindaddr=127.0.0.1",
-                "--flags", "not-need-init,startup-clear",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )  # fmt: skip
-        self.env = {**os.environ, "TPM2TOOLS_TCTI": f"swtpm:host=127.0.0.1,port={self.port}"}
-        deadline = time.monotonic() + 10
-        while True:
-            assert self.process.poll() is None, f"swtpm exited: {self.process.stderr.read().decode()}"
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "swtpm did not listen within 10 s"
-                time.sleep(0.05)
-
-    def run(self, *command: str) -> None:
-        result = subprocess.run(command, cwd=self.directory, env=self.env, capture_output=True, text=True, timeout=30)
-        assert result.returncode == 0, f"{' '.join(command)}: {result.stderr}"
-        for handles in ("-t", "-s"):  # no resource manager: free what the command left loaded
-            subprocess.run(["tpm2_flushcontext", handles], env=self.env, capture_output=True, timeout=30, check=True)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

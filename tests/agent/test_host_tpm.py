@@ -1,0 +1,491 @@
+"""The host backend's TPM evidence, from a real TPM 2.0, affirmed by the control plane's verifier.
+
+swtpm stands in for the server's TPM (tests/support/swtpm.py: without swtpm and tpm2-tools these
+tests fail, never skip). The agent creates its AK there, a test manufacturer CA certifies it,
+and a measured boot is simulated as firmware and GRUB do it: each event's digests extended into
+swtpm's PCRs and logged in the binary TCG crypto-agile format the kernel serves at
+/sys/kernel/security/tpm0/binary_bios_measurements. The evidence then goes through
+attestation.verifier.verify with the anchors, reference values and shipped policy the control
+plane appraises with. The agent names every event of a quoted PCR for the boot component that
+PCR holds (agent/host/tpm.py says why), so the known-good manifest lists separators and GRUB's
+commands as well as images. The node has no GPUs enrolled and reports none, so the GPU checks
+have nothing to appraise: this is the TPM half of a host's evidence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from django.conf import settings
+
+from agent.backend import Refused, Unavailable
+from agent.host.tpm import EVENT_TYPE_NAMES, TPMError, TPMQuoter, create_attestation_key, parse_event_log
+from attestation.policy import load_policy_file
+from attestation.reference import parse_manifest, reference_values
+from attestation.verifier import NodeIdentity, TrustedRoots, Verdict, new_nonce, verify
+from tests.support.swtpm import SoftwareTPM
+
+AK_HANDLE = 0x81010002
+NODE = NodeIdentity(name="gpu-node-01", serial="SN-7731-0001", gpus=())
+
+# TCG PC Client Platform Firmware Profile: event types and the crypto-agile log's header.
+EV_NO_ACTION = 0x00000003
+EV_SEPARATOR = 0x00000004
+EV_S_CRTM_VERSION = 0x00000008
+EV_IPL = 0x0000000D
+EV_EFI_VARIABLE_DRIVER_CONFIG = 0x80000001
+EV_EFI_BOOT_SERVICES_APPLICATION = 0x80000003
+EV_EFI_ACTION = 0x80000007
+EV_EFI_PLATFORM_FIRMWARE_BLOB2 = 0x8000000A
+SPEC_ID_SIGNATURE = b"Spec ID Event03\0"
+TPM_ALG_SHA1, TPM_ALG_SHA256 = 0x0004, 0x000B
+BANKS = {TPM_ALG_SHA1: hashlib.sha1, TPM_ALG_SHA256: hashlib.sha256}
+EFI_GLOBAL_VARIABLE = bytes.fromhex("61dfe48bca93d211aa0d00e098032b8c")  # 8be4df61-93ca-11d2-aa0d-00e098032b8c
+
+
+# Writing a binary event log, as firmware lays it out.
+
+
+@dataclass(frozen=True)
+class Measurement:
+    pcr: int
+    event_type: int
+    data: bytes  # what the log records
+    digests: dict[int, bytes]  # what is extended, per bank
+    component: str | None  # where a known-good manifest lists the digest; None: not in the evidence
+
+
+def measure(pcr: int, event_type: int, data: bytes, component: str | None, image: bytes | None = None) -> Measurement:
+    """An event whose digests hash `image` (a firmware volume, a PE file, a kernel), else the logged data."""
+    measured = data if image is None else image
+    return Measurement(pcr, event_type, data, {alg: h(measured).digest() for alg, h in BANKS.items()}, component)
+
+
+def not_extended(pcr: int, data: bytes) -> Measurement:
+    return Measurement(pcr, EV_NO_ACTION, data, {alg: bytes(h().digest_size) for alg, h in BANKS.items()}, None)
+
+
+def grub_command_line(text: str) -> Measurement:
+    """GRUB logs a command or the kernel command line after a "grub_cmd: " or "kernel_cmdline: " prefix and
+    with its NUL, and measures it without either."""
+    return measure(8, EV_IPL, ascii_string(text), "cmdline", image=text.split(" ", 1)[1].encode())
+
+
+def ascii_string(text: str) -> bytes:
+    return text.encode() + b"\0"
+
+
+def ucs2_string(text: str) -> bytes:
+    return (text + "\0").encode("utf-16-le")
+
+
+def firmware_blob2(description: str, base: int, length: int) -> bytes:
+    """UEFI_PLATFORM_FIRMWARE_BLOB2: a sized description, then where the blob was."""
+    return bytes([len(description)]) + description.encode() + struct.pack("<QQ", base, length)
+
+
+def image_load_event(file_path: str) -> bytes:
+    """UEFI_IMAGE_LOAD_EVENT of an image loaded from `file_path` (a media file path node, then the end node)."""
+    path = ucs2_string(file_path)
+    device_path = struct.pack("<BBH", 0x04, 0x04, 4 + len(path)) + path + struct.pack("<BBH", 0x7F, 0xFF, 4)
+    return struct.pack("<QQQQ", 0x7A5E_1000, 0x0010_0000, 0, len(device_path)) + device_path
+
+
+def efi_variable(name: str, value: bytes) -> bytes:
+    """UEFI_VARIABLE_DATA."""
+    unicode_name = name.encode("utf-16-le")
+    return EFI_GLOBAL_VARIABLE + struct.pack("<QQ", len(name), len(value)) + unicode_name + value
+
+
+def spec_id_event(banks: dict[int, int]) -> bytes:
+    """The TCG_PCR_EVENT (SHA-1 format) a crypto-agile log starts with, its data the Spec ID Event03 header."""
+    spec = (
+        SPEC_ID_SIGNATURE
+        + struct.pack("<IBBBB", 0, 0, 2, 2, 2)  # platformClass client, spec 2.0 errata 2, UINTN of 8 bytes
+        + struct.pack("<I", len(banks))
+        + b"".join(struct.pack("<HH", alg, size) for alg, size in banks.items())
+        + b"\0"  # no vendor info
+    )
+    return struct.pack("<II", 0, EV_NO_ACTION) + bytes(20) + struct.pack("<I", len(spec)) + spec
+
+
+def pcr_event2(measurement: Measurement) -> bytes:
+    digests = b"".join(struct.pack("<H", alg) + digest for alg, digest in measurement.digests.items())
+    return (
+        struct.pack("<III", measurement.pcr, measurement.event_type, len(measurement.digests))
+        + digests
+        + struct.pack("<I", len(measurement.data))
+        + measurement.data
+    )
+
+
+def event_log(boot: tuple[Measurement, ...]) -> bytes:
+    return spec_id_event({alg: h().digest_size for alg, h in BANKS.items()}) + b"".join(map(pcr_event2, boot))
+
+
+def linux_boot(kernel_image: bytes) -> tuple[Measurement, ...]:
+    """UEFI firmware, shim and GRUB booting Linux, in the order they extend; the kernel's image is `kernel_image`."""
+    command_line = "/vmlinuz-6.8.0-49-generic root=LABEL=root ro iommu=pt"
+    return (
+        not_extended(0, b"StartupLocality\0\x00"),  # locality 0: PCR 0 starts from zeros
+        measure(0, EV_S_CRTM_VERSION, ucs2_string("GF-BIOS 2.4.0"), "firmware"),
+        measure(0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, firmware_blob2("Fv(PEI)", 0xFF00_0000, 0x20_0000), "firmware",
+                image=b"GF-BIOS 2.4.0 PEI firmware volume"),
+        measure(0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, firmware_blob2("Fv(DXE)", 0xFF20_0000, 0x60_0000), "firmware",
+                image=b"GF-BIOS 2.4.0 DXE firmware volume"),
+        measure(7, EV_EFI_VARIABLE_DRIVER_CONFIG, efi_variable("SecureBoot", b"\x01"), None),
+        measure(4, EV_EFI_ACTION, b"Calling EFI Application from Boot Option", "bootloader"),
+        measure(0, EV_SEPARATOR, bytes(4), "firmware"),
+        measure(4, EV_SEPARATOR, bytes(4), "bootloader"),
+        measure(7, EV_SEPARATOR, bytes(4), None),
+        measure(4, EV_EFI_BOOT_SERVICES_APPLICATION, image_load_event(r"\EFI\ubuntu\shimx64.efi"), "bootloader",
+                image=b"shim 15.8 PE image"),
+        measure(4, EV_EFI_BOOT_SERVICES_APPLICATION, image_load_event(r"\EFI\ubuntu\grubx64.efi"), "bootloader",
+                image=b"grub 2.12 PE image"),
+        measure(9, EV_IPL, ascii_string("/boot/grub/grub.cfg"), "kernel", image=b"set default=0\nmenuentry ..."),
+        grub_command_line(f"grub_cmd: linux {command_line}"),
+        measure(9, EV_IPL, ascii_string("/vmlinuz-6.8.0-49-generic"), "kernel", image=kernel_image),
+        grub_command_line(f"kernel_cmdline: {command_line}"),
+        grub_command_line("grub_cmd: initrd /initrd.img-6.8.0-49-generic"),
+        measure(9, EV_IPL, ascii_string("/initrd.img-6.8.0-49-generic"), "initrd", image=b"initrd 6.8.0-49 cpio"),
+    )  # fmt: skip
+
+
+KNOWN_GOOD_BOOT = linux_boot(b"vmlinuz-6.8.0-49-generic bzImage")
+
+
+def boot(tpm: SoftwareTPM, log_path: Path, measurements: tuple[Measurement, ...]) -> None:
+    """What firmware and GRUB do: extend every bank of each PCR, and hand over the log of it."""
+    tpm.run(
+        "tpm2_pcrextend",
+        *(
+            f"{m.pcr}:sha1={m.digests[TPM_ALG_SHA1].hex()},sha256={m.digests[TPM_ALG_SHA256].hex()}"
+            for m in measurements
+            if m.event_type != EV_NO_ACTION
+        ),
+    )
+    log_path.write_bytes(event_log(measurements))
+
+
+def known_good_manifest(measurements: tuple[Measurement, ...]) -> dict:
+    """A reference-value manifest listing every digest the known-good boot puts into a quoted PCR."""
+    components: dict[str, list[dict]] = {}
+    for position, m in enumerate(measurements):
+        if m.component is not None:
+            release = f"known-good boot, event {position}"
+            components.setdefault(m.component, []).append(
+                {"release": release, "digest": m.digests[TPM_ALG_SHA256].hex()}
+            )
+    return {
+        "issuer": "test host image pipeline",
+        "version": 1,
+        "boot": {
+            "hash_algorithm": "sha256",
+            "pcrs": {"firmware": 0, "bootloader": 4, "kernel": 9, "initrd": 9, "cmdline": 8},
+            "quoted_pcrs": [0, 4, 8, 9],
+            "components": components,
+        },
+        "gpu": {"hash_algorithm": "sha384", "model": "none", "measurements": {}},
+    }
+
+
+# The PKI: a manufacturer CA certifying AKs, and a GPU-vendor root no GPU of this node needs.
+
+
+def ca_certificate(common_name: str) -> tuple[ec.EllipticCurvePrivateKey, str]:
+    key = ec.generate_private_key(ec.SECP384R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    certificate = (
+        certificate_builder(name, name, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(key_usage(ca=True), critical=True)
+        .sign(key, hashes.SHA384())
+    )
+    return key, certificate.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def ak_certificate(ak_public_pem: str, ca: tuple[ec.EllipticCurvePrivateKey, str]) -> str:
+    """What the operator's manufacturer CA issues for the AK public key create_attestation_key gives."""
+    ca_key, ca_pem = ca
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, NODE.name),
+            x509.NameAttribute(NameOID.SERIAL_NUMBER, NODE.serial),
+        ]
+    )
+    issuer = x509.load_pem_x509_certificate(ca_pem.encode()).subject
+    certificate = (
+        certificate_builder(subject, issuer, serialization.load_pem_public_key(ak_public_pem.encode()))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(key_usage(ca=False), critical=True)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA384())
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def public_pem(public_key: ec.EllipticCurvePublicKey) -> str:
+    return public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+def certificate_builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.CertificateBuilder:
+    now = datetime.now(UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(days=365))
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+    )
+
+
+def key_usage(*, ca: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=not ca,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def manufacturer_ca() -> tuple[ec.EllipticCurvePrivateKey, str]:
+    return ca_certificate("Test Manufacturer Root CA")
+
+
+@pytest.fixture(scope="module")
+def roots(manufacturer_ca) -> TrustedRoots:
+    _, gpu_vendor_root = ca_certificate("Test GPU Vendor Root CA")
+    return TrustedRoots.from_pem(
+        manufacturer_ca=manufacturer_ca[1], gpu_vendor_root=gpu_vendor_root, valid_at=datetime.now(UTC)
+    )
+
+
+@pytest.fixture
+def tpm(tmp_path):
+    software_tpm = SoftwareTPM(tmp_path)
+    yield software_tpm
+    software_tpm.stop()
+
+
+@pytest.fixture
+def quoter(tpm, tmp_path, manufacturer_ca) -> TPMQuoter:
+    """A node as installed: its AK created by the agent and certified by the manufacturer CA."""
+    ak_public_pem = create_attestation_key(tcti=tpm.tcti, handle=AK_HANDLE)
+    ak_cert_path = tmp_path / "ak.crt"
+    ak_cert_path.write_text(ak_certificate(ak_public_pem, manufacturer_ca))
+    return TPMQuoter(
+        ak_cert_path=ak_cert_path,
+        tcti=tpm.tcti,
+        ak=f"{AK_HANDLE:#x}",
+        event_log_path=tmp_path / "binary_bios_measurements",
+    )
+
+
+def appraise(quoter: TPMQuoter, roots: TrustedRoots, manifest: dict) -> Verdict:
+    """The control plane's appraisal of the evidence the agent gives for a fresh nonce."""
+    now = datetime.now(UTC)
+    nonce = new_nonce(now)
+    evidence = {"quote": quoter.quote(nonce), "event_log": quoter.event_log(), "gpus": []}
+    return verify(
+        evidence=json.loads(json.dumps(evidence)),  # as it crosses HTTP
+        nonce=nonce,
+        node=NODE,
+        reference=reference_values(parse_manifest(manifest)),
+        policy=load_policy_file(settings.ATTESTATION_POLICY_FILE),
+        roots=roots,
+        now=now,
+    )
+
+
+# A boot as it happened, and as it did not.
+
+
+def test_the_evidence_of_a_known_good_boot_is_affirmed(tpm, quoter, roots):
+    boot(tpm, quoter.event_log_path, KNOWN_GOOD_BOOT)
+
+    verdict = appraise(quoter, roots, known_good_manifest(KNOWN_GOOD_BOOT))
+
+    assert verdict.failures == ()
+    assert verdict.affirming
+    assert set(verdict.measurements.values()) == {
+        m.digests[TPM_ALG_SHA256].hex() for m in KNOWN_GOOD_BOOT if m.component is not None
+    }
+
+
+def test_a_pcr_extended_after_boot_no_longer_matches_the_log_and_is_contraindicated(tpm, quoter, roots):
+    boot(tpm, quoter.event_log_path, KNOWN_GOOD_BOOT)
+    tpm.run("tpm2_pcrextend", f"9:sha256={hashlib.sha256(b'a module loaded behind the log').hexdigest()}")
+
+    verdict = appraise(quoter, roots, known_good_manifest(KNOWN_GOOD_BOOT))
+
+    assert not verdict.affirming
+    assert [(f.code, f.component) for f in verdict.failures] == [("pcr_digest", "quote.attest")]
+
+
+def test_a_kernel_the_reference_values_do_not_list_is_contraindicated(tpm, quoter, roots):
+    implanted = linux_boot(b"vmlinuz-6.8.0-49-generic bzImage with an implant")
+    boot(tpm, quoter.event_log_path, implanted)
+
+    verdict = appraise(quoter, roots, known_good_manifest(KNOWN_GOOD_BOOT))
+
+    assert [(f.code, f.component, f.found) for f in verdict.failures] == [
+        (
+            "unknown_component_digest",
+            "kernel",
+            hashlib.sha256(b"vmlinuz-6.8.0-49-generic bzImage with an implant").hexdigest(),
+        )
+    ]
+
+
+# The event log.
+
+
+def test_the_event_log_gives_each_extended_event_of_a_quoted_pcr_named_for_its_component(tpm, quoter):
+    boot(tpm, quoter.event_log_path, KNOWN_GOOD_BOOT)
+
+    entries = quoter.event_log()
+
+    assert [(e["pcr"], e["digest"], e["component"]) for e in entries] == [
+        (m.pcr, m.digests[TPM_ALG_SHA256].hex(), m.component) for m in KNOWN_GOOD_BOOT if m.component is not None
+    ]  # neither the EV_NO_ACTION event nor PCR 7's
+    descriptions = [e["description"] for e in entries]
+    assert descriptions[:4] == [
+        "EV_S_CRTM_VERSION GF-BIOS 2.4.0",
+        "EV_EFI_PLATFORM_FIRMWARE_BLOB2 Fv(PEI)",
+        "EV_EFI_PLATFORM_FIRMWARE_BLOB2 Fv(DXE)",
+        "EV_EFI_ACTION Calling EFI Application from Boot Option",
+    ]
+    assert "EV_SEPARATOR" in descriptions
+    assert r"EV_EFI_BOOT_SERVICES_APPLICATION \EFI\ubuntu\shimx64.efi" in descriptions
+    assert "EV_IPL /initrd.img-6.8.0-49-generic" in descriptions
+
+
+def test_the_event_log_reads_as_tpm2_eventlog_reads_it(tmp_path):
+    """tpm2-tools' own parser, an independent reading of the writer's bytes and of ours: it also checks the
+    digests of the events whose data is what was measured (separators, variables, GRUB's strings)."""
+    path = tmp_path / "binary_bios_measurements"
+    path.write_bytes(event_log(KNOWN_GOOD_BOOT))
+
+    result = subprocess.run(["tpm2_eventlog", str(path)], capture_output=True, text=True, timeout=30)
+
+    assert (result.returncode, result.stderr) == (0, "")
+    theirs = yaml.safe_load(result.stdout)
+    assert [
+        (e["PCRIndex"], e["EventType"], {d["AlgorithmId"]: d["Digest"] for d in e["Digests"]})
+        for e in theirs["events"][1:]
+    ] == [
+        (
+            e.pcr,
+            EVENT_TYPE_NAMES[e.event_type],
+            {"sha1": e.digests[TPM_ALG_SHA1].hex(), "sha256": e.digests[TPM_ALG_SHA256].hex()},
+        )
+        for e in parse_event_log(path.read_bytes())
+    ]
+
+
+# Keys, and what goes wrong.
+
+
+def test_an_ak_loaded_from_a_context_file_is_flushed_after_each_quote(tpm, tmp_path, manufacturer_ca):
+    """Without a resource manager a loaded AK stays in the TPM: unflushed, the fourth quote finds no room."""
+    tpm.run("tpm2_createek", "-c", "ek.ctx", "-G", "rsa")
+    tpm.run(
+        "tpm2_createak", "-C", "ek.ctx", "-c", "ak.ctx", "-G", "ecc", "-g", "sha256", "-s", "ecdsa",
+        "-u", "ak.pem", "-f", "pem",
+    )  # fmt: skip
+    cert_path = tmp_path / "ak.crt"
+    cert_path.write_text(ak_certificate((tmp_path / "ak.pem").read_text(), manufacturer_ca))
+    quoter = TPMQuoter(ak_cert_path=cert_path, tcti=tpm.tcti, ak=str(tmp_path / "ak.ctx"))
+
+    quotes = [quoter.quote(bytes([n]) * 32) for n in range(5)]
+
+    assert len({q["attest"] for q in quotes}) == 5
+    assert tpm.run("tpm2_getcap", "handles-transient").strip() == ""
+
+
+def test_the_ak_is_persisted_and_nothing_else_stays_loaded_in_a_tpm_without_resource_manager(tpm, quoter):
+    assert f"{AK_HANDLE:#x}" in tpm.run("tpm2_getcap", "handles-persistent")
+    assert tpm.run("tpm2_getcap", "handles-transient").strip() == ""
+
+
+def test_creating_the_ak_again_at_its_handle_is_refused(tpm, quoter):
+    with pytest.raises(TPMError, match=f"persistent handle {AK_HANDLE:#x} already holds an object"):
+        create_attestation_key(tcti=tpm.tcti, handle=AK_HANDLE)
+
+
+def test_a_missing_event_log_is_a_clear_error(tmp_path):
+    quoter = TPMQuoter(ak_cert_path=tmp_path / "ak.crt", event_log_path=tmp_path / "binary_bios_measurements")
+
+    with pytest.raises(TPMError, match=r"no measured-boot event log at .*/binary_bios_measurements") as raised:
+        quoter.event_log()
+    assert isinstance(raised.value, Unavailable)  # the agent answers 503
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"", "byte 0 starts a field of 4 bytes but only 0 follow"),
+        (bytes(range(256)) * 4, "does not start with a Spec ID Event03 header"),
+        (
+            struct.pack("<II", 0, EV_NO_ACTION) + bytes(20) + struct.pack("<I", 24) + b"Spec ID Event00\0" + bytes(8),
+            "does not start with a Spec ID Event03 header",
+        ),
+        (spec_id_event({TPM_ALG_SHA1: 20}), "its header declares no SHA-256 bank"),
+        (event_log(KNOWN_GOOD_BOOT)[:-3], "starts a field of 29 bytes but only 26 follow"),  # the initrd's path
+        (event_log(KNOWN_GOOD_BOOT) + bytes(12), "carries 0 digests; the header declares 2 banks"),
+    ],
+    ids=["empty", "garbage", "sha1-only", "no-sha256-bank", "truncated", "zero-padded"],
+)
+def test_an_event_log_that_is_not_one_is_a_clear_error(tmp_path, content, says):
+    path = tmp_path / "binary_bios_measurements"
+    path.write_bytes(content)
+    quoter = TPMQuoter(ak_cert_path=tmp_path / "ak.crt", event_log_path=path)
+
+    with pytest.raises(TPMError, match=f"is not a TCG crypto-agile event log: .*{says}"):
+        quoter.event_log()
+
+
+def test_a_tcti_with_no_tpm_behind_it_is_a_clear_error(tmp_path, manufacturer_ca):
+    some_key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    ak_cert_path = tmp_path / "ak.crt"
+    ak_cert_path.write_text(ak_certificate(public_pem(some_key), manufacturer_ca))
+    wrong = TPMQuoter(ak_cert_path=ak_cert_path, tcti="swtpm:host=127.0.0.1,port=1")
+
+    with pytest.raises(TPMError, match=r"tpm2_quote failed \(exit 1, TCTI swtpm:host=127.0.0.1,port=1\): .*tcti"):
+        wrong.quote(bytes(32))
+
+
+def test_a_missing_ak_certificate_is_a_clear_error(tmp_path):
+    quoter = TPMQuoter(ak_cert_path=tmp_path / "ak.crt")
+
+    with pytest.raises(TPMError, match=r"cannot read the AK certificate .*/ak\.crt: No such file or directory"):
+        quoter.quote(bytes(32))
+
+
+def test_a_nonce_the_tpm_cannot_take_is_refused_as_bad_input(tmp_path):
+    quoter = TPMQuoter(ak_cert_path=tmp_path / "ak.crt")
+
+    with pytest.raises(Refused, match="a nonce is 1 to 64 bytes, not 65") as raised:
+        quoter.quote(bytes(65))
+    assert raised.value.status == 400
