@@ -47,6 +47,13 @@ def _listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _handle(value: str) -> int:
+    try:
+        return int(value, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a TPM handle such as 0x81010002") from None
+
+
 def _serve_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-agent", description="The gpu-fleet node agent.")
     parser.add_argument("--backend", choices=("host", "sim"), default=_env("BACKEND", "host"))
@@ -97,9 +104,12 @@ def _backend(args: argparse.Namespace, parser: argparse.ArgumentParser):
     from .host import HostBackend, HostUnusable
 
     try:
-        return HostBackend.open(args), True
+        backend = HostBackend.open(
+            tcti=args.tcti, ak=args.ak_handle, ak_cert=args.ak_cert, event_log=args.event_log, kmsg=args.kmsg
+        )
     except HostUnusable as error:
         parser.error(str(error))
+    return backend, True
 
 
 def serve(argv: list[str]) -> None:
@@ -123,14 +133,14 @@ def tpm_create_ak(argv: list[str]) -> None:
         "for the operator's CA to certify (the certificate goes to --ak-cert).",
     )
     parser.add_argument("--tcti", default=_env("TCTI", "device:/dev/tpmrm0"))
-    parser.add_argument("--ak-handle", default=_env("AK_HANDLE", "0x81010002"))
+    parser.add_argument("--ak-handle", type=_handle, default=_env("AK_HANDLE", "0x81010002"))
     parser.add_argument("--out", default="-", help="where the AK's public key (PEM) goes, default standard output")
     args = parser.parse_args(argv)
     from .host.tpm import TPMError, create_attestation_key
 
     try:
         pem = create_attestation_key(tcti=args.tcti, handle=args.ak_handle)
-    except TPMError as error:
+    except (TPMError, ValueError) as error:
         parser.exit(1, f"gpu-agent tpm-create-ak: {error}\n")
     if args.out == "-":
         sys.stdout.write(pem)

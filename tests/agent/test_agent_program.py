@@ -110,6 +110,8 @@ def test_a_body_that_is_not_json_or_too_big_is_refused(agent):
         (["--listen", "9411"], "is not ADDRESS:PORT"),
         (["--backend", "gpu"], "invalid choice: 'gpu'"),
         (["--tls-cert", "/nonexistent.pem"], "--tls-cert and --tls-key go together"),
+        # This machine has no NVIDIA driver: the host backend says so rather than serving no GPUs.
+        (["--backend", "host", "--token-file", "pyproject.toml"], "no NVML: libnvidia-ml.so.1 is not installed"),
     ],
 )
 def test_a_bad_start_is_a_usage_error(args, says):

@@ -18,6 +18,7 @@ import hashlib
 import json
 import struct
 import subprocess
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,6 +28,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from cryptography.x509.oid import NameOID
 from django.conf import settings
 
@@ -489,3 +491,15 @@ def test_a_nonce_the_tpm_cannot_take_is_refused_as_bad_input(tmp_path):
     with pytest.raises(Refused, match="a nonce is 1 to 64 bytes, not 65") as raised:
         quoter.quote(bytes(65))
     assert raised.value.status == 400
+
+
+def test_an_operator_creates_the_ak_with_the_gpu_agent_command(tpm, tmp_path):
+    out = tmp_path / "ak.pub.pem"
+    command = [sys.executable, "-m", "agent", "tpm-create-ak", "--tcti", tpm.tcti, "--ak-handle", "0x81010003"]
+    created = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, timeout=60, check=False)
+    assert created.returncode == 0, created.stderr
+    assert isinstance(load_pem_public_key(out.read_bytes()), ec.EllipticCurvePublicKey)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert again.returncode == 1 and "already holds an object" in again.stderr and "Traceback" not in again.stderr
+    bad = subprocess.run([*command[:-1], "81010003x"], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "is not a TPM handle" in bad.stderr
