@@ -34,6 +34,7 @@ DASHBOARD_PROVIDERS = DEPLOY / "grafana" / "provisioning" / "dashboards" / "gpu-
 COMPOSE_PROMETHEUS = DEPLOY / "compose" / "prometheus.yml"
 COMPOSE_ALERTMANAGER = DEPLOY / "compose" / "alertmanager.yml"
 DEPLOY_README = DEPLOY / "README.md"
+AGENT_DEPLOY = DEPLOY / "agent"
 
 APP_IMAGE = "gpu-fleet"
 APP_UID = 10001
@@ -123,8 +124,8 @@ def test_the_dashboard_parses():
 # --- Dockerfile --------------------------------------------------------------------------------
 
 
-def dockerfile_instructions() -> list[tuple[str, str]]:
-    text = DOCKERFILE.read_text().replace("\\\n", " ")
+def dockerfile_instructions(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
+    text = dockerfile.read_text().replace("\\\n", " ")
     lines = [line.strip() for line in text.splitlines()]
     return [tuple(line.split(None, 1)) for line in lines if line and not line.startswith("#")]
 
@@ -563,9 +564,9 @@ def test_promtool_parses_every_dashboard_query(tmp_path):
 
 
 def test_dashboard_reads_metrics_that_exist():
-    """Names from the node agent (bmcsim), from django-prometheus and from Prometheus or Alertmanager
+    """Names from the node agent (agent/metrics.py), from django-prometheus and from Prometheus or Alertmanager
     themselves, and from the control plane's /metrics/fleet (console/metrics.py)."""
-    agent = (REPO_ROOT / "bmcsim" / "metrics.py").read_text()
+    agent = (REPO_ROOT / "agent" / "metrics.py").read_text()
     fleet = (REPO_ROOT / "console" / "metrics.py").read_text()
     import django_prometheus.middleware as django_metrics  # the installed package, read as text
 
@@ -595,3 +596,45 @@ def test_dashboard_counts_views_that_exist():
             reverse(view, urlconf="gpufleet.urls")
         except NoReverseMatch:
             reverse(view, urlconf="gpufleet.urls", kwargs={"pk": 1})
+
+
+# --- the node agent: systemd unit, its environment file, its image ---------------------------
+
+
+def test_systemd_accepts_the_agents_unit(tmp_path):
+    """systemd-analyze verify, in a root that has the system's units and the installed command."""
+    root = tmp_path / "root"
+    command = root / "opt" / "gpu-agent" / "bin" / "gpu-agent"
+    command.parent.mkdir(parents=True)
+    shutil.copy(tool("true"), command)
+    shutil.copytree(Path("/lib/systemd/system"), root / "usr" / "lib" / "systemd" / "system", symlinks=True)
+    (root / "etc" / "systemd" / "system").mkdir(parents=True)
+    shutil.copy(AGENT_DEPLOY / "gpu-agent.service", root / "etc" / "systemd" / "system")
+    result = subprocess.run(
+        [tool("systemd-analyze"), "verify", f"--root={root}", "gpu-agent.service"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_the_agents_unit_runs_the_console_script_with_the_environment_file_it_documents():
+    unit = (AGENT_DEPLOY / "gpu-agent.service").read_text()
+    assert "ExecStart=/opt/gpu-agent/bin/gpu-agent --backend host" in unit
+    assert 'gpu-agent = "agent.cli:main"' in (REPO_ROOT / "pyproject.toml").read_text()
+    assert "EnvironmentFile=-/etc/gpu-agent/gpu-agent.env" in unit
+    known = set(re.findall(r'_env\("([A-Z_]+)"', (REPO_ROOT / "agent" / "cli.py").read_text()))
+    for line in (AGENT_DEPLOY / "gpu-agent.env").read_text().splitlines():
+        if setting := re.match(r"#?(GPU_AGENT_[A-Z_]+)=", line):
+            assert setting[1].removeprefix("GPU_AGENT_") in known, line
+
+
+def test_the_agents_image_installs_its_own_pins_and_the_tpm_tools_and_runs_the_command():
+    instructions = dockerfile_instructions(AGENT_DEPLOY / "Dockerfile")
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    runs = " ".join(arg for op, arg in instructions if op == "RUN")
+    assert "pip install -r agent/requirements.txt" in runs and "pip install --no-deps ." in runs
+    assert "tpm2-tools" in runs and "requirements.txt" not in runs.replace("agent/requirements.txt", "")
+    assert json.loads(next(arg for op, arg in instructions if op == "ENTRYPOINT")) == ["gpu-agent"]

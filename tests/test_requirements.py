@@ -1,4 +1,5 @@
-"""requirements.txt is what the running system needs and all of it, pinned; requirements-dev.txt adds the rest.
+"""requirements.txt is what the running system needs and all of it, pinned; requirements-dev.txt adds the rest;
+agent/requirements.txt is the node agent's own part of requirements.txt, at the same versions.
 
 The Docker image installs requirements.txt alone, so an import in production code that only
 the development pins bring, or a dependency of a runtime package left unpinned, would break
@@ -12,6 +13,7 @@ import sys
 from importlib.metadata import distribution, distributions, packages_distributions
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -19,7 +21,9 @@ from packaging.utils import canonicalize_name
 BASE_DIR = settings.BASE_DIR
 RUNTIME = BASE_DIR / "requirements.txt"
 DEVELOPMENT = BASE_DIR / "requirements-dev.txt"
+AGENT = BASE_DIR / "agent" / "requirements.txt"
 PRODUCTION_CODE = (
+    "agent",
     "core",
     "gpufleet",
     "console",
@@ -56,9 +60,9 @@ def pins(path: Path) -> dict[str, str]:
     return found
 
 
-def production_imports() -> set[str]:
+def production_imports(roots: tuple[str, ...] = PRODUCTION_CODE) -> set[str]:
     modules = set()
-    for root in PRODUCTION_CODE:
+    for root in roots:
         path = BASE_DIR / root
         for source in [path] if path.is_file() else path.rglob("*.py"):
             for node in ast.walk(ast.parse(source.read_text(), str(source))):
@@ -66,8 +70,9 @@ def production_imports() -> set[str]:
                     modules.update(alias.name.split(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0:
                     modules.add(node.module.split(".")[0])
-    # Apps and middleware that the settings name as strings.
-    modules.update(name.split(".")[0] for name in [*settings.INSTALLED_APPS, *settings.MIDDLEWARE])
+    if roots == PRODUCTION_CODE:
+        # Apps and middleware that the settings name as strings.
+        modules.update(name.split(".")[0] for name in [*settings.INSTALLED_APPS, *settings.MIDDLEWARE])
     return modules - set(sys.stdlib_module_names) - FIRST_PARTY
 
 
@@ -97,8 +102,21 @@ def test_production_code_imports_only_what_requirements_txt_installs():
     assert not missing, f"imported by production code, not in requirements.txt: {missing}"
 
 
-def test_requirements_txt_is_closed_under_its_packages_dependencies():
-    runtime = requirements(RUNTIME)
+def test_the_agents_pins_are_requirements_txts_and_cover_what_the_agent_imports():
+    agent, runtime = pins(AGENT), pins(RUNTIME)
+    assert {name: runtime.get(name) for name in agent} == agent
+    owners = packages_distributions()
+    missing = {
+        module: owners.get(module)
+        for module in production_imports(("agent",))
+        if not any(canonicalize_name(owner) in agent for owner in owners.get(module, []))
+    }
+    assert not missing, f"imported by the agent, not in agent/requirements.txt: {missing}"
+
+
+@pytest.mark.parametrize("path", [RUNTIME, AGENT], ids=["requirements.txt", "agent"])
+def test_requirements_are_closed_under_their_packages_dependencies(path):
+    runtime = requirements(path)
     unpinned = set()
     for name, pinned in runtime.items():
         environments = [{"extra": extra} for extra in pinned.extras] or [{"extra": ""}]

@@ -255,3 +255,19 @@ def test_xid_79_through_prometheus_and_alertmanager_reaches_the_webhook_and_quar
     while not recorder.posts.empty():
         for other in parse_webhook(recorder.posts.get()[2]):
             assert other.labels.get("xid") != "13"
+
+
+@pytest.mark.parametrize(
+    ("kind", "alert_name"), [("ecc_dbe", "GPUUncorrectableECC"), ("row_remap_failure", "GPURowRemapFailure")]
+)
+def test_memory_faults_read_from_dcgm_exporters_fields_reach_the_webhook(pipeline, kind, alert_name):
+    """The two rules that read dcgm-exporter's fields rather than the agent's XID counter."""
+    bmcsim_url, recorder = pipeline
+    time.sleep(2)  # a scrape of the fault-free counter first: increase() needs the 0 before the 1
+    answer = requests.post(f"{bmcsim_url}/bmcsim/v1/faults", json={"node": "node-002", "kind": kind, "gpu": 5})
+    assert answer.status_code == 201, answer.text
+    _, _, payload = recorder.posts.get(timeout=30)
+    [alert] = parse_webhook(payload)
+    assert (alert.name, alert.labels["node"], alert.labels["gpu"]) == (alert_name, "node-002", "5")
+    decision = decide(alert)
+    assert (decision.action, decision.node, decision.gpu) == (Action.QUARANTINE, "node-002", 5)
