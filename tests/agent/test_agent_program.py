@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
+from ipaddress import ip_address
 
 import pytest
 import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from tests.support.ports import free_port
 from tests.support.processes import REPO_ROOT, Process, answers, once_ready
 
 TOKEN = "node-token-for-the-test-0123456789"
 METRICS_TOKEN = "prometheus-token-for-the-test-0123"
+NO_PASSWORD = serialization.NoEncryption()
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +132,73 @@ def test_a_bad_start_is_a_usage_error(args, says):
         check=False,
     )
     assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr
+
+
+def certificate(subject: str, key, issuer=None, issuer_key=None, *, ca: bool = False) -> x509.Certificate:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    now = datetime.now(UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer.subject if issuer else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if not ca and issuer is not None and subject == "127.0.0.1":
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ip_address(subject))]), False)
+    return builder.sign(issuer_key or key, hashes.SHA256())
+
+
+def test_with_a_client_ca_only_callers_holding_its_certificate_get_through(tmp_path):
+    """Mutual TLS, the agent's option beside the token: the control plane's certificate and the token."""
+
+    def write(name: str, data: bytes) -> str:
+        (tmp_path / name).write_bytes(data)
+        return str(tmp_path / name)
+
+    def pem_key(key) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, NO_PASSWORD)
+
+    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = certificate("fleet CA", ca_key, ca=True)
+    server = certificate("127.0.0.1", server_key, ca, ca_key)
+    client = certificate("control plane", client_key, ca, ca_key)
+    ca_file = write("ca.pem", ca.public_bytes(serialization.Encoding.PEM))
+    write("token", TOKEN.encode())
+    port = free_port()
+    process = Process(
+        "gpu-agent-mtls",
+        [
+            sys.executable, "-m", "agent", "--backend", "sim", "--listen", f"127.0.0.1:{port}",
+            "--token-file", str(tmp_path / "token"),
+            "--tls-cert", write("server.pem", server.public_bytes(serialization.Encoding.PEM)),
+            "--tls-key", write("server.key", pem_key(server_key)),
+            "--client-ca", ca_file,
+        ],
+        {"PATH": "/usr/bin:/bin"},
+        tmp_path,
+    )  # fmt: skip
+    url = f"https://127.0.0.1:{port}/inventory"
+    mine = (
+        write("client.pem", client.public_bytes(serialization.Encoding.PEM)),
+        write("client.key", pem_key(client_key)),
+    )
+    try:
+        once_ready(process, "the TLS agent", lambda: answers_tls(url, ca_file, mine), timeout=20)
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        assert requests.get(url, headers=bearer, verify=ca_file, cert=mine, timeout=10).status_code == 200
+        assert requests.get(url, verify=ca_file, cert=mine, timeout=10).status_code == 401
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(url, headers=bearer, verify=ca_file, timeout=10)
+    finally:
+        process.stop()
+
+
+def answers_tls(url: str, ca_file: str, cert: tuple[str, str]) -> bool:
+    try:
+        return requests.get(url, verify=ca_file, cert=cert, timeout=2).status_code == 401
+    except requests.RequestException:
+        return False
