@@ -19,7 +19,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from ..backend import FAILED, RUNNING, SUCCEEDED, GPUStatus, Operation, Refused
+import pynvml
+
+from ..backend import FAILED, RUNNING, SUCCEEDED, GPUStatus, Operation, Reading, Refused
 from . import disks
 from .kernel_log import KmsgFollower, XidCounter
 from .nvml import NoNVML, Nvml, ResetFailed
@@ -50,9 +52,9 @@ class _Job:
         with self._lock:
             if self.operation.state == RUNNING:
                 raise Refused(f"{self.what} is already running")
-            self.operation = Operation(state=RUNNING, started_at=time.time(), **extra)
+            started = self.operation = Operation(state=RUNNING, started_at=time.time(), **extra)
         threading.Thread(target=self._run, args=(work, on_success), name=self.what, daemon=True).start()
-        return self.operation
+        return started
 
     def _run(self, work: Callable[[], str], on_success: Callable[[], None]) -> None:
         try:
@@ -60,6 +62,9 @@ class _Job:
             on_success()
         except (ResetFailed, NoNVML, Refused) as error:
             detail, state = str(error), FAILED
+        except Exception as error:  # a GPU lost from the bus, NVML closed: the job fails, never hangs
+            log.exception("%s failed", self.what)
+            detail, state = f"{type(error).__name__}: {error}", FAILED
         log.info("%s %s: %s", self.what, state, detail)
         with self._lock:
             self.operation = replace(self.operation, state=state, finished_at=time.time(), detail=detail)
@@ -100,8 +105,11 @@ class HostBackend:
         counts, last = self.xids.counts(), self.xids.last()
         statuses = []
         for gpu in self.identities:
-            reading = self.nvml.reading(gpu.index)
-            memory_failing = bool(reading.ecc_dbe_volatile) or bool(reading.row_remap_failure)
+            try:
+                reading = self.nvml.reading(gpu.index)
+                memory_failing = bool(reading.ecc_dbe_volatile) or bool(reading.row_remap_failure)
+            except pynvml.NVMLError:  # a GPU that stopped answering NVML: unhealthy, the others still shown
+                reading, memory_failing = Reading(), True
             statuses.append(
                 GPUStatus(
                     gpu=gpu,
@@ -146,7 +154,13 @@ class HostBackend:
     def gpu_wipe(self) -> Operation:
         return self._wipe.operation
 
+    def _one_at_a_time(self) -> None:
+        for job in (self._wipe, self._reset):
+            if job.operation.state == RUNNING:
+                raise Refused(f"{job.what} is running")
+
     def start_gpu_wipe(self) -> Operation:
+        self._one_at_a_time()
         # A reset clears a GPU's memory only because the driver scrubs it for ECC.
         ecc_off = [g.index for g in self.identities if self.nvml.reading(g.index).ecc_dbe_volatile is None]
         if ecc_off:
@@ -159,6 +173,7 @@ class HostBackend:
     def start_gpu_reset(self, gpu: int) -> Operation:
         if gpu not in self._xids_at_reset:
             raise Refused(f"'gpu' must be one of {', '.join(map(str, self._xids_at_reset))}", status=400)
+        self._one_at_a_time()
         return self._reset.start(lambda: self.nvml.reset_gpu(gpu), self._healed(gpu), gpu=gpu)
 
     def _healed(self, *indexes: int) -> Callable[[], None]:

@@ -9,7 +9,8 @@ attestation.verifier.verify with the anchors, reference values and shipped polic
 plane appraises with. The agent names every event of a quoted PCR for the boot component that
 PCR holds (agent/host/tpm.py says why), so the known-good manifest lists separators and GRUB's
 commands as well as images. The node has no GPUs enrolled and reports none, so the GPU checks
-have nothing to appraise: this is the TPM half of a host's evidence.
+have nothing to appraise: this is the TPM half of a host's evidence. The measured boot and the PKI
+are in tests/support/measured_boot.py and tests/support/ak_certificates.py.
 """
 
 from __future__ import annotations
@@ -19,255 +20,34 @@ import json
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
-from cryptography.x509.oid import NameOID
 from django.conf import settings
 
 from agent.backend import Refused, Unavailable
 from agent.host.tpm import EVENT_TYPE_NAMES, TPMError, TPMQuoter, create_attestation_key, parse_event_log
 from attestation.policy import load_policy_file
 from attestation.reference import parse_manifest, reference_values
-from attestation.verifier import NodeIdentity, TrustedRoots, Verdict, new_nonce, verify
+from attestation.verifier import TrustedRoots, Verdict, new_nonce, verify
+from tests.support.ak_certificates import NODE, ak_certificate, ca_certificate, public_pem
+from tests.support.measured_boot import (
+    EV_NO_ACTION,
+    KNOWN_GOOD_BOOT,
+    TPM_ALG_SHA1,
+    TPM_ALG_SHA256,
+    boot,
+    event_log,
+    known_good_manifest,
+    linux_boot,
+    spec_id_event,
+)
 from tests.support.swtpm import SoftwareTPM
 
 AK_HANDLE = 0x81010002
-NODE = NodeIdentity(name="gpu-node-01", serial="SN-7731-0001", gpus=())
-
-# TCG PC Client Platform Firmware Profile: event types and the crypto-agile log's header.
-EV_NO_ACTION = 0x00000003
-EV_SEPARATOR = 0x00000004
-EV_S_CRTM_VERSION = 0x00000008
-EV_IPL = 0x0000000D
-EV_EFI_VARIABLE_DRIVER_CONFIG = 0x80000001
-EV_EFI_BOOT_SERVICES_APPLICATION = 0x80000003
-EV_EFI_ACTION = 0x80000007
-EV_EFI_PLATFORM_FIRMWARE_BLOB2 = 0x8000000A
-SPEC_ID_SIGNATURE = b"Spec ID Event03\0"
-TPM_ALG_SHA1, TPM_ALG_SHA256 = 0x0004, 0x000B
-BANKS = {TPM_ALG_SHA1: hashlib.sha1, TPM_ALG_SHA256: hashlib.sha256}
-EFI_GLOBAL_VARIABLE = bytes.fromhex("61dfe48bca93d211aa0d00e098032b8c")  # 8be4df61-93ca-11d2-aa0d-00e098032b8c
-
-
-# Writing a binary event log, as firmware lays it out.
-
-
-@dataclass(frozen=True)
-class Measurement:
-    pcr: int
-    event_type: int
-    data: bytes  # what the log records
-    digests: dict[int, bytes]  # what is extended, per bank
-    component: str | None  # where a known-good manifest lists the digest; None: not in the evidence
-
-
-def measure(pcr: int, event_type: int, data: bytes, component: str | None, image: bytes | None = None) -> Measurement:
-    """An event whose digests hash `image` (a firmware volume, a PE file, a kernel), else the logged data."""
-    measured = data if image is None else image
-    return Measurement(pcr, event_type, data, {alg: h(measured).digest() for alg, h in BANKS.items()}, component)
-
-
-def not_extended(pcr: int, data: bytes) -> Measurement:
-    return Measurement(pcr, EV_NO_ACTION, data, {alg: bytes(h().digest_size) for alg, h in BANKS.items()}, None)
-
-
-def grub_command_line(text: str) -> Measurement:
-    """GRUB logs a command or the kernel command line after a "grub_cmd: " or "kernel_cmdline: " prefix and
-    with its NUL, and measures it without either."""
-    return measure(8, EV_IPL, ascii_string(text), "cmdline", image=text.split(" ", 1)[1].encode())
-
-
-def ascii_string(text: str) -> bytes:
-    return text.encode() + b"\0"
-
-
-def ucs2_string(text: str) -> bytes:
-    return (text + "\0").encode("utf-16-le")
-
-
-def firmware_blob2(description: str, base: int, length: int) -> bytes:
-    """UEFI_PLATFORM_FIRMWARE_BLOB2: a sized description, then where the blob was."""
-    return bytes([len(description)]) + description.encode() + struct.pack("<QQ", base, length)
-
-
-def image_load_event(file_path: str) -> bytes:
-    """UEFI_IMAGE_LOAD_EVENT of an image loaded from `file_path` (a media file path node, then the end node)."""
-    path = ucs2_string(file_path)
-    device_path = struct.pack("<BBH", 0x04, 0x04, 4 + len(path)) + path + struct.pack("<BBH", 0x7F, 0xFF, 4)
-    return struct.pack("<QQQQ", 0x7A5E_1000, 0x0010_0000, 0, len(device_path)) + device_path
-
-
-def efi_variable(name: str, value: bytes) -> bytes:
-    """UEFI_VARIABLE_DATA."""
-    unicode_name = name.encode("utf-16-le")
-    return EFI_GLOBAL_VARIABLE + struct.pack("<QQ", len(name), len(value)) + unicode_name + value
-
-
-def spec_id_event(banks: dict[int, int]) -> bytes:
-    """The TCG_PCR_EVENT (SHA-1 format) a crypto-agile log starts with, its data the Spec ID Event03 header."""
-    spec = (
-        SPEC_ID_SIGNATURE
-        + struct.pack("<IBBBB", 0, 0, 2, 2, 2)  # platformClass client, spec 2.0 errata 2, UINTN of 8 bytes
-        + struct.pack("<I", len(banks))
-        + b"".join(struct.pack("<HH", alg, size) for alg, size in banks.items())
-        + b"\0"  # no vendor info
-    )
-    return struct.pack("<II", 0, EV_NO_ACTION) + bytes(20) + struct.pack("<I", len(spec)) + spec
-
-
-def pcr_event2(measurement: Measurement) -> bytes:
-    digests = b"".join(struct.pack("<H", alg) + digest for alg, digest in measurement.digests.items())
-    return (
-        struct.pack("<III", measurement.pcr, measurement.event_type, len(measurement.digests))
-        + digests
-        + struct.pack("<I", len(measurement.data))
-        + measurement.data
-    )
-
-
-def event_log(boot: tuple[Measurement, ...]) -> bytes:
-    return spec_id_event({alg: h().digest_size for alg, h in BANKS.items()}) + b"".join(map(pcr_event2, boot))
-
-
-def linux_boot(kernel_image: bytes) -> tuple[Measurement, ...]:
-    """UEFI firmware, shim and GRUB booting Linux, in the order they extend; the kernel's image is `kernel_image`."""
-    command_line = "/vmlinuz-6.8.0-49-generic root=LABEL=root ro iommu=pt"
-    return (
-        not_extended(0, b"StartupLocality\0\x00"),  # locality 0: PCR 0 starts from zeros
-        measure(0, EV_S_CRTM_VERSION, ucs2_string("GF-BIOS 2.4.0"), "firmware"),
-        measure(0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, firmware_blob2("Fv(PEI)", 0xFF00_0000, 0x20_0000), "firmware",
-                image=b"GF-BIOS 2.4.0 PEI firmware volume"),
-        measure(0, EV_EFI_PLATFORM_FIRMWARE_BLOB2, firmware_blob2("Fv(DXE)", 0xFF20_0000, 0x60_0000), "firmware",
-                image=b"GF-BIOS 2.4.0 DXE firmware volume"),
-        measure(7, EV_EFI_VARIABLE_DRIVER_CONFIG, efi_variable("SecureBoot", b"\x01"), None),
-        measure(4, EV_EFI_ACTION, b"Calling EFI Application from Boot Option", "bootloader"),
-        measure(0, EV_SEPARATOR, bytes(4), "firmware"),
-        measure(4, EV_SEPARATOR, bytes(4), "bootloader"),
-        measure(7, EV_SEPARATOR, bytes(4), None),
-        measure(4, EV_EFI_BOOT_SERVICES_APPLICATION, image_load_event(r"\EFI\ubuntu\shimx64.efi"), "bootloader",
-                image=b"shim 15.8 PE image"),
-        measure(4, EV_EFI_BOOT_SERVICES_APPLICATION, image_load_event(r"\EFI\ubuntu\grubx64.efi"), "bootloader",
-                image=b"grub 2.12 PE image"),
-        measure(9, EV_IPL, ascii_string("/boot/grub/grub.cfg"), "kernel", image=b"set default=0\nmenuentry ..."),
-        grub_command_line(f"grub_cmd: linux {command_line}"),
-        measure(9, EV_IPL, ascii_string("/vmlinuz-6.8.0-49-generic"), "kernel", image=kernel_image),
-        grub_command_line(f"kernel_cmdline: {command_line}"),
-        grub_command_line("grub_cmd: initrd /initrd.img-6.8.0-49-generic"),
-        measure(9, EV_IPL, ascii_string("/initrd.img-6.8.0-49-generic"), "initrd", image=b"initrd 6.8.0-49 cpio"),
-    )  # fmt: skip
-
-
-KNOWN_GOOD_BOOT = linux_boot(b"vmlinuz-6.8.0-49-generic bzImage")
-
-
-def boot(tpm: SoftwareTPM, log_path: Path, measurements: tuple[Measurement, ...]) -> None:
-    """What firmware and GRUB do: extend every bank of each PCR, and hand over the log of it."""
-    tpm.run(
-        "tpm2_pcrextend",
-        *(
-            f"{m.pcr}:sha1={m.digests[TPM_ALG_SHA1].hex()},sha256={m.digests[TPM_ALG_SHA256].hex()}"
-            for m in measurements
-            if m.event_type != EV_NO_ACTION
-        ),
-    )
-    log_path.write_bytes(event_log(measurements))
-
-
-def known_good_manifest(measurements: tuple[Measurement, ...]) -> dict:
-    """A reference-value manifest listing every digest the known-good boot puts into a quoted PCR."""
-    components: dict[str, list[dict]] = {}
-    for position, m in enumerate(measurements):
-        if m.component is not None:
-            release = f"known-good boot, event {position}"
-            components.setdefault(m.component, []).append(
-                {"release": release, "digest": m.digests[TPM_ALG_SHA256].hex()}
-            )
-    return {
-        "issuer": "test host image pipeline",
-        "version": 1,
-        "boot": {
-            "hash_algorithm": "sha256",
-            "pcrs": {"firmware": 0, "bootloader": 4, "kernel": 9, "initrd": 9, "cmdline": 8},
-            "quoted_pcrs": [0, 4, 8, 9],
-            "components": components,
-        },
-        "gpu": {"hash_algorithm": "sha384", "model": "none", "measurements": {}},
-    }
-
-
-# The PKI: a manufacturer CA certifying AKs, and a GPU-vendor root no GPU of this node needs.
-
-
-def ca_certificate(common_name: str) -> tuple[ec.EllipticCurvePrivateKey, str]:
-    key = ec.generate_private_key(ec.SECP384R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    certificate = (
-        certificate_builder(name, name, key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(key_usage(ca=True), critical=True)
-        .sign(key, hashes.SHA384())
-    )
-    return key, certificate.public_bytes(serialization.Encoding.PEM).decode()
-
-
-def ak_certificate(ak_public_pem: str, ca: tuple[ec.EllipticCurvePrivateKey, str]) -> str:
-    """What the operator's manufacturer CA issues for the AK public key create_attestation_key gives."""
-    ca_key, ca_pem = ca
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.COMMON_NAME, NODE.name),
-            x509.NameAttribute(NameOID.SERIAL_NUMBER, NODE.serial),
-        ]
-    )
-    issuer = x509.load_pem_x509_certificate(ca_pem.encode()).subject
-    certificate = (
-        certificate_builder(subject, issuer, serialization.load_pem_public_key(ak_public_pem.encode()))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(key_usage(ca=False), critical=True)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA384())
-    )
-    return certificate.public_bytes(serialization.Encoding.PEM).decode()
-
-
-def public_pem(public_key: ec.EllipticCurvePublicKey) -> str:
-    return public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-
-
-def certificate_builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.CertificateBuilder:
-    now = datetime.now(UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(hours=1))
-        .not_valid_after(now + timedelta(days=365))
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-    )
-
-
-def key_usage(*, ca: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=not ca,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=ca,
-        crl_sign=ca,
-        encipher_only=False,
-        decipher_only=False,
-    )
 
 
 @pytest.fixture(scope="module")

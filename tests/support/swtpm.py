@@ -63,3 +63,4 @@ class SoftwareTPM:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=10)
+        self.process.stderr.close()
