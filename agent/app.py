@@ -179,13 +179,14 @@ def add_routes(router: web.UrlDispatcher, find: Find, prefix: str = "") -> None:
 
 @web.middleware
 async def json_errors(request: web.Request, handler):
-    """Unknown paths, wrong methods and crashes answer JSON {"detail": ...}, never a traceback."""
+    """Unknown paths, wrong methods (with their Allow header) and crashes answer JSON
+    {"detail": ...}, never a traceback. bmcsim puts it in front of its own routes too."""
     try:
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return detail(exc.status, exc.reason)
+        return detail(exc.status, exc.reason, **{k: v for k, v in exc.headers.items() if k == "Allow"})
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return detail(500, "internal error")

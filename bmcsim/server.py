@@ -1,4 +1,4 @@
-"""The aiohttp application: routes, JSON errors outside Redfish, the state flusher, start-up."""
+"""The aiohttp application: routes, JSON errors outside Redfish (the agent's), the state flusher, start-up."""
 
 from __future__ import annotations
 
@@ -8,30 +8,14 @@ import sqlite3
 
 from aiohttp import web
 
+from agent.app import json_errors
+
 from . import admin, agent, redfish
 from .settings import MAX_BODY_BYTES, Settings
 from .sim import SIM, Simulator
 
 FLUSH_INTERVAL_S = 0.2
 log = logging.getLogger("bmcsim")
-
-
-@web.middleware
-async def json_errors(request: web.Request, handler):
-    """Outside /redfish: 404, 405 and any crash become {"detail": ...}, never a traceback."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return web.json_response({"detail": exc.reason}, status=exc.status, headers=_allow(exc))
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return web.json_response({"detail": "internal error"}, status=500)
-
-
-def _allow(exc: web.HTTPException) -> dict:
-    return {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else {}
 
 
 @web.middleware

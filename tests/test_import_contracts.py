@@ -10,7 +10,18 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("gpufleet", "console", "workflows", "reservations", "remediation", "attestation", "fleet", "core", "bmcsim", "agent")
+PACKAGES = (
+    "gpufleet",
+    "console",
+    "workflows",
+    "reservations",
+    "remediation",
+    "attestation",
+    "fleet",
+    "core",
+    "bmcsim",
+    "agent",
+)
 LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
 
 

@@ -25,7 +25,6 @@ import pynvml
 import pytest
 import requests
 from aiohttp import web
-from cryptography.hazmat.primitives.asymmetric import ec
 from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -35,12 +34,11 @@ from agent.host.kernel_log import KmsgFollower
 from agent.host.tpm import create_attestation_key
 from attestation.policy import load_policy_file
 from attestation.reference import parse_manifest, reference_values
-from attestation.verifier import TrustedRoots, new_nonce, verify
+from attestation.verifier import new_nonce, verify
 from tests.support import fake_nvml
-from tests.support.ak_certificates import NODE, ak_certificate, ca_certificate
+from tests.support.ak_certificates import NODE, ak_certificate
 from tests.support.fake_nvml import fake_nvidia_smi, h100, v100
 from tests.support.measured_boot import KNOWN_GOOD_BOOT, boot, known_good_manifest
-from tests.support.swtpm import SoftwareTPM
 
 library = fake_nvml.library  # the fixture, by assignment: an imported name that arguments shadow is a lint error
 
@@ -391,28 +389,6 @@ def test_without_a_readable_kernel_log_xids_come_from_nvml_events_alone(start_ag
 
 
 # Evidence, inventory, diagnostics.
-
-
-@pytest.fixture(scope="module")
-def manufacturer_ca() -> tuple[ec.EllipticCurvePrivateKey, str]:
-    return ca_certificate("Test Manufacturer Root CA")
-
-
-@pytest.fixture(scope="module")
-def roots(manufacturer_ca) -> TrustedRoots:
-    _, gpu_vendor_root = ca_certificate("Test GPU Vendor Root CA")
-    return TrustedRoots.from_pem(
-        manufacturer_ca=manufacturer_ca[1], gpu_vendor_root=gpu_vendor_root, valid_at=datetime.now(UTC)
-    )
-
-
-@pytest.fixture
-def tpm(tmp_path):
-    directory = tmp_path / "tpm"
-    directory.mkdir()
-    software_tpm = SoftwareTPM(directory)
-    yield software_tpm
-    software_tpm.stop()
 
 
 def test_the_evidence_of_a_known_good_boot_is_affirmed_by_the_control_planes_verifier(

@@ -33,7 +33,7 @@ from agent.host.tpm import EVENT_TYPE_NAMES, TPMError, TPMQuoter, create_attesta
 from attestation.policy import load_policy_file
 from attestation.reference import parse_manifest, reference_values
 from attestation.verifier import TrustedRoots, Verdict, new_nonce, verify
-from tests.support.ak_certificates import NODE, ak_certificate, ca_certificate, public_pem
+from tests.support.ak_certificates import NODE, ak_certificate, public_pem
 from tests.support.measured_boot import (
     EV_NO_ACTION,
     KNOWN_GOOD_BOOT,
@@ -45,29 +45,8 @@ from tests.support.measured_boot import (
     linux_boot,
     spec_id_event,
 )
-from tests.support.swtpm import SoftwareTPM
 
 AK_HANDLE = 0x81010002
-
-
-@pytest.fixture(scope="module")
-def manufacturer_ca() -> tuple[ec.EllipticCurvePrivateKey, str]:
-    return ca_certificate("Test Manufacturer Root CA")
-
-
-@pytest.fixture(scope="module")
-def roots(manufacturer_ca) -> TrustedRoots:
-    _, gpu_vendor_root = ca_certificate("Test GPU Vendor Root CA")
-    return TrustedRoots.from_pem(
-        manufacturer_ca=manufacturer_ca[1], gpu_vendor_root=gpu_vendor_root, valid_at=datetime.now(UTC)
-    )
-
-
-@pytest.fixture
-def tpm(tmp_path):
-    software_tpm = SoftwareTPM(tmp_path)
-    yield software_tpm
-    software_tpm.stop()
 
 
 @pytest.fixture
@@ -197,8 +176,8 @@ def test_an_ak_loaded_from_a_context_file_is_flushed_after_each_quote(tpm, tmp_p
         "-u", "ak.pem", "-f", "pem",
     )  # fmt: skip
     cert_path = tmp_path / "ak.crt"
-    cert_path.write_text(ak_certificate((tmp_path / "ak.pem").read_text(), manufacturer_ca))
-    quoter = TPMQuoter(ak_cert_path=cert_path, tcti=tpm.tcti, ak=str(tmp_path / "ak.ctx"))
+    cert_path.write_text(ak_certificate((tpm.directory / "ak.pem").read_text(), manufacturer_ca))
+    quoter = TPMQuoter(ak_cert_path=cert_path, tcti=tpm.tcti, ak=str(tpm.directory / "ak.ctx"))
 
     quotes = [quoter.quote(bytes([n]) * 32) for n in range(5)]
 
