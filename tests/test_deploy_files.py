@@ -638,3 +638,11 @@ def test_the_agents_image_installs_its_own_pins_and_the_tpm_tools_and_runs_the_c
     assert "pip install -r agent/requirements.txt" in runs and "pip install --no-deps ." in runs
     assert "tpm2-tools" in runs and "requirements.txt" not in runs.replace("agent/requirements.txt", "")
     assert json.loads(next(arg for op, arg in instructions if op == "ENTRYPOINT")) == ["gpu-agent"]
+
+
+def test_no_rule_or_dashboard_query_reads_dcgm_exporters_host_name_label():
+    """dcgm-exporter renames `Hostname` to `hostname` after 4.8.2: nothing may depend on either."""
+    rules = "\n".join(p.read_text() for p in (DEPLOY / "prometheus" / "rules").glob("*.yml"))
+    queries = "\n".join(expr for _, expr in dashboard_exprs())
+    assert "hostname" not in rules.lower()
+    assert "hostname" not in queries.lower()
