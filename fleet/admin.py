@@ -10,7 +10,7 @@ from django.template.response import TemplateResponse
 from core.admin_permissions import has_permission
 from fleet import lifecycle
 from fleet.bmc_access import BMCAddressRefused, check_bmc_url
-from fleet.models import GPU, AuditEvent, Node, Pod, Rack
+from fleet.models import GPU, AddressPool, AuditEvent, Image, Node, NodeAddress, Pod, Rack
 from fleet.services import (
     BMC_ACCESS_FIELDS,
     SECRET_ACCESS_FIELDS,
@@ -219,3 +219,34 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(Image)
+class ImageAdmin(admin.ModelAdmin):
+    """The catalogue tenants choose from (GET /v1/images); the one default is what a reservation gets
+    when it names none."""
+
+    list_display = ["name", "os", "default", "boot_mode", "needs_secure_boot", "sha256"]
+    search_fields = ["name", "os"]
+
+
+class NodeAddressInline(admin.TabularInline):
+    model = NodeAddress
+    extra = 0
+    can_delete = False
+    fields = ["address", "node"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False  # assigned with the node as it starts serving, given back at its wipe
+
+
+@admin.register(AddressPool)
+class AddressPoolAdmin(admin.ModelAdmin):
+    list_display = ["network", "pod", "gateway", "ssh_port"]
+    list_filter = ["pod"]
+    inlines = [NodeAddressInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        # Addresses handed out from it would fall outside a changed network.
+        return ["network", "pod"] if obj is not None and obj.addresses.exists() else []

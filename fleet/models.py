@@ -6,6 +6,9 @@ the audit log refuses UPDATE and DELETE, and a node's state cannot change, nor a
 created, without an audit row written in the same transaction.
 """
 
+import ipaddress
+
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
@@ -24,6 +27,9 @@ class AuditOnlyEvent(models.TextChoices):
     STEP_CHANGED = "step_changed"
     RESULT_DISCARDED = "result_discarded"
     BMC_CHANGED = "bmc_changed", "BMC access changed"
+
+
+SHA256_HEX = r"^[0-9a-f]{64}$"
 
 
 class GPUHealth(models.TextChoices):
@@ -72,6 +78,8 @@ class Node(models.Model):
     bmc_password = models.CharField(max_length=128)
     agent_url = models.URLField(blank=True, help_text="The node's in-band agent.")
     agent_token = models.CharField(max_length=256, blank=True, help_text="The agent's bearer token. Never shown.")
+    # What the tenant's OS reported at provisioning; gone with the tenant.
+    ssh_host_key_fingerprint = models.CharField(max_length=128, blank=True)
 
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.ENROLLED)
     state_since = models.DateTimeField(db_default=Now())
@@ -124,6 +132,10 @@ class Node(models.Model):
                 name="node_lease_owner_has_expiry_and_token",
             ),
             models.CheckConstraint(condition=Q(fencing_token__gte=0), name="node_fencing_token_not_negative"),
+            models.CheckConstraint(
+                condition=_in(lifecycle.SERVING_STATES) | Q(ssh_host_key_fingerprint=""),
+                name="node_host_key_only_while_serving",
+            ),
             models.CheckConstraint(
                 condition=Q(step="", step_since__isnull=True) | (~Q(step="") & Q(step_since__isnull=False)),
                 name="node_step_has_since",
@@ -190,3 +202,76 @@ class AuditEvent(models.Model):
 
     def __str__(self):
         return f"{self.node_id} {self.event} {self.from_state}->{self.to_state}"
+
+
+class Image(models.Model):
+    """An OS image tenants may boot, from the operators' catalogue (GET /v1/images)."""
+
+    class BootMode(models.TextChoices):
+        UEFI = "UEFI"
+        LEGACY = "Legacy"
+
+    name = models.SlugField(max_length=64, unique=True)
+    os = models.CharField(max_length=64, help_text="The OS family and release, e.g. ubuntu-24.04.")
+    url = models.URLField(max_length=500, help_text="Where a BMC fetches it as virtual media.")
+    sha256 = models.CharField(max_length=64, help_text="What the node must report it booted (hex).")
+    boot_mode = models.CharField(max_length=8, choices=BootMode.choices, default=BootMode.UEFI)
+    needs_secure_boot = models.BooleanField(default=False)
+    default = models.BooleanField(default=False, help_text="What a reservation that names no image boots.")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(sha256__regex=SHA256_HEX), name="image_sha256_is_hex"),
+            models.UniqueConstraint(fields=["default"], condition=Q(default=True), name="image_one_default"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class AddressPool(models.Model):
+    """Tenant-network addresses of a pod's nodes: one per node while it serves a tenant."""
+
+    pod = models.ForeignKey(Pod, on_delete=models.PROTECT, related_name="address_pools")
+    network = models.CharField(max_length=64, help_text="CIDR, IPv4 or IPv6, e.g. 10.100.1.0/24.")
+    gateway = models.GenericIPAddressField(null=True, blank=True)
+    ssh_port = models.PositiveIntegerField(default=22, help_text="Where tenants reach their nodes' SSH.")
+
+    class Meta:
+        ordering = ["pod__name", "network"]
+        constraints = [models.UniqueConstraint(fields=["network"], name="address_pool_network_unique")]
+
+    def __str__(self):
+        return f"{self.pod.name} {self.network}"
+
+    def clean(self):
+        try:
+            network = ipaddress.ip_network(self.network)
+        except ValueError as error:
+            raise ValidationError({"network": f"not a network in CIDR form: {error}"}) from None
+        if self.gateway and ipaddress.ip_address(self.gateway) not in network:
+            raise ValidationError({"gateway": f"{self.gateway} is outside {network}"})
+
+
+class NodeAddress(models.Model):
+    """A node's address on the tenant network, from its pod's pool, while it serves a tenant."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="address")
+    pool = models.ForeignKey(AddressPool, on_delete=models.PROTECT, related_name="addresses")
+    address = models.GenericIPAddressField(unique=True)
+
+    def __str__(self):
+        return f"{self.node.name} {self.address}"
+
+
+class ConfigDrive(models.Model):
+    """A serving node's NoCloud config drive, served to its BMC at an unguessable URL until release."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="config_drive")
+    token = models.CharField(max_length=64, unique=True)
+    iso = models.BinaryField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self):
+        return f"config drive of {self.node.name}"

@@ -7,7 +7,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from fleet import lifecycle
-from fleet.models import Node
+from fleet.models import ConfigDrive, Node
 
 
 def _unleased_owing_work() -> QuerySet[Node]:
@@ -25,3 +25,8 @@ def nodes_owing_work(*, limit: int, quiet_for: timedelta) -> list[int]:
 def unleased_nodes_owing_work(node_ids: Iterable[int]) -> list[int]:
     """Those of `node_ids` that owe a workflow and that no live lease holds."""
     return list(_unleased_owing_work().filter(pk__in=list(node_ids)).order_by("pk").values_list("pk", flat=True))
+
+
+def config_drive_token(*, node_id: int) -> str:
+    """The token of the URL the node's BMC fetches its config drive from."""
+    return ConfigDrive.objects.values_list("token", flat=True).get(node_id=node_id)

@@ -9,17 +9,31 @@ transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import ipaddress
+import secrets
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
+from core.errors import Conflict
 from fleet import leases, lifecycle
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_host, check_bmc_url
 from fleet.inventory import NodeRecord
 from fleet.leases import Lease
-from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node, NodeState, Pod, Rack
+from fleet.models import (
+    GPU,
+    AddressPool,
+    AuditEvent,
+    AuditOnlyEvent,
+    ConfigDrive,
+    Node,
+    NodeAddress,
+    NodeState,
+    Pod,
+    Rack,
+)
 from fleet.signals import node_transitioned
 
 ENROLMENT_BATCH = 500
@@ -41,7 +55,7 @@ def _state_fields(node: Node, new_state: lifecycle.State, event: lifecycle.Event
         # A new state starts afresh: no step yet, and whatever lease was held is over.
         fields.update(state_since=Now(), step="", step_since=None, lease_owner="", lease_expires_at=None)
     if new_state not in lifecycle.SERVING_STATES:
-        fields["reservation"] = None
+        fields.update(reservation=None, ssh_host_key_fingerprint="")
     if new_state in lifecycle.CLEAN_STATES:
         fields["tenant"] = None  # only a wipe makes a node clean; the tenant stays until then
     if event is lifecycle.Event.PROVISION_REQUESTED:
@@ -111,6 +125,8 @@ def _apply(
                 target = leases.fenced(target, lease)
             applied = target.update(**_state_fields(node, new_state, event, reason, reservation)) == 1
         if applied:
+            if new_state not in lifecycle.SERVING_STATES:
+                _forget_tenant_network(node_id)
             AuditEvent.objects.create(
                 node_id=node_id,
                 actor=actor,
@@ -289,3 +305,73 @@ def change_bmc_access(
             Node.objects.filter(pk=node_id).update(**access)
             _bmc_change_audit(node, actor, detail).save()
     return Node.objects.get(pk=node_id)
+
+
+# -- the tenant network: addresses and config drives --------------------------------------------
+
+ADDRESS_ATTEMPTS = 8
+
+
+class NoAddressFree(Conflict):
+    pass
+
+
+def _forget_tenant_network(node_id: int) -> None:
+    """A node that stops serving gives back its address and its config drive (whose URL then 404s)."""
+    NodeAddress.objects.filter(node_id=node_id).delete()
+    ConfigDrive.objects.filter(node_id=node_id).delete()
+
+
+def assign_address(*, node_id: int) -> NodeAddress | None:
+    """The serving node's tenant-network address, from its pod's pools, lowest free first.
+
+    None if its pod has no pool (the tenant network is then the site's DHCP). Raises
+    NoAddressFree if every pool of the pod is full. Two nodes taking the same address at
+    once are told apart by the unique address: the loser takes the next one.
+    """
+    node = Node.objects.select_related("rack").get(pk=node_id)
+    if (held := NodeAddress.objects.filter(node_id=node_id).select_related("pool").first()) is not None:
+        return held
+    pools = list(AddressPool.objects.filter(pod_id=node.rack.pod_id).order_by("id"))
+    if not pools:
+        return None
+    for _ in range(ADDRESS_ATTEMPTS):
+        free = _first_free(pools)
+        if free is None:
+            raise NoAddressFree(f"every address of pod {node.rack.pod.name}'s pools is taken")
+        pool, address = free
+        try:
+            with transaction.atomic():
+                return NodeAddress.objects.create(node_id=node_id, pool=pool, address=address)
+        except IntegrityError:
+            continue
+    raise NoAddressFree(f"lost {ADDRESS_ATTEMPTS} races for an address in pod {node.rack.pod.name}")
+
+
+def _first_free(pools: list[AddressPool]) -> tuple[AddressPool, str] | None:
+    for pool in pools:
+        network = ipaddress.ip_network(pool.network)
+        taken = {
+            ipaddress.ip_address(a) for a in NodeAddress.objects.filter(pool=pool).values_list("address", flat=True)
+        }
+        if pool.gateway:
+            taken.add(ipaddress.ip_address(pool.gateway))
+        for address in network.hosts():
+            if address not in taken:
+                return pool, str(address)
+    return None
+
+
+def config_drive_token(*, node_id: int, build: Callable[[], bytes]) -> str:
+    """The unguessable token of the URL the node's BMC fetches its config drive from; the drive
+    is built once per tenancy (a resumed provisioning finds it) and goes when the node stops serving."""
+    drive = ConfigDrive.objects.filter(node_id=node_id).first()
+    if drive is None:
+        drive = ConfigDrive.objects.create(node_id=node_id, token=secrets.token_urlsafe(32), iso=build())
+    return drive.token
+
+
+def record_host_key(*, node_id: int, fingerprint: str) -> None:
+    Node.objects.filter(pk=node_id, state__in=[s.value for s in lifecycle.SERVING_STATES]).update(
+        ssh_host_key_fingerprint=fingerprint
+    )

@@ -11,7 +11,7 @@ from rest_framework.authtoken.models import Token, TokenProxy
 
 from core.admin_permissions import has_permission
 from reservations import services
-from reservations.models import Allocation, Reservation, ReservationEvent, Tenant
+from reservations.models import Allocation, Reservation, ReservationEvent, SSHKey, Tenant
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -37,6 +37,12 @@ class ReservationEventInline(ReadOnlyInline):
     readonly_fields = fields
 
 
+class SSHKeyInline(ReadOnlyInline):
+    model = SSHKey
+    fields = ["name", "fingerprint", "created_at"]
+    readonly_fields = fields
+
+
 admin.site.unregister(TokenProxy)
 
 
@@ -45,6 +51,7 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ["name", "user", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["created_at"]
+    inlines = [SSHKeyInline]
     actions = ["revoke_api_tokens"]
 
     has_revoke_tenant_tokens_permission = has_permission("reservations.revoke_tenant_tokens")

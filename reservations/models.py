@@ -11,8 +11,9 @@ from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Func, Q
 from django.db.models.functions import Now
+from django.db.models.lookups import LessThanOrEqual
 
 
 class ReservationState(models.TextChoices):
@@ -61,6 +62,30 @@ class Tenant(models.Model):
         return self.name
 
 
+# cloud-init reads user data from the config drive; EC2's limit, which tenants know.
+MAX_USER_DATA_BYTES = 16 * 1024
+
+
+class SSHKey(models.Model):
+    """A tenant's OpenSSH public key, which its reservations put on their nodes."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=64)
+    public_key = models.TextField()
+    fingerprint = models.CharField(max_length=64, help_text="SHA256:..., as ssh-keygen -l prints it.")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["tenant", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="ssh_key_name_unique_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "fingerprint"], name="ssh_key_once_per_tenant"),
+        ]
+
+    def __str__(self):
+        return f"{self.tenant.name}/{self.name}"
+
+
 class Reservation(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="reservations")
     state = models.CharField(max_length=16, choices=ReservationState.choices, default=ReservationState.PENDING)
@@ -71,6 +96,11 @@ class Reservation(models.Model):
     ends_at = models.DateTimeField(null=True, blank=True, help_text="Empty: open-ended.")
     reason = models.TextField(blank=True, help_text="Why it failed or is degraded.")
     placement = models.TextField(blank=True, help_text="Where placement put it, and why.")
+    # What its nodes boot: an image of the catalogue (none: GPUFLEET_TENANT_IMAGE_URL, unchecked),
+    # the tenant's keys and user data, through each node's config drive.
+    image = models.ForeignKey("fleet.Image", null=True, blank=True, on_delete=models.PROTECT)
+    ssh_keys = models.ManyToManyField("SSHKey", blank=True, related_name="reservations")
+    user_data = models.TextField(blank=True, help_text="cloud-init user data, passed to the nodes untouched.")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -85,6 +115,13 @@ class Reservation(models.Model):
             models.CheckConstraint(
                 condition=~Q(state__in=[ReservationState.FAILED, ReservationState.DEGRADED]) | ~Q(reason=""),
                 name="reservation_failed_or_degraded_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=LessThanOrEqual(
+                    Func(F("user_data"), function="octet_length", output_field=models.IntegerField()),
+                    MAX_USER_DATA_BYTES,
+                ),
+                name="reservation_user_data_bounded",
             ),
         ]
         indexes = [

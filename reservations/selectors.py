@@ -163,6 +163,24 @@ def capacity_by_pod() -> list[dict]:
     return [pods[name] for name in sorted(pods)]
 
 
+def reservation_machines(reservations: list[Reservation]) -> dict[int, list[dict]]:
+    """The nodes serving each reservation now, with what a tenant needs to reach them."""
+    machines: dict[int, list[dict]] = defaultdict(list)
+    serving = Node.objects.filter(reservation__in=reservations).select_related("address__pool").order_by("name")
+    for node in serving:
+        address = getattr(node, "address", None)
+        machines[node.reservation_id].append(
+            {
+                "name": node.name,
+                "state": node.state,
+                "address": address.address if address else None,
+                "ssh_port": address.pool.ssh_port if address else None,
+                "host_key_fingerprint": node.ssh_host_key_fingerprint or None,
+            }
+        )
+    return machines
+
+
 def reservation_nodes(reservations: list[Reservation]) -> dict[int, list[str]]:
     """Names of the nodes each reservation holds now (or will hold, if it starts later)."""
     held: dict[int, list[str]] = defaultdict(list)

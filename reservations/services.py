@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Func, OuterRef, QuerySet, Subquery
+from django.db.models import Count, F, Func, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Greatest, Now
 from django.utils import timezone
 from psycopg.types.range import Range
 
+from core.errors import Conflict
 from fleet import lifecycle
-from fleet.models import Node, Pod
+from fleet.models import Image, Node, Pod
 from fleet.services import ConcurrentTransition, transition
+from reservations import ssh_keys as keys
 from reservations.models import (
     IDEMPOTENCY_KEY_LIFETIME,
     LIVE_STATES,
@@ -32,6 +34,7 @@ from reservations.models import (
     ReservationEvent,
     ReservationEventKind,
     ReservationState,
+    SSHKey,
     Tenant,
 )
 from reservations.periods import booking_period
@@ -139,13 +142,20 @@ def create_reservation(
     rack_scale: bool = False,
     starts_at: datetime | None = None,
     ends_at: datetime | None = None,
+    image: Image | None = None,
+    ssh_keys: Iterable[SSHKey] = (),
+    user_data: str = "",
     actor: str,
 ) -> Reservation:
     """Place and hold the nodes, or raise PlacementRefused with the reason; nothing is kept then.
 
     The period follows reservations/periods.py (PeriodRefused names the field): no `ends_at`
     means the tenant's maximum duration, and is allowed only for a reservation starting now.
+    The nodes boot `image`, or the catalogue's default, with the tenant's `ssh_keys` and
+    `user_data` (the caller checked that the keys are the tenant's).
     """
+    image = image or Image.objects.filter(default=True).first()
+    ssh_keys = list(ssh_keys)
     starts_at, ends_at = booking_period(
         starts_at=starts_at, ends_at=ends_at, now=timezone.now(), limits=booking_limits(tenant)
     )
@@ -163,7 +173,10 @@ def create_reservation(
             ends_at=ends_at,
             state=RS.PROVISIONING if starts_at <= timezone.now() else RS.PENDING,
             placement=placement.description,
+            image=image,
+            user_data=user_data,
         )
+        reservation.ssh_keys.set(ssh_keys)
         _hold(reservation, placement, actor=actor)
         retried = f" (placed again after {lost_races} lost race(s))" if lost_races else ""
         _record(reservation, ReservationEventKind.CREATED, actor, reservation.placement + retried)
@@ -459,3 +472,34 @@ def forget_expired_idempotency_keys() -> int:
     """Drop the answers kept for idempotency keys older than their lifetime."""
     deleted, _ = IdempotencyKey.objects.filter(created_at__lte=Now() - IDEMPOTENCY_KEY_LIFETIME).delete()
     return deleted
+
+
+class KeyRefused(Conflict):
+    pass
+
+
+def add_ssh_key(*, tenant: Tenant, name: str, public_key: str) -> SSHKey:
+    """Keep one of the tenant's public keys; raises ssh_keys.BadKey for a malformed one and
+    KeyRefused for a name or a key the tenant already has."""
+    parsed = keys.parse(public_key)
+    clash = SSHKey.objects.filter(tenant=tenant).filter(Q(name=name) | Q(fingerprint=parsed.fingerprint)).first()
+    if clash is not None:
+        raise KeyRefused(
+            f"you have a key named {name!r} already"
+            if clash.name == name
+            else f"this key is yours already, named {clash.name!r}"
+        )
+    try:
+        with transaction.atomic():
+            return SSHKey.objects.create(
+                tenant=tenant, name=name, public_key=parsed.line, fingerprint=parsed.fingerprint
+            )
+    except IntegrityError as error:  # the same key or name added at the same moment
+        raise KeyRefused("you added this key or this name a moment ago") from error
+
+
+def delete_ssh_key(*, tenant: Tenant, key_id: int) -> bool:
+    """Forget one of the tenant's keys; False if the tenant has no such key. Nodes that were given
+    it keep it until their reservation ends."""
+    deleted, _ = SSHKey.objects.filter(pk=key_id, tenant=tenant).delete()
+    return bool(deleted)

@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from ipaddress import ip_interface, ip_network
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -30,10 +31,12 @@ from django.utils import timezone
 
 from attestation import services as attestation
 from attestation import verifier
-from fleet import leases, lifecycle, services
+from fleet import leases, lifecycle, selectors, services
 from fleet.leases import Lease, LeaseLost, record_discarded_result
 from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node
+from reservations.models import Reservation
 from workflows.agent import AgentClient, AgentError, AgentUnavailable
+from workflows.config_drive import NoCloudConfig
 from workflows.redfish import (
     RESET_FORCE_OFF,
     RESET_FORCE_RESTART,
@@ -146,8 +149,54 @@ def boot_service_image(run: Run) -> None:
     _boot_image(run, settings.SERVICE_IMAGE_URL)
 
 
+def prepare_config_drive(run: Run) -> None:
+    """The node's address on the tenant network, and its config drive: the tenant's keys and
+    user data, its name and address, for cloud-init. Both stay until the node stops serving."""
+    reservation = Reservation.objects.prefetch_related("ssh_keys").get(pk=run.node.reservation_id)
+    try:
+        address = services.assign_address(node_id=run.node.pk)
+    except services.NoAddressFree as full:
+        raise StepFailed(str(full)) from full
+
+    def build() -> bytes:
+        network = ip_network(address.pool.network) if address else None
+        return NoCloudConfig(
+            instance_id=f"{run.node.name}-r{reservation.pk}",
+            hostname=run.node.name,
+            ssh_public_keys=tuple(key.public_key for key in reservation.ssh_keys.order_by("name")),
+            user_data=reservation.user_data,
+            interface=ip_interface(f"{address.address}/{network.prefixlen}") if address else None,
+            gateway=address.pool.gateway if address else None,
+            mac=None,
+        ).iso()
+
+    services.config_drive_token(node_id=run.node.pk, build=build)
+
+
 def boot_tenant_image(run: Run) -> None:
-    _boot_image(run, settings.TENANT_IMAGE_URL)
+    """The reservation's image in the CD, the config drive beside it as a USB stick; boot the CD."""
+    image = Reservation.objects.select_related("image").get(pk=run.node.reservation_id).image
+    token = selectors.config_drive_token(node_id=run.node.pk)
+    run.bmc.insert_media(f"{settings.CONFIG_DRIVE_BASE_URL}/v1/config-drives/{token}", removable=True)
+    _boot_image(run, image.url if image else settings.TENANT_IMAGE_URL)
+
+
+def check_booted_image(run: Run) -> None:
+    """The node booted the image the catalogue names, checksum for checksum; and its SSH host key,
+    for the tenant to check on first login. A reservation without an image (an older one, or a
+    fleet without a catalogue) boots GPUFLEET_TENANT_IMAGE_URL unchecked."""
+    image = Reservation.objects.select_related("image").get(pk=run.node.reservation_id).image
+    try:
+        inventory = run.agent.inventory()
+    except AgentError as error:
+        raise StepFailed(f"inventory unreadable: {error}") from error
+    booted = inventory.get("boot_image_sha256")
+    if image is not None and booted != image.sha256:
+        raise StepFailed(f"booted an image with SHA-256 {booted}, not {image.name}'s {image.sha256}")
+    host_keys = [k for k in inventory.get("ssh_host_keys", []) if isinstance(k, dict)]
+    preferred = sorted(host_keys, key=lambda k: k.get("type") != "ssh-ed25519")
+    if preferred and isinstance(fingerprint := preferred[0].get("fingerprint"), str):
+        services.record_host_key(node_id=run.node.pk, fingerprint=fingerprint[:128])
 
 
 def wait_for_agent(run: Run) -> None:
@@ -299,7 +348,7 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
         deadline_setting="INSPECTION_DEADLINE",
     ),
     S.PROVISIONING: Workflow(
-        steps=(boot_tenant_image, wait_for_agent),
+        steps=(prepare_config_drive, boot_tenant_image, wait_for_agent, check_booted_image),
         succeeded=E.PROVISION_SUCCEEDED,
         failed=E.PROVISION_FAILED,
         deadline_setting="PROVISION_DEADLINE",

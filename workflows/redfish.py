@@ -33,6 +33,8 @@ import tenacity
 from core.parsing import InvalidInput, parse_int
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_url
 
+OPTICAL = frozenset({"CD", "DVD"})
+REMOVABLE = frozenset({"USBStick", "Floppy"})
 RESET_ON = "On"
 RESET_FORCE_OFF = "ForceOff"
 RESET_FORCE_RESTART = "ForceRestart"
@@ -243,32 +245,39 @@ class RedfishClient:
         )
 
     @functools.cached_property
-    def _virtual_media(self) -> list[str]:
+    def _media_devices(self) -> list[tuple[str, frozenset[str]]]:
         manager_paths = [m["@odata.id"] for m in self.system().get("Links", {}).get("ManagedBy", [])]
         devices = []
         for manager in manager_paths:
             collection = self.get(self.get(manager).get("VirtualMedia", {}).get("@odata.id", f"{manager}/VirtualMedia"))
             for member in collection.get("Members", []):
                 media = self.get(member["@odata.id"])
-                devices.append((member["@odata.id"], media.get("MediaTypes", [])))
-        optical = [uri for uri, types in devices if {"CD", "DVD"} & set(types)]
-        return optical or [uri for uri, _ in devices]
+                devices.append((member["@odata.id"], frozenset(media.get("MediaTypes", []))))
+        return devices
 
     def virtual_media(self) -> list[str]:
-        """URIs of the node's virtual media devices that take CDs or DVDs (or, failing that, any).
-        Found once per client: a BMC's resource tree does not change under a workflow."""
-        return self._virtual_media
+        """URIs of the node's virtual media devices, those that take CDs or DVDs first. Found once
+        per client: a BMC's resource tree does not change under a workflow."""
+        optical = [uri for uri, types in self._media_devices if types & OPTICAL]
+        return optical + [uri for uri, types in self._media_devices if not types & OPTICAL]
 
-    def insert_media(self, image_url: str) -> str:
-        devices = self.virtual_media()
+    def insert_media(self, image_url: str, *, removable: bool = False) -> str:
+        """Insert an image: in a CD/DVD device (what the node boots), or with `removable` in a
+        USB stick or floppy device beside it (a config drive)."""
+        if removable:
+            devices = [uri for uri, types in self._media_devices if types & REMOVABLE and not types & OPTICAL]
+        else:
+            devices = self.virtual_media()
         if not devices:
-            raise BMCPermanentError(self.access.node, "InsertMedia", "the BMC offers no virtual media")
+            what = "no USB stick or floppy virtual media beside the CD" if removable else "no virtual media"
+            raise BMCPermanentError(self.access.node, "InsertMedia", f"the BMC offers {what}")
         device = devices[0]
         self.request(
             "POST",
             f"{device}/Actions/VirtualMedia.InsertMedia",
             json={"Image": image_url, "Inserted": True, "WriteProtected": True},
-            call=f"InsertMedia {image_url}",
+            # A config drive's URL is its only credential: kept out of errors and logs.
+            call="InsertMedia (config drive)" if removable else f"InsertMedia {image_url}",
         )
         return device
 

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from fleet.models import GPU, Node
+from fleet.models import GPU, Image, Node
 
 
 class GPUSerializer(serializers.ModelSerializer):
@@ -30,3 +30,9 @@ class NodeSerializer(serializers.ModelSerializer):
             "step_since",
             "gpus",
         ]
+
+
+class ImageSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Image
+        fields = ["name", "os", "sha256", "default", "boot_mode", "needs_secure_boot"]

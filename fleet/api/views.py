@@ -1,11 +1,16 @@
 from django.db.models import Prefetch
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, permissions
+from rest_framework.views import APIView
 
+from core.error_schema import ERROR
 from fleet.api.filtersets import NodeFilterSet
-from fleet.api.serializers import NodeSerializer
-from fleet.models import GPU, Node
+from fleet.api.serializers import ImageSerializer, NodeSerializer
+from fleet.models import GPU, ConfigDrive, Image, Node
 
 
 def nodes():
@@ -34,3 +39,29 @@ class NodeDetailView(generics.RetrieveAPIView):
 
     def get_object(self):
         return get_object_or_404(nodes(), name=self.kwargs["name"])
+
+
+class ImageListView(generics.ListAPIView):
+    """The OS images a reservation may name (`image`); `default` is what one that names none boots."""
+
+    authentication_classes = []
+    permission_classes = [permissions.AllowAny]
+    serializer_class = ImageSerializer
+    pagination_class = None
+    queryset = Image.objects.order_by("name")
+
+
+class ConfigDriveView(APIView):
+    """A serving node's NoCloud config drive, for its BMC's virtual media. The token in the URL is
+    the only credential (a BMC sends none); the drive is gone (404) once the node stops serving."""
+
+    authentication_classes = []
+    permission_classes = [permissions.AllowAny]
+
+    @extend_schema(responses={(200, "application/x-iso9660-image"): OpenApiTypes.BINARY, 404: ERROR})
+    def get(self, request, token: str):
+        drive = get_object_or_404(ConfigDrive, token=token)
+        answer = HttpResponse(bytes(drive.iso), content_type="application/x-iso9660-image")
+        answer["Content-Disposition"] = f'attachment; filename="{drive.node.name}-cidata.iso"'
+        answer["Cache-Control"] = "no-store"
+        return answer

@@ -1,8 +1,9 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api import StrictBooleanField, StrictInputSerializer, StrictIntegerField
-from fleet.models import Pod
-from reservations.models import Reservation
+from fleet.models import Image, Pod
+from reservations.models import MAX_USER_DATA_BYTES, Reservation, SSHKey
 
 MAX_NODES_PER_RESERVATION = 10_000
 
@@ -27,11 +28,69 @@ class ReservationRequestSerializer(StrictInputSerializer):
         help_text="After the start, by at most the maximum duration (30 days by default). Required for a start "
         "more than a minute from now; without it the reservation lasts the maximum duration, unless released.",
     )
+    image = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Image.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A name from GET /v1/images; default the catalogue's default image.",
+    )
+    ssh_keys = serializers.PrimaryKeyRelatedField(
+        many=True,
+        queryset=SSHKey.objects.none(),  # the caller's own keys: see __init__
+        required=False,
+        default=list,
+        help_text="Ids from GET /v1/ssh-keys: the keys that may log in to every node.",
+    )
+    user_data = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        help_text=f"cloud-init user data (a #cloud-config document or a script), at most {MAX_USER_DATA_BYTES} bytes.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Another tenant's key id is answered like one that does not exist.
+        self.fields["ssh_keys"].child_relation.queryset = SSHKey.objects.filter(tenant=self.context.get("tenant"))
+
+    def validate_user_data(self, value: str) -> str:
+        size = len(value.encode())
+        if size > MAX_USER_DATA_BYTES:
+            raise serializers.ValidationError(f"at most {MAX_USER_DATA_BYTES} bytes; this is {size}")
+        return value
+
+
+class SSHKeyRequestSerializer(StrictInputSerializer):
+    name = serializers.CharField(max_length=64)
+    public_key = serializers.CharField(max_length=16 * 1024, help_text="One OpenSSH public key line.")
+
+
+class SSHKeySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SSHKey
+        fields = ["id", "name", "public_key", "fingerprint", "created_at"]
+        read_only_fields = fields
+
+
+class MachineSerializer(serializers.Serializer):
+    """A node serving the reservation, as the tenant reaches it."""
+
+    name = serializers.CharField()
+    state = serializers.CharField()
+    address = serializers.IPAddressField(allow_null=True, help_text="On the tenant network; null until assigned.")
+    ssh_port = serializers.IntegerField(allow_null=True)
+    host_key_fingerprint = serializers.CharField(allow_null=True, help_text="SHA256:..., once the node reported it.")
 
 
 class ReservationSerializer(serializers.ModelSerializer):
     pod = serializers.SlugRelatedField(slug_field="name", read_only=True)
     nodes = serializers.SerializerMethodField()
+    image = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    ssh_keys = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    machines = serializers.SerializerMethodField()
 
     class Meta:
         model = Reservation
@@ -42,6 +101,9 @@ class ReservationSerializer(serializers.ModelSerializer):
             "pod",
             "rack_scale",
             "nodes",
+            "machines",
+            "image",
+            "ssh_keys",
             "starts_at",
             "ends_at",
             "reason",
@@ -52,6 +114,10 @@ class ReservationSerializer(serializers.ModelSerializer):
 
     def get_nodes(self, reservation) -> list[str]:
         return self.context["nodes"].get(reservation.pk, [])
+
+    @extend_schema_field(MachineSerializer(many=True))
+    def get_machines(self, reservation) -> list[dict]:
+        return MachineSerializer(self.context["machines"].get(reservation.pk, []), many=True).data
 
 
 class PodCapacitySerializer(serializers.Serializer):

@@ -7,4 +7,6 @@ urlpatterns = [
     path("reservations", views.ReservationListView.as_view(), name="reservation-list"),
     path("reservations/<int:pk>", views.ReservationDetailView.as_view(), name="reservation-detail"),
     path("reservations/<int:pk>/release", views.ReservationReleaseView.as_view(), name="reservation-release"),
+    path("ssh-keys", views.SSHKeyListView.as_view(), name="ssh-key-list"),
+    path("ssh-keys/<int:pk>", views.SSHKeyDetailView.as_view(), name="ssh-key-detail"),
 ]

@@ -1,3 +1,4 @@
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, permissions, serializers, status
@@ -7,10 +8,17 @@ from rest_framework.views import APIView
 from core.error_schema import ERROR
 from reservations import selectors, services
 from reservations.api import idempotency
-from reservations.api.serializers import CapacitySerializer, ReservationRequestSerializer, ReservationSerializer
-from reservations.models import Reservation
+from reservations.api.serializers import (
+    CapacitySerializer,
+    ReservationRequestSerializer,
+    ReservationSerializer,
+    SSHKeyRequestSerializer,
+    SSHKeySerializer,
+)
+from reservations.models import Reservation, SSHKey
 from reservations.periods import PeriodRefused
 from reservations.placement import PlacementRefused
+from reservations.ssh_keys import BadKey
 
 
 class IsTenant(permissions.BasePermission):
@@ -22,7 +30,7 @@ class IsTenant(permissions.BasePermission):
 
 def _reservation_answer(reservations, *, many=False):
     rows = list(reservations) if many else [reservations]
-    context = {"nodes": selectors.reservation_nodes(rows)}
+    context = {"nodes": selectors.reservation_nodes(rows), "machines": selectors.reservation_machines(rows)}
     return ReservationSerializer(rows if many else reservations, many=many, context=context).data
 
 
@@ -48,9 +56,9 @@ class ReservationListView(generics.GenericAPIView):
     )
     def post(self, request):
         key = idempotency.key_of(request)
-        wanted = ReservationRequestSerializer(data=request.data)
-        wanted.is_valid(raise_exception=True)
         tenant = request.user.tenant
+        wanted = ReservationRequestSerializer(data=request.data, context={"tenant": tenant})
+        wanted.is_valid(raise_exception=True)
 
         def create() -> Response:
             try:
@@ -99,3 +107,38 @@ class CapacityView(APIView):
     @extend_schema(responses=CapacitySerializer)
     def get(self, request):
         return Response(CapacitySerializer({"pods": selectors.capacity_by_pod()}).data)
+
+
+class SSHKeyListView(generics.GenericAPIView):
+    """GET: the caller's SSH public keys. POST: add one (201); a reservation names keys by id."""
+
+    permission_classes = [IsTenant]
+    serializer_class = SSHKeySerializer
+
+    def get_queryset(self):
+        return SSHKey.objects.filter(tenant=self.request.user.tenant).order_by("name")
+
+    def get(self, request):
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(SSHKeySerializer(page, many=True).data)
+
+    @extend_schema(request=SSHKeyRequestSerializer, responses={201: SSHKeySerializer, 400: ERROR, 409: ERROR})
+    def post(self, request):
+        wanted = SSHKeyRequestSerializer(data=request.data)
+        wanted.is_valid(raise_exception=True)
+        try:
+            key = services.add_ssh_key(tenant=request.user.tenant, **wanted.validated_data)
+        except BadKey as bad:
+            raise serializers.ValidationError({"public_key": [str(bad)]}) from bad
+        return Response(SSHKeySerializer(key).data, status=status.HTTP_201_CREATED)
+
+
+class SSHKeyDetailView(APIView):
+    permission_classes = [IsTenant]
+
+    @extend_schema(responses={204: None, 404: ERROR})
+    def delete(self, request, pk: int):
+        """Forget the key: new reservations cannot name it; nodes that have it keep it until released."""
+        if not services.delete_ssh_key(tenant=request.user.tenant, key_id=pk):
+            raise Http404
+        return Response(status=status.HTTP_204_NO_CONTENT)

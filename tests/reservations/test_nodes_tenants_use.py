@@ -1,0 +1,190 @@
+"""What a tenant gives its nodes: SSH keys (parsed and fingerprinted as ssh-keygen does), an image
+from the catalogue, user data; and what it gets back: each node's address and host key."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from django.core.exceptions import ValidationError
+
+from fleet import services as fleet_services
+from fleet.models import AddressPool, Image, Node, Pod
+from reservations.models import MAX_USER_DATA_BYTES, Reservation
+from reservations.ssh_keys import BadKey, parse
+from tests.support.api import post
+from tests.support.factories import drive
+from tests.support.processes import tool
+
+SHA = "ab" * 32
+
+
+def openssh(private) -> str:
+    return (
+        private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    )
+
+
+@pytest.mark.parametrize(
+    "private",
+    [
+        ed25519.Ed25519PrivateKey.generate(),
+        ec.generate_private_key(ec.SECP256R1()),
+        rsa.generate_private_key(65537, 3072),
+    ],
+    ids=["ed25519", "ecdsa", "rsa"],
+)
+def test_a_key_is_fingerprinted_as_ssh_keygen_does(private, tmp_path):
+    line = openssh(private) + " alice@laptop"
+    (tmp_path / "key.pub").write_text(line + "\n")
+    ssh_keygen = subprocess.run([tool("ssh-keygen"), "-lf", str(tmp_path / "key.pub")], capture_output=True, text=True)
+    parsed = parse(f"  {line}\n")
+    assert parsed.fingerprint == ssh_keygen.stdout.split()[1]
+    assert parsed.line == line
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("ssh-dss AAAAB3NzaC1kc3MAAACBAP", "key type must be one of"),
+        ("ssh-ed25519 not-base64!", "does not decode"),
+        ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5", "does not decode"),
+        (
+            openssh(ed25519.Ed25519PrivateKey.generate()) + "\n" + openssh(ed25519.Ed25519PrivateKey.generate()),
+            "one key",
+        ),
+        (openssh(rsa.generate_private_key(65537, 1024)), "at least 2048 bits"),
+        ("", "key type must be one of"),
+    ],
+)
+def test_a_bad_key_says_what_is_wrong(text, says):
+    with pytest.raises(BadKey, match=says):
+        parse(text)
+
+
+def test_a_tenant_keeps_its_keys_and_no_one_elses(acme, globex):
+    key = openssh(ed25519.Ed25519PrivateKey.generate())
+    added = post(acme, "/v1/ssh-keys", {"name": "laptop", "public_key": key})
+    assert added.status_code == 201, added.content
+    body = added.json()
+    assert set(body) == {"id", "name", "public_key", "fingerprint", "created_at"}
+    assert body["fingerprint"] == parse(key).fingerprint
+    assert post(
+        acme, "/v1/ssh-keys", {"name": "laptop", "public_key": openssh(ed25519.Ed25519PrivateKey.generate())}
+    ).json() == {"detail": "you have a key named 'laptop' already"}
+    again = post(acme, "/v1/ssh-keys", {"name": "desk", "public_key": key})
+    assert again.status_code == 409 and "named 'laptop'" in again.json()["detail"]
+    assert post(globex, "/v1/ssh-keys", {"name": "laptop", "public_key": key}).status_code == 201  # keys are per tenant
+    bad = post(acme, "/v1/ssh-keys", {"name": "x", "public_key": "ssh-rsa AAAA"})
+    assert bad.status_code == 400 and "public_key" in bad.json()["detail"]
+    assert [k["name"] for k in acme.get("/v1/ssh-keys").json()["results"]] == ["laptop"]
+    assert globex.delete(f"/v1/ssh-keys/{body['id']}").status_code == 404
+    assert acme.delete(f"/v1/ssh-keys/{body['id']}").status_code == 204
+    assert acme.delete(f"/v1/ssh-keys/{body['id']}").status_code == 404
+
+
+@pytest.fixture
+def catalogue(db):
+    Image.objects.create(name="ubuntu-24-04", os="ubuntu-24.04", url="http://img/u.iso", sha256=SHA, default=True)
+    return Image.objects.create(name="rocky-9", os="rocky-9", url="http://img/r.iso", sha256="cd" * 32)
+
+
+def test_the_catalogue_lists_the_images_and_a_reservation_boots_the_default_or_the_one_named(
+    acme, catalogue, available_fleet
+):
+    images = acme.get("/v1/images").json()
+    assert [(i["name"], i["os"], i["sha256"], i["default"]) for i in images] == [
+        ("rocky-9", "rocky-9", "cd" * 32, False),
+        ("ubuntu-24-04", "ubuntu-24.04", SHA, True),
+    ]
+    assert post(acme, "/v1/reservations", {"node_count": 1}).json()["image"] == "ubuntu-24-04"
+    key = post(acme, "/v1/ssh-keys", {"name": "k", "public_key": openssh(ed25519.Ed25519PrivateKey.generate())}).json()
+    named = post(
+        acme,
+        "/v1/reservations",
+        {"node_count": 1, "image": "rocky-9", "ssh_keys": [key["id"]], "user_data": "#cloud-config\n"},
+    )
+    assert named.status_code == 201, named.content
+    assert (named.json()["image"], named.json()["ssh_keys"]) == ("rocky-9", [key["id"]])
+    assert Reservation.objects.get(pk=named.json()["id"]).user_data == "#cloud-config\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        ({"image": "windows-95"}, "image", "does not exist"),
+        ({"ssh_keys": [999999]}, "ssh_keys", "does not exist"),
+        ({"ssh_keys": "1"}, "ssh_keys", "list"),
+        ({"user_data": "x" * (MAX_USER_DATA_BYTES + 1)}, "user_data", f"at most {MAX_USER_DATA_BYTES} bytes"),
+        ({"user_data": "é" * (MAX_USER_DATA_BYTES // 2 + 1)}, "user_data", "bytes"),  # bytes, not characters
+    ],
+)
+def test_bad_nodes_options_are_a_400_that_names_the_field(acme, catalogue, available_fleet, body, field, says):
+    answer = post(acme, "/v1/reservations", {"node_count": 1, **body})
+    assert answer.status_code == 400 and field in answer.json()["detail"] and says in answer.json()["detail"], (
+        answer.content
+    )
+    assert not Reservation.objects.exists()
+
+
+def test_another_tenants_key_is_refused_as_if_it_did_not_exist(acme, globex, catalogue, available_fleet):
+    theirs = post(
+        globex, "/v1/ssh-keys", {"name": "k", "public_key": openssh(ed25519.Ed25519PrivateKey.generate())}
+    ).json()
+    answer = post(acme, "/v1/reservations", {"node_count": 1, "ssh_keys": [theirs["id"]]})
+    assert answer.status_code == 400 and f'Invalid pk \\"{theirs["id"]}\\"' in answer.content.decode()
+
+
+def test_each_serving_node_gets_the_lowest_free_address_of_its_pods_pool_until_it_stops_serving(acme, available_fleet):
+    AddressPool.objects.create(
+        pod=Pod.objects.get(name="p2"), network="10.100.2.0/29", gateway="10.100.2.1", ssh_port=2222
+    )
+    reservation = post(acme, "/v1/reservations", {"node_count": 3, "pod": "p2"}).json()
+    nodes = list(Node.objects.filter(reservation_id=reservation["id"]).order_by("name"))
+    addresses = [fleet_services.assign_address(node_id=n.pk).address for n in nodes]
+    assert addresses == ["10.100.2.2", "10.100.2.3", "10.100.2.4"]  # the gateway is skipped
+    assert fleet_services.assign_address(node_id=nodes[0].pk).address == "10.100.2.2"  # the same one again
+    fleet_services.record_host_key(node_id=nodes[0].pk, fingerprint="SHA256:abc")
+    machines = acme.get(f"/v1/reservations/{reservation['id']}").json()["machines"]
+    assert machines[0] == {
+        "name": nodes[0].name,
+        "state": "provisioning",
+        "address": "10.100.2.2",
+        "ssh_port": 2222,
+        "host_key_fingerprint": "SHA256:abc",
+    }
+    token = fleet_services.config_drive_token(node_id=nodes[0].pk, build=lambda: b"iso bytes")
+    assert acme.get(f"/v1/config-drives/{token}").content == b"iso bytes"
+
+    drive(nodes[0], "provision_failed")  # to wiping: address, config drive and host key go
+    assert acme.get(f"/v1/config-drives/{token}").status_code == 404
+    assert Node.objects.get(pk=nodes[0].pk).ssh_host_key_fingerprint == ""
+    other = Node.objects.filter(rack__pod__name="p2", state="available").first()
+    drive(other, "provision_requested", reservation=Reservation.objects.get(pk=reservation["id"]))
+    assert fleet_services.assign_address(node_id=other.pk).address == "10.100.2.2"  # given back, taken again
+
+
+def test_a_full_pool_is_said_so(acme, available_fleet):
+    AddressPool.objects.create(pod=Pod.objects.get(name="p2"), network="10.100.3.0/30")  # two hosts
+    reservation = post(acme, "/v1/reservations", {"node_count": 3, "pod": "p2"}).json()
+    nodes = Node.objects.filter(reservation_id=reservation["id"]).order_by("name")
+    fleet_services.assign_address(node_id=nodes[0].pk)
+    fleet_services.assign_address(node_id=nodes[1].pk)
+    with pytest.raises(fleet_services.NoAddressFree, match="every address of pod p2's pools is taken"):
+        fleet_services.assign_address(node_id=nodes[2].pk)
+
+
+@pytest.mark.parametrize(
+    ("network", "gateway", "says"),
+    [
+        ("10.1.0.0/33", None, "not a network in CIDR form"),
+        ("10.1.0.1/24", None, "host bits set"),
+        ("10.1.0.0/24", "10.2.0.1", "outside"),
+    ],
+)
+def test_an_operator_cannot_enter_a_pool_that_is_no_network(db, network, gateway, says):
+    pool = AddressPool(pod=Pod.objects.create(name="p9"), network=network, gateway=gateway)
+    with pytest.raises(ValidationError, match=says):
+        pool.full_clean()
