@@ -44,6 +44,7 @@ class Event(enum.StrEnum):
     OPERATOR_QUARANTINE = "operator_quarantine"
     OPERATOR_MAINTENANCE = "operator_maintenance"
     OPERATOR_RETURN = "operator_return"
+    TENANT_REPORT = "tenant_report"
 
 
 class IllegalTransition(Conflict, ValueError):
@@ -55,6 +56,8 @@ class IllegalTransition(Conflict, ValueError):
 
 S, E = State, Event
 _NOT_QUARANTINED = frozenset(State) - {S.QUARANTINED}
+# A node serves a reservation (and has its tenant) exactly in these states (a CHECK constraint too).
+SERVING_STATES = frozenset({S.PROVISIONING, S.ACTIVE})
 
 TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.ENROLLED, E.INSPECTION_STARTED): S.INSPECTING,
@@ -73,6 +76,8 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.WIPING, E.WIPE_FAILED): S.QUARANTINED,
     **{(state, E.HARDWARE_FAULT): S.QUARANTINED for state in _NOT_QUARANTINED},
     **{(state, E.OPERATOR_QUARANTINE): S.QUARANTINED for state in _NOT_QUARANTINED},
+    # "This node is broken": it leaves the reservation for an operator to look at.
+    **{(state, E.TENANT_REPORT): S.QUARANTINED for state in SERVING_STATES},
     (S.ENROLLED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
     (S.AVAILABLE, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
     (S.QUARANTINED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
@@ -81,8 +86,6 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
 }
 
 # Invariants the database repeats as CHECK constraints.
-# A node serves a reservation (and has its tenant) exactly in these states.
-SERVING_STATES = frozenset({S.PROVISIONING, S.ACTIVE})
 # A node in these states is clean: no tenant, and no tenant's data on it.
 CLEAN_STATES = frozenset({S.ENROLLED, S.INSPECTING, S.AVAILABLE})
 REASON_REQUIRED = frozenset({S.QUARANTINED})

@@ -251,6 +251,8 @@ ATTESTATION_POLICY_FILE = os.environ.get(
 # Workflows (workflows/node_workflows.py). Timeouts are in real seconds: bmcsim scales its own durations.
 SERVICE_IMAGE_URL = os.environ.get("GPUFLEET_SERVICE_IMAGE_URL", "http://images.gpufleet.internal/service.iso")
 TENANT_IMAGE_URL = os.environ.get("GPUFLEET_TENANT_IMAGE_URL", "http://images.gpufleet.internal/tenant.iso")
+# A tenant may report at most this many nodes broken a day: each report costs a node of the fleet.
+TENANT_REPORTS_PER_DAY = int(os.environ.get("GPUFLEET_TENANT_REPORTS_PER_DAY", "5"))
 # Where BMCs fetch config drives: this private listener, as the BMC network reaches it.
 CONFIG_DRIVE_BASE_URL = os.environ.get("GPUFLEET_CONFIG_DRIVE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 BMC_TIMEOUT = float(os.environ.get("GPUFLEET_BMC_TIMEOUT", "10"))

@@ -4,7 +4,8 @@ The private listener's viewers are operators and signed-in tenants: they see eve
 public listener's are anyone: they see no tenant, operator, worker or reservation by name. An
 actor is shown as its role (`tenant`, `operator`, or `system` for workers, reconcilers and
 automatic remediation), a node's tenant as "in use", and free text (reasons, details) with every
-actor string, tenant name, username and reservation number in it replaced by a role in brackets.
+actor string, tenant name, username and reservation number in it replaced by a role in brackets;
+a tenant's report of a broken node is withheld whole: its words are the tenant's.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from functools import cached_property
 
 from django.contrib.auth import get_user_model
 
+from fleet import lifecycle
 from fleet.models import AuditEvent, AuditOnlyEvent
 from reservations.models import Tenant
 
 TENANT, OPERATOR, SYSTEM = "tenant", "operator", "system"
 IN_USE = "in use"
+# A quarantine the tenant asked for reads "tenant_report: <their words>" (fleet.services).
+TENANT_REPORT = f"{lifecycle.Event.TENANT_REPORT.value}: "
+REPORT_WITHHELD = f"{TENANT_REPORT}reported broken by its tenant (the report is for operators)"
 # An actor is "<kind>:<who>"; every kind not named here is the system's own.
 ROLE_OF_KIND = {"tenant": TENANT, "operator": OPERATOR}
 ACTOR_IN_TEXT = re.compile(r"(?<![\w-])(tenant|operator|worker|system|remediation):[^\s,;()\[\]]+")
@@ -71,6 +76,8 @@ class PublicDisclosure(Disclosure):
     def text(self, text: str) -> str:
         if not text:
             return text
+        if text.startswith(TENANT_REPORT):  # the tenant's own words are for operators only
+            return REPORT_WITHHELD
         text = ACTOR_IN_TEXT.sub(lambda found: f"[{role_of(found.group(0))}]", text)
         text = RESERVATION_IN_TEXT.sub("[reservation]", text)
         if self._role_of_name:
@@ -98,6 +105,8 @@ class PublicDisclosure(Disclosure):
         return "".join(out)
 
     def audit_reason(self, event: AuditEvent) -> str:
+        if event.event == lifecycle.Event.TENANT_REPORT:
+            return REPORT_WITHHELD
         if event.event == AuditOnlyEvent.RESULT_DISCARDED:
             # Its reason names the workers by host; its detail tells the same story without them.
             detail = event.detail

@@ -133,3 +133,7 @@ class PodCapacitySerializer(serializers.Serializer):
 
 class CapacitySerializer(serializers.Serializer):
     pods = PodCapacitySerializer(many=True)
+
+
+class NodeReportSerializer(StrictInputSerializer):
+    description = serializers.CharField(max_length=2000, help_text="What is wrong, for the operators.")

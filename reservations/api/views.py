@@ -1,7 +1,7 @@
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
-from rest_framework import generics, permissions, serializers, status
+from rest_framework import exceptions, generics, permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -10,6 +10,7 @@ from reservations import selectors, services
 from reservations.api import idempotency
 from reservations.api.serializers import (
     CapacitySerializer,
+    NodeReportSerializer,
     ReservationRequestSerializer,
     ReservationSerializer,
     SSHKeyRequestSerializer,
@@ -142,3 +143,31 @@ class SSHKeyDetailView(APIView):
         if not services.delete_ssh_key(tenant=request.user.tenant, key_id=pk):
             raise Http404
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _serving_node(request, pk: int, name: str):
+    node = services.serving_node(reservation_id=pk, tenant=request.user.tenant, name=name)
+    if node is None:
+        raise Http404
+    return node
+
+
+class NodeReportView(APIView):
+    """ "This node is broken": the node leaves the reservation for the operators to look at, and a
+    replacement is placed in the same pod at once (202, the reservation as it is now)."""
+
+    permission_classes = [IsTenant]
+
+    @extend_schema(
+        request=NodeReportSerializer, responses={202: ReservationSerializer, 400: ERROR, 404: ERROR, 429: ERROR}
+    )
+    def post(self, request, pk: int, name: str):
+        node = _serving_node(request, pk, name)
+        report = NodeReportSerializer(data=request.data)
+        report.is_valid(raise_exception=True)
+        try:
+            services.report_node(node=node, tenant=request.user.tenant, **report.validated_data)
+        except services.ReportRefused as refused:
+            raise exceptions.Throttled(detail=str(refused)) from refused
+        reservation = Reservation.objects.get(pk=pk)
+        return Response(_reservation_answer(reservation), status=status.HTTP_202_ACCEPTED)

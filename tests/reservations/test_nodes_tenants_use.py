@@ -9,9 +9,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from django.core.exceptions import ValidationError
+from django.test import Client, override_settings
 
 from fleet import services as fleet_services
 from fleet.models import AddressPool, Image, Node, Pod
+from reservations import services as reservations_services
 from reservations.models import MAX_USER_DATA_BYTES, Reservation
 from reservations.ssh_keys import BadKey, parse
 from tests.support.api import post
@@ -188,3 +190,43 @@ def test_an_operator_cannot_enter_a_pool_that_is_no_network(db, network, gateway
     pool = AddressPool(pod=Pod.objects.create(name="p9"), network=network, gateway=gateway)
     with pytest.raises(ValidationError, match=says):
         pool.full_clean()
+
+
+def test_a_tenant_reports_a_broken_node_it_leaves_for_the_operators_and_is_replaced(acme, globex, available_fleet):
+    reservation = post(acme, "/v1/reservations", {"node_count": 2, "pod": "p1"}).json()
+    broken = reservation["nodes"][0]
+    path = f"/v1/reservations/{reservation['id']}/nodes/{broken}/report"
+    assert post(globex, path, {"description": "mine?"}).status_code == 404  # another tenant's node
+    assert (
+        post(acme, f"/v1/reservations/{reservation['id']}/nodes/node-999/report", {"description": "x"}).status_code
+        == 404
+    )
+    assert post(acme, path, {}).status_code == 400
+
+    answer = post(acme, path, {"description": "GPU 3 throws NaNs in every matmul; nvidia-smi hangs"})
+
+    assert answer.status_code == 202, answer.content
+    node = Node.objects.get(name=broken)
+    assert node.state == "quarantined"
+    assert node.quarantine_reason == "tenant_report: GPU 3 throws NaNs in every matmul; nvidia-smi hangs"
+    assert broken not in answer.json()["nodes"] and answer.json()["state"] == "degraded"
+    healed = reservations_services.heal_reservation(reservation_id=reservation["id"])  # what the task runs
+    assert len(reservations_services.live_allocations().filter(reservation=healed)) == 2
+    # The public listener withholds the tenant's words, in the node and in its history.
+    with override_settings(ROOT_URLCONF="gpufleet.urls_public"):
+        for page in (f"/v1/nodes/{broken}", f"/nodes/{broken}"):
+            shown = Client().get(page).content.decode()
+            assert "NaNs" not in shown and "reported broken by its tenant" in shown, page
+
+
+def test_reports_are_capped_per_tenant(acme, available_fleet, settings):
+    settings.TENANT_REPORTS_PER_DAY = 1
+    reservation = post(acme, "/v1/reservations", {"node_count": 2, "pod": "p1"}).json()
+    first, second = reservation["nodes"]
+    assert (
+        post(acme, f"/v1/reservations/{reservation['id']}/nodes/{first}/report", {"description": "a"}).status_code
+        == 202
+    )
+    refused = post(acme, f"/v1/reservations/{reservation['id']}/nodes/{second}/report", {"description": "b"})
+    assert refused.status_code == 429 and "reported 1 nodes in the last 24 hours" in refused.json()["detail"]
+    assert Node.objects.get(name=second).state == "provisioning"
