@@ -1,4 +1,5 @@
-"""bmcsim's own API under /bmcsim/v1: inventory, trust roots, reference values, faults.
+"""bmcsim's own API under /bmcsim/v1: inventory, trust roots, reference values, faults, sample OS
+images and what each node's BMC fetched into its virtual media.
 
 This is the data-center side of the simulation (what an inventory system and a lab bench
 give), so it needs no credentials. Errors are JSON {"detail": ...}.
@@ -13,7 +14,7 @@ from aiohttp import web
 
 from core.topology import agent_token
 
-from . import faults, releases, state
+from . import faults, images, releases, state
 from .agent import detail
 from .sim import SIM, Simulator
 
@@ -80,6 +81,26 @@ async def delete_faults(request: web.Request) -> web.Response:
     return web.json_response({"cleared": cleared})
 
 
+async def get_images(request: web.Request) -> web.Response:
+    return web.json_response({"images": images.listing(request.app[SIM].settings.base_url)})
+
+
+async def get_image_file(request: web.Request) -> web.Response:
+    image = images.by_file(request.match_info["file"])
+    if image is None:
+        return detail(404, f"no image named {request.match_info['file']!r}")
+    return web.Response(body=images.image_bytes(image), content_type="application/octet-stream")
+
+
+async def get_node_media(request: web.Request) -> web.Response:
+    """Every virtual media slot of a node as its BMC holds it: the image URL and what fetching it gave
+    (sha256 and size, a config drive's documents) or why it failed."""
+    node = request.app[SIM].fleet.nodes.get(request.match_info["node"])
+    if node is None:
+        return detail(404, f"no node named {request.match_info['node']!r}")
+    return web.json_response({"node": node.name, "media": {slot: node.media.get(slot) for slot in state.MEDIA_SLOTS}})
+
+
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/bmcsim/v1/inventory", get_inventory, allow_head=False)
     router.add_get("/bmcsim/v1/roots", get_roots, allow_head=False)
@@ -87,3 +108,6 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/bmcsim/v1/faults", get_faults, allow_head=False)
     router.add_post("/bmcsim/v1/faults", post_fault)
     router.add_delete("/bmcsim/v1/faults", delete_faults)
+    router.add_get("/bmcsim/v1/images", get_images, allow_head=False)
+    router.add_get("/bmcsim/v1/images/{file}", get_image_file)
+    router.add_get("/bmcsim/v1/nodes/{node}/media", get_node_media, allow_head=False)

@@ -72,10 +72,15 @@ class SimulatedNode:
 
     def inventory(self, now: float) -> dict:
         node = self.node
+        tenant = node.guest  # the tenant OS, while it runs
         return {
             "name": node.name,
             "serial": node.spec.serial,
             "boot_source": node.boot_source,
+            "boot_image_sha256": tenant["image_sha256"] if tenant else None,
+            "ssh_host_keys": (
+                [{"type": tenant["host_key_type"], "fingerprint": tenant["host_key_fingerprint"]}] if tenant else []
+            ),
             "macs": state.macs(node.name),
             "gpus": [
                 {"index": g.index, "uuid": g.uuid, "serial": g.serial, "model": g.model, "cc_mode": node.cc_mode}

@@ -28,6 +28,8 @@ class Settings:
     password: str
     # Prometheus' credential for every agent's /metrics; deploy/prometheus/prometheus.yml carries it.
     agent_metrics_token: str = DEMO_METRICS_TOKEN
+    # Where a tenant node's sshd listens, on the node's own loopback address from its config drive.
+    ssh_port: int = 2222
 
     @property
     def base_url(self) -> str:
@@ -58,6 +60,12 @@ def parse(argv: list[str] | None = None) -> Settings:
         help="where state, keys and certificates persist, default var/bmcsim (BMCSIM_DATA_DIR)",
     )
     parser.add_argument(
+        "--ssh-port",
+        type=int,
+        default=env.get("BMCSIM_SSH_PORT", "2222"),
+        help="the port of tenant nodes' sshd, on each node's address, default 2222 (BMCSIM_SSH_PORT)",
+    )
+    parser.add_argument(
         "--time-scale",
         type=float,
         default=env.get("SIM_TIME_SCALE", "1"),
@@ -66,6 +74,8 @@ def parse(argv: list[str] | None = None) -> Settings:
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= MAX_NODES:
         parser.error(f"--nodes must be from 1 to {MAX_NODES}")
+    if not 1 <= args.ssh_port <= 65535:
+        parser.error("--ssh-port must be from 1 to 65535")
     if args.time_scale < 0:
         parser.error("SIM_TIME_SCALE must not be negative")
     return Settings(
@@ -78,6 +88,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         username=env.get("BMCSIM_USERNAME", "root"),
         password=env.get("BMCSIM_PASSWORD", "calvin"),
         agent_metrics_token=env.get("BMCSIM_AGENT_METRICS_TOKEN", DEMO_METRICS_TOKEN),
+        ssh_port=args.ssh_port,
     )
 
 

@@ -1,4 +1,4 @@
-"""The running simulator: settings, fleet, PKI and sessions, shared by every HTTP handler."""
+"""The running simulator: settings, fleet, PKI, sessions and tenant nodes' sshd, shared by every HTTP handler."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from aiohttp import web
 from .auth import Auth
 from .pki import PKI
 from .settings import Settings, layout
+from .sshd import TenantSSH
 from .state import Fleet
 from .store import Store
 
@@ -24,6 +25,7 @@ class Simulator:
         self.fleet = Fleet(layout(settings), self.store)
         self.pki = PKI(settings.data_dir, self.store)
         self.auth = Auth(self.fleet, settings.username, settings.password)
+        self.tenant_ssh = TenantSSH(self.fleet, settings.ssh_port, self.now)
         self._faults_cleared = asyncio.Event()
 
     @staticmethod

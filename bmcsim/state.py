@@ -1,8 +1,9 @@
 """The simulated hardware of every node, and the fleet that holds it.
 
-Timed behaviour (power transitions, boot, secure erase, firmware update, GPU wipe) is kept as
-timestamps and derived when read, so nothing runs in the background, a restart resumes
-mid-transition, and `SIM_TIME_SCALE=0` makes every transition instant.
+Timed behaviour (power transitions, boot, secure erase, firmware update, GPU wipe, the console's
+lines) is kept as timestamps and derived when read, so nothing runs in the background (tenant
+nodes' sshd, in sshd.py, aside), a restart resumes mid-transition, and `SIM_TIME_SCALE=0` makes
+every transition instant.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 from agent.sim import kill_running, operation_state
 from core.topology import NodeSpec
 
-from . import releases
+from . import guest, releases
 from .store import Store
 
 # Durations in seconds at SIM_TIME_SCALE=1.
@@ -33,6 +34,7 @@ RAID_TYPES = ("RAID0", "RAID1")
 RESET_TYPES = ("On", "ForceOn", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle", "Nmi")
 INDICATOR_LEDS = ("Lit", "Blinking", "Off")
 TASKS_KEPT = 16
+CONSOLE_LINES_KEPT = 500
 
 
 def macs(node: str, count: int = 2) -> list[str]:
@@ -54,12 +56,17 @@ class NodeState:
         "boot_source",
         "boot_target",
         "booted_at",
+        "console",
+        "console_seq",
         "faults",
         "firmware",
+        "guest",
         "indicator_led",
         "media",
         "power_on",
         "spec",
+        "ssh_host_key",
+        "ssh_host_key_instance",
         "task_seq",
         "tasks",
         "transition_end",
@@ -89,6 +96,11 @@ class NodeState:
         self.task_seq = 0
         self.agent_operations: dict[str, dict] = {}  # the agent's GPU wipe, reset and diagnostics
         self.volumes: list[dict] = []
+        self.console: list[list] = []  # [id, timestamp, text]: the serial console, the last CONSOLE_LINES_KEPT lines
+        self.console_seq = 0
+        self.guest: dict | None = None  # the tenant OS while it runs (see guest.py)
+        self.ssh_host_key: str | None = None  # made at a tenant boot, kept while the instance id is the same
+        self.ssh_host_key_instance = ""
 
     @property
     def name(self) -> str:
@@ -113,21 +125,40 @@ class NodeState:
         return self.power_on and now >= self.booted_at
 
     def reset(self, reset_type: str, now: float, scale: float) -> None:
+        os_running = self.is_booted(now)
         if reset_type in ("On", "ForceOn"):
             if not self.power_on:
-                self._boot(now, scale)
+                self._boot(reset_type, now, scale, os_running)
         elif reset_type == "ForceOff":
+            if self.power_on or now < self.transition_end:
+                self._halt(reset_type, now, scale, os_running)
             self.power_on, self.transition_end = False, now
         elif reset_type == "GracefulShutdown":
             if self.power_on:
+                self._halt(reset_type, now, scale, os_running)
                 self.power_on, self.transition_end = False, now + GRACEFUL_OFF_S * scale
         elif reset_type in ("GracefulRestart", "ForceRestart", "PowerCycle"):
-            self._boot(now, scale)
-        elif reset_type != "Nmi":
+            self._boot(reset_type, now, scale, os_running)
+        elif reset_type == "Nmi":
+            if self.power_on:
+                self.console_write(self._timeline(now, scale).dated(guest.reset_script(reset_type, os_running, 0)))
+        else:
             raise ValueError(reset_type)
 
-    def _boot(self, now: float, scale: float) -> None:
-        """Power on and boot: honour the override as written, and measure what is on the node."""
+    def _timeline(self, now: float, scale: float) -> guest.Timeline:
+        return guest.Timeline(now, scale, POWER_ON_S, POWER_ON_S + BOOT_S)
+
+    def _halt(self, reset_type: str, now: float, scale: float, os_running: bool) -> None:
+        """Power off: the tenant OS, if it ran, is gone; what the console was still to print never is."""
+        self._cut_console(now)
+        self.guest = None
+        self.console_write(self._timeline(now, scale).dated(guest.reset_script(reset_type, os_running, GRACEFUL_OFF_S)))
+
+    def _boot(self, reset_type: str, now: float, scale: float, os_running: bool) -> None:
+        """Power on and boot: honour the override as written, and measure what is on the node.
+
+        A fetched image in the virtual CD boots the tenant OS, which cloud-init configures from a
+        config drive among the inserted media; anything else runs the node agent only."""
         overridden = self.boot_enabled in ("Once", "Continuous") and self.boot_target != "None"
         self.boot_source = self.boot_target if overridden else "Hdd"
         if self.boot_enabled == "Once":
@@ -139,6 +170,41 @@ class NodeState:
         self.boot_implanted = self.has_fault("implant")
         self.boot_firmware = self.firmware
         kill_running(self.agent_operations, now)
+
+        cd = self.media.get("Cd") if self.boot_source == "Cd" else None
+        warnings: list[str] = []
+        if cd and cd.get("inserted") and "sha256" in cd:
+            documents = guest.config_drive(self.media)
+            self.guest, warnings = guest.tenant_os(cd, documents, self.ssh_host_key or guest.new_host_key())
+            # cloud-init makes new host keys for each new instance, so the next tenant's differ.
+            if self.ssh_host_key is None or self.guest["instance_id"] != self.ssh_host_key_instance:
+                self.ssh_host_key, self.ssh_host_key_instance = guest.new_host_key(), self.guest["instance_id"]
+                self.guest, warnings = guest.tenant_os(cd, documents, self.ssh_host_key)
+        else:
+            self.guest = None
+        timeline = self._timeline(now, scale)
+        self._cut_console(now)
+        self.console_write(
+            timeline.dated(
+                guest.reset_script(reset_type, os_running, GRACEFUL_OFF_S)
+                + guest.boot_script(self.name, self.boot_firmware, self.boot_source, cd, self.guest, warnings, timeline)
+            )
+        )
+
+    # The serial console: lines are written when a transition starts, dated when the simulated
+    # hardware prints them, and shown once that time has come.
+
+    def console_write(self, lines: list[tuple[float, str]]) -> None:
+        for timestamp, text in lines:
+            self.console_seq += 1
+            self.console.append([self.console_seq, timestamp, text])
+        del self.console[:-CONSOLE_LINES_KEPT]
+
+    def console_lines(self, now: float) -> list[list]:
+        return [line for line in self.console if line[1] <= now]
+
+    def _cut_console(self, now: float) -> None:
+        self.console = self.console_lines(now)
 
     def measured_boot(self) -> list[tuple[str, str]]:
         """(component, digest) in boot order, as measured by the last boot."""

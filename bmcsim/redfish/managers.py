@@ -1,4 +1,8 @@
-"""Managers, one BMC per node, with VirtualMedia slots (InsertMedia / EjectMedia, or PATCH)."""
+"""Managers, one BMC per node, with VirtualMedia slots (InsertMedia / EjectMedia, or PATCH).
+
+The BMC fetches an inserted image at once and keeps what it fetched (bmcsim/media.py); a fetch
+that fails is recorded in the slot, whose Health turns Warning, and the call still succeeds.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import json
 
 from aiohttp import web
 
-from .. import releases, state
+from .. import media, releases, state
 from ..sim import Simulator
 from ..state import NodeState
 from .access import node_members, node_scoped
@@ -37,8 +41,8 @@ def manager_body(node: NodeState) -> dict:
 
 def media_body(node: NodeState, slot: str) -> dict:
     base = f"/redfish/v1/Managers/{node.name}/VirtualMedia/{slot}"
-    media = node.media.get(slot) or {}
-    image = media.get("image")
+    medium = node.media.get(slot) or {}
+    image = medium.get("image")
     return {
         "@odata.type": odata_type("VirtualMedia"),
         "@odata.id": base,
@@ -47,11 +51,12 @@ def media_body(node: NodeState, slot: str) -> dict:
         "MediaTypes": list(state.MEDIA_SLOTS[slot]),
         "Image": image,
         "ImageName": image.rsplit("/", 1)[-1] if image else None,
-        "Inserted": bool(media.get("inserted")),
-        "WriteProtected": media.get("write_protected", True),
+        "Inserted": bool(medium.get("inserted")),
+        "WriteProtected": medium.get("write_protected", True),
         "ConnectedVia": "URI" if image else "NotConnected",
         "TransferMethod": "Stream",
-        "TransferProtocolType": media.get("protocol"),
+        "TransferProtocolType": medium.get("protocol"),
+        "Status": {"State": "Enabled", "Health": "Warning" if "error" in medium else "OK"},
         "Actions": {
             "#VirtualMedia.InsertMedia": {"target": f"{base}/Actions/VirtualMedia.InsertMedia"},
             "#VirtualMedia.EjectMedia": {"target": f"{base}/Actions/VirtualMedia.EjectMedia"},
@@ -87,9 +92,21 @@ async def get_media(request: web.Request, sim: Simulator, node: NodeState) -> we
     return reply(media_body(node, _slot(request)))
 
 
-def _insert(
-    node: NodeState, slot: str, image: object, inserted: object, write_protected: object, protocol: object
+FETCHED = ("sha256", "size", "documents", "error")
+
+
+async def _insert(
+    node: NodeState,
+    slot: str,
+    image: object,
+    inserted: object,
+    write_protected: object,
+    protocol: object,
+    *,
+    refetch: bool,
 ) -> None:
+    """Record the medium; an inserted one is fetched now, unless `refetch` is off and the slot
+    already holds this image (a PATCH of WriteProtected must not lose what was fetched)."""
     if not isinstance(image, str) or not image:
         raise RedfishError(
             400,
@@ -108,20 +125,28 @@ def _insert(
                 name,
                 "VirtualMedia.InsertMedia",
             )
-    node.media[slot] = {"image": image, "inserted": inserted, "write_protected": write_protected, "protocol": protocol}
+    medium = {"image": image, "inserted": inserted, "write_protected": write_protected, "protocol": protocol}
+    if inserted:
+        previous = node.media.get(slot) or {}
+        if not refetch and previous.get("image") == image and previous.get("inserted"):
+            medium |= {key: previous[key] for key in FETCHED if key in previous}
+        else:
+            medium |= await media.fetch(image)
+    node.media[slot] = medium
 
 
 @node_scoped
 async def insert_media(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
     slot = _slot(request)
     body = await read_json(request)
-    _insert(
+    await _insert(
         node,
         slot,
         body.get("Image"),
         body.get("Inserted", True),
         body.get("WriteProtected", True),
         body.get("TransferProtocolType"),
+        refetch=True,
     )
     sim.fleet.touch(node)
     return no_content()
@@ -145,18 +170,19 @@ async def patch_media(request: web.Request, sim: Simulator, node: NodeState) -> 
     slot = _slot(request)
     body = await read_json(request)
     reject(check_writes(body, media_body(node, slot), MEDIA_WRITABLE))
-    media = node.media.get(slot) or {}
-    image = body.get("Image", media.get("image"))
+    current = node.media.get(slot) or {}
+    image = body.get("Image", current.get("image"))
     if image is None:
         node.media.pop(slot, None)
     else:
-        _insert(
+        await _insert(
             node,
             slot,
             image,
             body.get("Inserted", True),
-            body.get("WriteProtected", media.get("write_protected", True)),
-            media.get("protocol"),
+            body.get("WriteProtected", current.get("write_protected", True)),
+            current.get("protocol"),
+            refetch=False,
         )
     sim.fleet.touch(node)
     return reply(media_body(node, slot))

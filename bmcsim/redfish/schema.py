@@ -48,6 +48,8 @@ TYPES = {
     "AccountService": "v1_18_1",
     "ManagerAccount": "v1_14_1",
     "Role": "v1_3_3",
+    "LogService": "v1_9_0",
+    "LogEntry": "v1_21_0",
 }
 
 COLLECTIONS = (
@@ -64,6 +66,8 @@ COLLECTIONS = (
     "SessionCollection",
     "ManagerAccountCollection",
     "RoleCollection",
+    "LogServiceCollection",
+    "LogEntryCollection",
 )
 
 EXTRA_NAMESPACES = {"Resource": "v1_22_0", "Settings": "v1_4_0", "Message": "v1_2_0"}
@@ -77,8 +81,8 @@ def ref(path: str) -> dict:
     return {"@odata.id": path}
 
 
-def iso(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).isoformat(timespec="seconds")
+def iso(ts: float, timespec: str = "seconds") -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).isoformat(timespec=timespec)
 
 
 def uuid_of(*parts: str) -> str:

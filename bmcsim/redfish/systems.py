@@ -72,6 +72,7 @@ def system_body(node: NodeState, now: float) -> dict:
         "Processors": ref(f"{base}/Processors"),
         "EthernetInterfaces": ref(f"{base}/EthernetInterfaces"),
         "Storage": ref(f"{base}/Storage"),
+        "LogServices": ref(f"{base}/LogServices"),
         "Links": {
             "Chassis": [ref(f"/redfish/v1/Chassis/{node.name}")],
             "ManagedBy": [ref(f"/redfish/v1/Managers/{node.name}")],
@@ -195,6 +196,7 @@ async def reset_system(request: web.Request, sim: Simulator, node: NodeState) ->
         )
     node.reset(reset_type, sim.now(), sim.scale)
     sim.fleet.touch(node)
+    await sim.tenant_ssh.sync(node)
     return no_content()
 
 

@@ -37,6 +37,12 @@ def operator_login(bmcsim) -> list[str]:
 
 
 def test_service_validator_finds_no_failure(bmcsim, tmp_path):
+    # A console to read, and a medium the BMC could not fetch, so their bodies are validated too.
+    bmcsim.reset("node-004", "ForceRestart")
+    bmcsim.post(
+        "/redfish/v1/Managers/node-004/VirtualMedia/Floppy/Actions/VirtualMedia.InsertMedia",
+        json={"Image": "http://127.0.0.1:9/config-drive.iso"},
+    )
     passed, failed, log = run_validator(
         [
             str(BIN / "rf_service_validator"),
@@ -56,6 +62,8 @@ def test_service_validator_finds_no_failure(bmcsim, tmp_path):
         "Systems/node-004",
         "Systems/node-004/Storage/1/Drives/1",
         "Managers/node-004/VirtualMedia/Cd",
+        "Managers/node-004/VirtualMedia/Floppy",
+        "Systems/node-004/LogServices/Console",
         "Chassis/node-004/Thermal",
         "SessionService",
     ):

@@ -33,6 +33,7 @@ class Bmcsim:
     url: str
     data_dir: Path
     process: Process
+    ssh_port: int  # where tenant nodes' sshd listen, each on its own loopback address
 
     def request(self, method: str, path: str, auth=OPERATOR, **kwargs) -> requests.Response:
         if auth is OPERATOR and path.startswith("/agent/"):
@@ -70,11 +71,20 @@ def start_bmcsim(
     args: tuple[str, ...] = (),
     port: int | None = None,
     timeout: float = 20,
+    ssh_port: int | None = None,
 ) -> Bmcsim:
-    """bmcsim on `port` (a free one if None), its state in data_dir and its log beside it, once it
-    answers. Started again on the same port and data_dir, it is the same bmcsim restarted."""
+    """bmcsim on `port` (a free one if None), its tenant nodes' sshd on `ssh_port` (likewise), its
+    state in data_dir and its log beside it, once it answers. Started again on the same ports and
+    data_dir, it is the same bmcsim restarted."""
     port = port or free_port()
-    env = {**os.environ, "SIM_TIME_SCALE": scale, "BMCSIM_DATA_DIR": str(data_dir), "BMCSIM_NODES": str(nodes)}
+    ssh_port = ssh_port or free_port()
+    env = {
+        **os.environ,
+        "SIM_TIME_SCALE": scale,
+        "BMCSIM_DATA_DIR": str(data_dir),
+        "BMCSIM_NODES": str(nodes),
+        "BMCSIM_SSH_PORT": str(ssh_port),
+    }
     env.pop("BMCSIM_PORT", None)
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     process = Process(
@@ -87,4 +97,4 @@ def start_bmcsim(
             raise RuntimeError(f"bmcsim exited with {process.popen.returncode}, see {process.log}")
         return answers(url + "/redfish/v1/")
 
-    return Bmcsim(url, data_dir, once_ready(process, "bmcsim", ready, timeout))
+    return Bmcsim(url, data_dir, once_ready(process, "bmcsim", ready, timeout), ssh_port)
