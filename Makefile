@@ -26,11 +26,14 @@ database: setup
 # The whole system on this machine: bmcsim's fleet enrolled, then every Procfile process.
 demo: database
 	mkdir -p var
-	@echo "== starting bmcsim once to enrol its fleet and trust its vendors (its state persists in var/bmcsim)"
+	@echo "== starting bmcsim once to enrol its fleet, trust its vendors and list its images (its state persists in var/bmcsim)"
 	$(PY) -m bmcsim > var/bmcsim-seed.log 2>&1 & pid=$$!; \
 	  $(PY) manage.py seed_fleet --wait 60 \
 	  && $(PY) manage.py import_trust_anchors http://127.0.0.1:8100/bmcsim/v1/roots \
-	  && $(PY) manage.py import_reference_values http://127.0.0.1:8100/bmcsim/v1/reference-values; \
+	  && $(PY) manage.py import_reference_values http://127.0.0.1:8100/bmcsim/v1/reference-values \
+	  && $(PY) manage.py import_images http://127.0.0.1:8100/bmcsim/v1/images \
+	  && $(PY) manage.py add_address_pool p1 127.100.1.0/24 --ssh-port 2222 \
+	  && $(PY) manage.py add_address_pool p2 127.100.2.0/24 --ssh-port 2222; \
 	  status=$$?; kill $$pid; wait $$pid; exit $$status
 	$(PY) manage.py ensure_operator
 	umask 077 && DJANGO_SETTINGS_MODULE=gpufleet.settings $(PY) -c 'from django.conf import settings; print(settings.GPUFLEET_WEBHOOK_TOKEN)' > var/webhook-token

@@ -20,6 +20,7 @@ from django.db.models.functions import Now
 from core.errors import Conflict
 from fleet import leases, lifecycle
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_host, check_bmc_url
+from fleet.catalogue import ImageRecord
 from fleet.inventory import NodeRecord
 from fleet.leases import Lease
 from fleet.models import (
@@ -28,6 +29,7 @@ from fleet.models import (
     AuditEvent,
     AuditOnlyEvent,
     ConfigDrive,
+    Image,
     Node,
     NodeAddress,
     NodeState,
@@ -375,3 +377,36 @@ def record_host_key(*, node_id: int, fingerprint: str) -> None:
     Node.objects.filter(pk=node_id, state__in=[s.value for s in lifecycle.SERVING_STATES]).update(
         ssh_host_key_fingerprint=fingerprint
     )
+
+
+# -- the operators' catalogue and pools ---------------------------------------------------------
+
+
+def import_images(records: Iterable[ImageRecord]) -> tuple[int, int]:
+    """Add the catalogue's images and bring known ones (by name) up to date; (added, updated). The
+    catalogue's default, if it names one, becomes the only default."""
+    added = updated = 0
+    with transaction.atomic():
+        for record in records:
+            fields = {f: getattr(record, f) for f in ("os", "url", "sha256", "boot_mode", "needs_secure_boot")}
+            if record.default:
+                Image.objects.filter(default=True).exclude(name=record.name).update(default=False)
+                fields["default"] = True
+            image, created = Image.objects.get_or_create(name=record.name, defaults=fields)
+            if created:
+                added += 1
+            elif any(getattr(image, f) != value for f, value in fields.items()):
+                Image.objects.filter(pk=image.pk).update(**fields)
+                updated += 1
+    return added, updated
+
+
+def add_address_pool(*, pod: str, network: str, gateway: str | None = None, ssh_port: int = 22) -> bool:
+    """Give the pod a pool of tenant-network addresses; False if it has that pool already.
+    Raises django's ValidationError for a network that is not one, or a gateway outside it."""
+    pool = AddressPool(pod=Pod.objects.get(name=pod), network=network, gateway=gateway, ssh_port=ssh_port)
+    if AddressPool.objects.filter(network=network, pod=pool.pod).exists():
+        return False
+    pool.full_clean()
+    pool.save()
+    return True

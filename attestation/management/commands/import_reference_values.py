@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from attestation.management.sources import read_json
 from attestation.reference import ManifestError
 from attestation.services import import_reference_manifest
+from core.sources import read_json
 
 
 class Command(BaseCommand):

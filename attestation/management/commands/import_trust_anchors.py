@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from attestation.management.sources import read_json
 from attestation.services import import_trust_anchors
+from core.sources import read_json
 
 
 class Command(BaseCommand):
