@@ -11,6 +11,7 @@ Kinds (POST /bmcsim/v1/faults with {"node", "kind", ...}):
 - erase_hang / erase_fail: a drive secure erase or GPU memory wipe started while set never
   ends / ends in failure.
 - agent_down: the node's in-band agent answers 503.
+- corrupt_media: a medium inserted while set arrives altered: its checksum is not the image's.
 - cc_mode {"mode": "off" or "devtools"}: the GPUs report that confidential-computing mode
   instead of "on" (an extension, so attestation can be shown refusing it).
 """
@@ -29,6 +30,7 @@ KINDS = (
     "erase_hang",
     "erase_fail",
     "agent_down",
+    "corrupt_media",
     "cc_mode",
 )
 GPU_KINDS = ("xid", "ecc_dbe", "row_remap_failure")

@@ -1,0 +1,125 @@
+"""A tenant uses what it reserved: its key, an image and user data in, addresses and host keys out,
+and a real SSH login to each node (bmcsim's sshd, an asyncssh client); nothing of it stays after
+release. And a node that boots the wrong bytes is wiped and replaced, with no operator."""
+
+from __future__ import annotations
+
+import asyncio
+from io import StringIO
+
+import asyncssh
+import pytest
+import requests
+from django.core.management import call_command
+
+from fleet.models import AuditEvent, ConfigDrive, Node
+from reservations.models import Reservation
+from tests.support.api import post, tenant_client
+from tests.support.ports import free_port
+from tests.support.processes import wait_for
+
+WEB_PORT = free_port()
+WEB = f"http://127.0.0.1:{WEB_PORT}"
+# The BMCs fetch config drives from the web server this test starts.
+PLANE = {"GPUFLEET_CONFIG_DRIVE_BASE_URL": WEB}
+
+
+def start(bmcsim, control_plane) -> None:
+    """What an operator does once (enrol, trust, images, pools), then the control plane's processes."""
+    for command in (
+        ("seed_fleet", "--bmcsim-url", bmcsim.url),
+        ("import_images", f"{bmcsim.url}/bmcsim/v1/images"),
+        ("add_address_pool", "p1", "127.100.1.0/24", "--ssh-port", str(bmcsim.ssh_port)),
+        ("add_address_pool", "p2", "127.100.2.0/24", "--ssh-port", str(bmcsim.ssh_port)),
+    ):
+        call_command(*command, stdout=StringIO())
+    control_plane.configure_attestation()
+    control_plane.start_web(port=WEB_PORT)
+    control_plane.start_worker("w1")
+    control_plane.start_worker("w2")
+    control_plane.start_beat()
+    wait_for("the fleet attested and available", lambda: Node.objects.filter(state="available").count() >= 20, 180)
+
+
+def state_of(reservation_id: int) -> str:
+    return Reservation.objects.values_list("state", flat=True).get(pk=reservation_id)
+
+
+async def run_over_ssh(machine: dict, key, command: str) -> tuple[str, str]:
+    """Run `command` on the machine as the tenant would; (output, the host key's fingerprint)."""
+    async with asyncssh.connect(
+        machine["address"], machine["ssh_port"], username="root", client_keys=[key], known_hosts=None
+    ) as connection:
+        result = await connection.run(command, check=True)
+        return str(result.stdout).strip(), connection.get_server_host_key().get_fingerprint("sha256")
+
+
+def ssh(machine: dict, key, command: str) -> tuple[str, str]:
+    return asyncio.run(asyncio.wait_for(run_over_ssh(machine, key, command), 20))
+
+
+@pytest.mark.parametrize("control_plane", [PLANE], indirect=True)
+def test_a_tenant_logs_in_to_each_node_with_its_key_and_nothing_stays_after_release(bmcsim, control_plane):
+    start(bmcsim, control_plane)
+    acme = tenant_client("acme")
+    key, strangers_key = asyncssh.generate_private_key("ssh-ed25519"), asyncssh.generate_private_key("ssh-ed25519")
+    public = key.export_public_key().decode().strip()
+    key_id = post(acme, "/v1/ssh-keys", {"name": "laptop", "public_key": public}).json()["id"]
+    rocky = next(i for i in acme.get("/v1/images").json() if i["name"] == "rocky-9")
+
+    created = post(
+        acme,
+        "/v1/reservations",
+        {"node_count": 2, "image": "rocky-9", "ssh_keys": [key_id], "user_data": "#cloud-config\nruncmd: [true]\n"},
+    )
+    assert created.status_code == 201, created.content
+    reservation = created.json()["id"]
+    wait_for("the reservation active", lambda: state_of(reservation) == "active", 120)
+
+    machines = acme.get(f"/v1/reservations/{reservation}").json()["machines"]
+    assert len(machines) == 2 and len({m["address"] for m in machines}) == 2
+    for machine in machines:
+        assert machine["address"].startswith("127.100.") and machine["host_key_fingerprint"].startswith("SHA256:")
+        hostname, host_key = ssh(machine, key, "hostname")
+        assert hostname == machine["name"]
+        assert host_key == machine["host_key_fingerprint"]  # the tenant can check it on first login
+        assert ssh(machine, key, "cat /etc/gpufleet/image.sha256")[0] == rocky["sha256"]
+        with pytest.raises(asyncssh.PermissionDenied):
+            ssh(machine, strangers_key, "hostname")
+    drive_urls = [
+        f"{WEB}/v1/config-drives/{token}"
+        for token in ConfigDrive.objects.filter(node__reservation_id=reservation).values_list("token", flat=True)
+    ]
+    assert [requests.get(url, timeout=10).status_code for url in drive_urls] == [200, 200]
+
+    assert post(acme, f"/v1/reservations/{reservation}/release", {}).status_code == 200
+    names = [m["name"] for m in machines]
+    wait_for(
+        "both nodes wiped and available",
+        lambda: Node.objects.filter(name__in=names, state="available").count() == 2,
+        180,
+    )
+    assert [requests.get(url, timeout=10).status_code for url in drive_urls] == [404, 404]
+    for machine in machines:
+        with pytest.raises(OSError):  # the tenant OS is gone, its sshd with it
+            ssh(machine, key, "hostname")
+    assert not Node.objects.filter(name__in=names).exclude(ssh_host_key_fingerprint="").exists()
+
+
+@pytest.mark.parametrize("control_plane", [PLANE], indirect=True)
+def test_a_node_that_boots_the_wrong_bytes_is_wiped_and_replaced(bmcsim, control_plane):
+    start(bmcsim, control_plane)
+    acme = tenant_client("acme")
+    first = Node.objects.filter(state="available", rack__pod__name="p2").order_by("name").first()
+    bmcsim.post("/bmcsim/v1/faults", json={"node": first.name, "kind": "corrupt_media"})
+
+    created = post(acme, "/v1/reservations", {"node_count": 1, "pod": "p2"}).json()
+    assert created["nodes"] == [first.name]  # best fit puts it on the faulty node first
+    wait_for("the reservation active on another node", lambda: state_of(created["id"]) == "active", 120)
+
+    failed = AuditEvent.objects.filter(node=first, event="provision_failed").get()
+    assert failed.reason.startswith("check_booted_image: booted an image with SHA-256 ")
+    assert "not ubuntu-24-04's" in failed.reason
+    serving = acme.get(f"/v1/reservations/{created['id']}").json()
+    assert [m["name"] for m in serving["machines"]] != [first.name] and len(serving["machines"]) == 1
+    assert Node.objects.get(pk=first.pk).state in ("wiping", "inspecting", "available")
