@@ -101,6 +101,22 @@ async def get_node_media(request: web.Request) -> web.Response:
     return web.json_response({"node": node.name, "media": {slot: node.media.get(slot) for slot in state.MEDIA_SLOTS}})
 
 
+async def get_node_power(request: web.Request) -> web.Response:
+    """A node's power as its BMC sees it, with how often it booted and when it was last reset."""
+    sim = request.app[SIM]
+    node = sim.fleet.nodes.get(request.match_info["node"])
+    if node is None:
+        return detail(404, f"no node named {request.match_info['node']!r}")
+    return web.json_response(
+        {
+            "node": node.name,
+            "power_state": node.power_state(sim.now()),
+            "boot_count": node.boot_count,
+            "last_reset_at": node.last_reset_at,
+        }
+    )
+
+
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/bmcsim/v1/inventory", get_inventory, allow_head=False)
     router.add_get("/bmcsim/v1/roots", get_roots, allow_head=False)
@@ -111,3 +127,4 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/bmcsim/v1/images", get_images, allow_head=False)
     router.add_get("/bmcsim/v1/images/{file}", get_image_file)
     router.add_get("/bmcsim/v1/nodes/{node}/media", get_node_media, allow_head=False)
+    router.add_get("/bmcsim/v1/nodes/{node}/power", get_node_power, allow_head=False)

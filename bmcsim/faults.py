@@ -12,6 +12,7 @@ Kinds (POST /bmcsim/v1/faults with {"node", "kind", ...}):
   ends / ends in failure.
 - agent_down: the node's in-band agent answers 503.
 - corrupt_media: a medium inserted while set arrives altered: its checksum is not the image's.
+- os_hang: the running OS ignores the BMC's graceful restart and shutdown; forced resets still work.
 - cc_mode {"mode": "off" or "devtools"}: the GPUs report that confidential-computing mode
   instead of "on" (an extension, so attestation can be shown refusing it).
 """
@@ -31,6 +32,7 @@ KINDS = (
     "erase_fail",
     "agent_down",
     "corrupt_media",
+    "os_hang",
     "cc_mode",
 )
 GPU_KINDS = ("xid", "ecc_dbe", "row_remap_failure")

@@ -62,6 +62,7 @@ class NodeState:
         "firmware",
         "guest",
         "indicator_led",
+        "last_reset_at",
         "media",
         "power_on",
         "spec",
@@ -101,6 +102,7 @@ class NodeState:
         self.guest: dict | None = None  # the tenant OS while it runs (see guest.py)
         self.ssh_host_key: str | None = None  # made at a tenant boot, kept while the instance id is the same
         self.ssh_host_key_instance = ""
+        self.last_reset_at: float | None = None  # Redfish's LastResetTime
 
     @property
     def name(self) -> str:
@@ -126,6 +128,8 @@ class NodeState:
 
     def reset(self, reset_type: str, now: float, scale: float) -> None:
         os_running = self.is_booted(now)
+        if reset_type.startswith("Graceful") and os_running and self.has_fault("os_hang"):
+            return  # a hung OS never acts on the BMC's request to shut down
         if reset_type in ("On", "ForceOn"):
             if not self.power_on:
                 self._boot(reset_type, now, scale, os_running)
@@ -150,6 +154,7 @@ class NodeState:
 
     def _halt(self, reset_type: str, now: float, scale: float, os_running: bool) -> None:
         """Power off: the tenant OS, if it ran, is gone; what the console was still to print never is."""
+        self.last_reset_at = now
         self._cut_console(now)
         self.guest = None
         self.console_write(self._timeline(now, scale).dated(guest.reset_script(reset_type, os_running, GRACEFUL_OFF_S)))
@@ -159,6 +164,7 @@ class NodeState:
 
         A fetched image in the virtual CD boots the tenant OS, which cloud-init configures from a
         config drive among the inserted media; anything else runs the node agent only."""
+        self.last_reset_at = now
         overridden = self.boot_enabled in ("Once", "Continuous") and self.boot_target != "None"
         self.boot_source = self.boot_target if overridden else "Hdd"
         if self.boot_enabled == "Once":

@@ -27,6 +27,7 @@ class AuditOnlyEvent(models.TextChoices):
     STEP_CHANGED = "step_changed"
     RESULT_DISCARDED = "result_discarded"
     BMC_CHANGED = "bmc_changed", "BMC access changed"
+    POWER_ACTION = "power_action", "power action"
 
 
 SHA256_HEX = r"^[0-9a-f]{64}$"

@@ -13,7 +13,9 @@ import ipaddress
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
@@ -36,7 +38,7 @@ from fleet.models import (
     Pod,
     Rack,
 )
-from fleet.signals import node_transitioned
+from fleet.signals import node_transitioned, power_action_requested
 
 ENROLMENT_BATCH = 500
 # How a node's BMC and agent are reached; the secrets among them are audited as changed, never by value.
@@ -410,3 +412,51 @@ def add_address_pool(*, pod: str, network: str, gateway: str | None = None, ssh_
     pool.full_clean()
     pool.save()
     return True
+
+
+# -- tenants' power actions -----------------------------------------------------------------------
+
+POWER_ACTIONS = ("reboot", "power-cycle")
+
+
+class PowerActionRefused(Conflict):
+    """The node is not up for one (409), or had as many as it may this hour (`too_many`)."""
+
+    def __init__(self, message: str, *, too_many: bool = False):
+        super().__init__(message)
+        self.too_many = too_many
+
+
+def request_power_action(*, node_id: int, action: str, actor: str) -> None:
+    """Audit a tenant's reboot or power cycle of its active node and have the BMC do it on commit;
+    at most TENANT_POWER_ACTIONS_PER_HOUR a node, counted under the node's row lock."""
+    if action not in POWER_ACTIONS:
+        raise ValueError(action)
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node_id)
+        if node.state != NodeState.ACTIVE:
+            raise PowerActionRefused(f"{node.name} is {node.state}: only an active node can be rebooted")
+        hour = AuditEvent.objects.filter(
+            node_id=node_id,
+            event=AuditOnlyEvent.POWER_ACTION,
+            actor__startswith="tenant:",
+            at__gte=Now() - timedelta(hours=1),
+        ).count()
+        if hour >= settings.TENANT_POWER_ACTIONS_PER_HOUR:
+            raise PowerActionRefused(
+                f"{node.name} had {hour} power actions in the last hour, the most a node may; try again later",
+                too_many=True,
+            )
+        audit_power_action(node, actor=actor, reason=action)
+        power_action_requested.send(sender=Node, node_id=node_id, action=action, reservation_id=node.reservation_id)
+
+
+def audit_power_action(node: Node, *, actor: str, reason: str) -> None:
+    AuditEvent.objects.create(
+        node=node,
+        actor=actor,
+        event=AuditOnlyEvent.POWER_ACTION,
+        from_state=node.state,
+        to_state=node.state,
+        reason=reason,
+    )

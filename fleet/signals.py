@@ -6,3 +6,7 @@ from django.dispatch import Signal
 # arguments node_id, event, actor, from_state, to_state and reservation_id (the reservation the node
 # served before the transition, or None).
 node_transitioned = Signal()
+
+# Sent by fleet.services.request_power_action once it is audited, with node_id, action
+# ("reboot" or "power-cycle") and reservation_id: the BMC is asked on commit (workflows).
+power_action_requested = Signal()

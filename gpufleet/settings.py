@@ -253,6 +253,10 @@ SERVICE_IMAGE_URL = os.environ.get("GPUFLEET_SERVICE_IMAGE_URL", "http://images.
 TENANT_IMAGE_URL = os.environ.get("GPUFLEET_TENANT_IMAGE_URL", "http://images.gpufleet.internal/tenant.iso")
 # A tenant may report at most this many nodes broken a day: each report costs a node of the fleet.
 TENANT_REPORTS_PER_DAY = int(os.environ.get("GPUFLEET_TENANT_REPORTS_PER_DAY", "5"))
+# Tenants' power actions on their nodes: at most this many per node an hour, and a reboot the OS
+# does not carry out gracefully within the grace is forced.
+TENANT_POWER_ACTIONS_PER_HOUR = int(os.environ.get("GPUFLEET_TENANT_POWER_ACTIONS_PER_HOUR", "6"))
+TENANT_REBOOT_GRACE_SECONDS = float(os.environ.get("GPUFLEET_TENANT_REBOOT_GRACE_SECONDS", "120"))
 # Where BMCs fetch config drives: this private listener, as the BMC network reaches it.
 CONFIG_DRIVE_BASE_URL = os.environ.get("GPUFLEET_CONFIG_DRIVE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 BMC_TIMEOUT = float(os.environ.get("GPUFLEET_BMC_TIMEOUT", "10"))

@@ -14,6 +14,7 @@ urlpatterns = [
     path("v1/", include("attestation.api.urls")),
     path("v1/", include("reservations.api.urls")),
     path("v1/", include("remediation.api.urls")),
+    path("v1/", include("workflows.api.urls")),
     *schema_patterns("gpufleet.urls"),
     path("admin/", admin.site.urls),
     path("metrics/fleet", FleetMetricsView.as_view(), name="fleet-metrics"),

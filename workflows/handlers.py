@@ -7,7 +7,7 @@ from django.dispatch import receiver
 
 from fleet import lifecycle
 from fleet.selectors import unleased_nodes_owing_work
-from fleet.signals import node_transitioned
+from fleet.signals import node_transitioned, power_action_requested
 from reservations.signals import reservation_lost_node
 from workflows import tasks
 
@@ -21,6 +21,11 @@ def start_owed_work(sender, *, node_id, from_state, to_state, **kwargs):
 def _enqueue_if_unleased(node_id: int) -> None:
     # A worker that re-claimed the node to go straight on to its next work holds it already.
     tasks.enqueue_workflows(unleased_nodes_owing_work([node_id]))
+
+
+@receiver(power_action_requested, dispatch_uid="workflows.power_action")
+def carry_out_power_action(sender, *, node_id, action, reservation_id, **kwargs):
+    transaction.on_commit(lambda: tasks.power_action.delay(node_id, action, reservation_id), robust=True)
 
 
 @receiver(reservation_lost_node, dispatch_uid="workflows.heal_at_once")

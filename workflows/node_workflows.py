@@ -40,7 +40,9 @@ from workflows.config_drive import NoCloudConfig
 from workflows.redfish import (
     RESET_FORCE_OFF,
     RESET_FORCE_RESTART,
+    RESET_GRACEFUL_RESTART,
     RESET_ON,
+    RESET_POWER_CYCLE,
     BMCAccess,
     BMCPermanentError,
     BMCTransientError,
@@ -381,6 +383,12 @@ def _remaining_steps(workflow: Workflow, run: Run) -> tuple[Callable[[Run], dict
     return workflow.steps[names.index(run.node.step) :]
 
 
+def bmc_client(node: Node) -> RedfishClient:
+    """A Redfish client for the node's BMC, with its credentials."""
+    access = BMCAccess(node.name, node.redfish_url, node.system_id, node.bmc_username, node.bmc_password)
+    return RedfishClient(access, timeout=settings.BMC_TIMEOUT)
+
+
 def run_workflow(*, node_id: int, worker: str) -> str:
     """Claim the node if it owes work and nobody holds it, and run its workflows until it owes
     none or waits on its hardware. Returns what happened, one outcome per workflow."""
@@ -389,8 +397,7 @@ def run_workflow(*, node_id: int, worker: str) -> str:
         return "not claimed"
     lease = claimed[0]
     node = Node.objects.get(pk=node_id)
-    access = BMCAccess(node.name, node.redfish_url, node.system_id, node.bmc_username, node.bmc_password)
-    bmc = RedfishClient(access, timeout=settings.BMC_TIMEOUT)
+    bmc = bmc_client(node)
     agent = AgentClient(node.name, node.agent_url, node.agent_token, timeout=settings.BMC_TIMEOUT)
     outcomes = []
     try:
@@ -459,3 +466,52 @@ def _complete_and_go_on(run: Run, *, event: lifecycle.Event, reason: str = "") -
     with transaction.atomic():
         node = services.complete(run.lease, event=event, actor=run.actor, reason=reason, detail=run.figures())
         return leases.reclaim(run.lease) if node is not None else None
+
+
+# -- tenants' power actions -----------------------------------------------------------------------
+
+POWER_ACTOR = "system:power"
+
+
+def _still_serving(node_id: int, reservation_id: int) -> Node | None:
+    return Node.objects.filter(pk=node_id, state=S.ACTIVE, reservation_id=reservation_id).first()
+
+
+def power_action(
+    *, node_id: int, action: str, reservation_id: int, force_later: Callable[[int, int, str | None], None]
+) -> str:
+    """Ask the BMC for the tenant's power action; for a reboot, have `force_later` check, after
+    the grace, that the system was reset, and force it if not. Nothing if the node moved on."""
+    node = _still_serving(node_id, reservation_id)
+    if node is None:
+        return "the node no longer serves the reservation"
+    bmc = bmc_client(node)
+    try:
+        if action == "power-cycle":
+            bmc.reset(RESET_POWER_CYCLE)
+            return "power cycled"
+        before = bmc.last_reset_time()
+        bmc.reset(RESET_GRACEFUL_RESTART)
+    finally:
+        bmc.close()
+    force_later(node_id, reservation_id, before)
+    return "graceful restart asked"
+
+
+def force_restart_if_stuck(*, node_id: int, reservation_id: int, reset_before: str | None) -> str:
+    """The reboot's second half: a system whose BMC reports no reset since the graceful request is
+    forced, and that is audited. A BMC that reports no LastResetTime cannot tell: nothing is forced."""
+    node = _still_serving(node_id, reservation_id)
+    if node is None:
+        return "the node no longer serves the reservation"
+    bmc = bmc_client(node)
+    try:
+        reset_at = bmc.last_reset_time()
+        if reset_at is None or reset_at != reset_before:
+            return "restarted gracefully" if reset_at else "the BMC does not say when it last reset"
+        bmc.reset(RESET_FORCE_RESTART)
+    finally:
+        bmc.close()
+    grace = settings.TENANT_REBOOT_GRACE_SECONDS
+    services.audit_power_action(node, actor=POWER_ACTOR, reason=f"reboot forced: no restart within {grace:g}s")
+    return "forced"

@@ -38,6 +38,8 @@ REMOVABLE = frozenset({"USBStick", "Floppy"})
 RESET_ON = "On"
 RESET_FORCE_OFF = "ForceOff"
 RESET_FORCE_RESTART = "ForceRestart"
+RESET_GRACEFUL_RESTART = "GracefulRestart"
+RESET_POWER_CYCLE = "PowerCycle"
 
 
 class RedfishError(Exception):
@@ -223,6 +225,31 @@ class RedfishClient:
 
     def power_state(self) -> str:
         return str(self.system().get("PowerState", ""))
+
+    def last_reset_time(self) -> str | None:
+        """When the BMC last reset the system (Redfish's LastResetTime), if it says."""
+        found = self.system().get("LastResetTime")
+        return found if isinstance(found, str) else None
+
+    def console_log(self, lines: int) -> list[str] | None:
+        """The last `lines` lines of the system's console log (its LogService named Console), or
+        None if the BMC keeps none."""
+        services = self.system().get("LogServices", {}).get("@odata.id")
+        if not services:
+            return None
+        console = next(
+            (
+                m["@odata.id"]
+                for m in self.get(services).get("Members", [])
+                if m["@odata.id"].rstrip("/").endswith("/Console")
+            ),
+            None,
+        )
+        if console is None:
+            return None
+        entries = self.get(self.get(console).get("Entries", {}).get("@odata.id", f"{console}/Entries"))
+        messages = [str(e.get("Message", "")) for e in entries.get("Members", []) if isinstance(e, dict)]
+        return messages[-lines:]
 
     def reset(self, reset_type: str) -> None:
         self.request(

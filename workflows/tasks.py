@@ -49,6 +49,28 @@ def reconcile_nodes(limit: int = 500) -> dict:
     return {"inspections_started": started, "owing": len(owing), "enqueued": enqueue_workflows(owing)}
 
 
+@shared_task(ignore_result=True)
+def power_action(node_id: int, action: str, reservation_id: int) -> str:
+    """A tenant's reboot (graceful; forced after TENANT_REBOOT_GRACE_SECONDS if the OS did not
+    restart) or power cycle, while the node still serves the reservation that asked."""
+    return node_workflows.power_action(
+        node_id=node_id, action=action, reservation_id=reservation_id, force_later=_force_if_stuck
+    )
+
+
+@shared_task(ignore_result=True)
+def force_restart_if_stuck(node_id: int, reservation_id: int, reset_before: str | None) -> str:
+    return node_workflows.force_restart_if_stuck(
+        node_id=node_id, reservation_id=reservation_id, reset_before=reset_before
+    )
+
+
+def _force_if_stuck(node_id: int, reservation_id: int, reset_before: str | None) -> None:
+    force_restart_if_stuck.apply_async(
+        args=[node_id, reservation_id, reset_before], countdown=settings.TENANT_REBOOT_GRACE_SECONDS
+    )
+
+
 # -- reservations ----------------------------------------------------------------------------
 
 

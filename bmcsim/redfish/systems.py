@@ -23,6 +23,7 @@ from .schema import (
     OK,
     SYSTEM_MODEL,
     collection,
+    iso,
     node_health,
     odata_type,
     ref,
@@ -62,6 +63,7 @@ def system_body(node: NodeState, now: float) -> dict:
             "BootSourceOverrideMode@Redfish.AllowableValues": list(state.BOOT_MODES),
         },
         "BootProgress": {"LastState": _boot_progress(node, now)},
+        **({"LastResetTime": iso(node.last_reset_at)} if node.last_reset_at is not None else {}),
         "ProcessorSummary": {
             "Count": CPU_COUNT,
             "CoreCount": CPU_COUNT * CPU_CORES,

@@ -8,6 +8,16 @@ urlpatterns = [
     path("reservations/<int:pk>", views.ReservationDetailView.as_view(), name="reservation-detail"),
     path("reservations/<int:pk>/release", views.ReservationReleaseView.as_view(), name="reservation-release"),
     path("reservations/<int:pk>/nodes/<slug:name>/report", views.NodeReportView.as_view(), name="node-report"),
+    path(
+        "reservations/<int:pk>/nodes/<slug:name>/reboot",
+        views.NodePowerView.as_view(action="reboot"),
+        name="node-reboot",
+    ),
+    path(
+        "reservations/<int:pk>/nodes/<slug:name>/power-cycle",
+        views.NodePowerView.as_view(action="power-cycle"),
+        name="node-power-cycle",
+    ),
     path("ssh-keys", views.SSHKeyListView.as_view(), name="ssh-key-list"),
     path("ssh-keys/<int:pk>", views.SSHKeyDetailView.as_view(), name="ssh-key-detail"),
 ]

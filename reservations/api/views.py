@@ -6,6 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.error_schema import ERROR
+from fleet import services as fleet_services
 from reservations import selectors, services
 from reservations.api import idempotency
 from reservations.api.serializers import (
@@ -171,3 +172,24 @@ class NodeReportView(APIView):
             raise exceptions.Throttled(detail=str(refused)) from refused
         reservation = Reservation.objects.get(pk=pk)
         return Response(_reservation_answer(reservation), status=status.HTTP_202_ACCEPTED)
+
+
+class NodePowerView(APIView):
+    """Reboot (graceful, forced if the OS does not restart in time) or power-cycle one of the
+    caller's active nodes through its BMC: 202 once asked, audited; a few an hour per node."""
+
+    permission_classes = [IsTenant]
+    action = ""
+
+    @extend_schema(request=None, responses={202: ERROR, 404: ERROR, 409: ERROR, 429: ERROR})
+    def post(self, request, pk: int, name: str):
+        node = _serving_node(request, pk, name)
+        try:
+            fleet_services.request_power_action(
+                node_id=node.pk, action=self.action, actor=f"tenant:{request.user.tenant.name}"
+            )
+        except fleet_services.PowerActionRefused as refused:
+            if refused.too_many:
+                raise exceptions.Throttled(detail=str(refused)) from refused
+            raise
+        return Response({"detail": f"{self.action} of {node.name} asked of its BMC"}, status=status.HTTP_202_ACCEPTED)

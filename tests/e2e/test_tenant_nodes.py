@@ -15,6 +15,7 @@ from django.core.management import call_command
 from fleet.models import AuditEvent, ConfigDrive, Node
 from reservations.models import Reservation
 from tests.support.api import post, tenant_client
+from tests.support.factories import tenant_token
 from tests.support.ports import free_port
 from tests.support.processes import wait_for
 
@@ -123,3 +124,55 @@ def test_a_node_that_boots_the_wrong_bytes_is_wiped_and_replaced(bmcsim, control
     serving = acme.get(f"/v1/reservations/{created['id']}").json()
     assert [m["name"] for m in serving["machines"]] != [first.name] and len(serving["machines"]) == 1
     assert Node.objects.get(pk=first.pk).state in ("wiping", "inspecting", "available")
+
+
+class Tenant:
+    """A tenant calling the web server over HTTP, as a client would: what it asks of the BMCs goes
+    through the web server's broker to the workers."""
+
+    def __init__(self, name: str):
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Token {tenant_token(name)}"
+
+    def get(self, path: str) -> requests.Response:
+        return self.session.get(WEB + path, timeout=30)
+
+    def post(self, path: str, body: dict | None = None) -> requests.Response:
+        return self.session.post(WEB + path, json=body or {}, timeout=30)
+
+
+def boots(bmcsim, node: str) -> int:
+    return bmcsim.get(f"/bmcsim/v1/nodes/{node}/power").json()["boot_count"]
+
+
+@pytest.mark.parametrize("control_plane", [{**PLANE, "GPUFLEET_TENANT_REBOOT_GRACE_SECONDS": "2"}], indirect=True)
+def test_a_tenant_reboots_power_cycles_and_reads_the_console_of_its_own_node_only(bmcsim, control_plane, settings):
+    start(bmcsim, control_plane)
+    acme, globex = Tenant("acme"), Tenant("globex")
+    reservation = acme.post("/v1/reservations", {"node_count": 1}).json()["id"]
+    wait_for("the reservation active", lambda: state_of(reservation) == "active", 120)
+    (node,) = [m["name"] for m in acme.get(f"/v1/reservations/{reservation}").json()["machines"]]
+    here = f"/v1/reservations/{reservation}/nodes/{node}"
+
+    booted = boots(bmcsim, node)
+    assert acme.post(f"{here}/reboot").status_code == 202
+    wait_for("the graceful reboot", lambda: boots(bmcsim, node) == booted + 1, 30)
+    assert acme.post(f"{here}/power-cycle").status_code == 202
+    wait_for("the power cycle", lambda: boots(bmcsim, node) == booted + 2, 30)
+
+    bmcsim.post("/bmcsim/v1/faults", json={"node": node, "kind": "os_hang"})
+    assert acme.post(f"{here}/reboot").status_code == 202
+    wait_for("the reboot forced after the grace", lambda: boots(bmcsim, node) == booted + 3, 30)
+    forced = AuditEvent.objects.filter(node__name=node, event="power_action", actor="system:power").get()
+    assert forced.reason == "reboot forced: no restart within 2s"
+    asked = AuditEvent.objects.filter(node__name=node, event="power_action", actor="tenant:acme").order_by("id")
+    assert list(asked.values_list("reason", flat=True)) == ["reboot", "power-cycle", "reboot"]
+
+    console = acme.get(f"{here}/console")
+    assert console.status_code == 200 and console.headers["Content-Type"].startswith("text/plain")
+    assert "-----BEGIN SSH HOST KEY FINGERPRINTS-----" in console.text and f"{node} login:" in console.text
+
+    for path in (f"{here}/console", f"{here}/reboot", f"{here}/power-cycle"):
+        call = globex.get if path.endswith("console") else globex.post
+        assert call(path).status_code == 404, path
+    assert Node.objects.get(name=node).state == "active"

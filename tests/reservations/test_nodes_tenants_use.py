@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client, override_settings
 
 from fleet import services as fleet_services
-from fleet.models import AddressPool, Image, Node, Pod
+from fleet.models import AddressPool, AuditEvent, Image, Node, Pod
 from reservations import services as reservations_services
 from reservations.models import MAX_USER_DATA_BYTES, Reservation
 from reservations.ssh_keys import BadKey, parse
@@ -230,3 +230,29 @@ def test_reports_are_capped_per_tenant(acme, available_fleet, settings):
     refused = post(acme, f"/v1/reservations/{reservation['id']}/nodes/{second}/report", {"description": "b"})
     assert refused.status_code == 429 and "reported 1 nodes in the last 24 hours" in refused.json()["detail"]
     assert Node.objects.get(name=second).state == "provisioning"
+
+
+def test_power_actions_need_an_active_node_of_ones_own_and_are_rate_limited_per_node(
+    acme, globex, available_fleet, settings
+):
+    settings.TENANT_POWER_ACTIONS_PER_HOUR = 2
+    reservation = post(acme, "/v1/reservations", {"node_count": 1, "pod": "p2"}).json()
+    (name,) = reservation["nodes"]
+    here = f"/v1/reservations/{reservation['id']}/nodes/{name}"
+    early = post(acme, f"{here}/reboot", {})
+    assert (
+        early.status_code == 409
+        and early.json()["detail"] == f"{name} is provisioning: only an active node can be rebooted"
+    )
+    drive(Node.objects.get(name=name), "provision_succeeded")
+    assert post(globex, f"{here}/reboot", {}).status_code == 404
+    assert post(acme, f"{here}/reboot", {}).status_code == 202
+    assert post(acme, f"{here}/power-cycle", {}).status_code == 202
+    third = post(acme, f"{here}/reboot", {})
+    assert third.status_code == 429 and "2 power actions in the last hour" in third.json()["detail"]
+    assert list(
+        AuditEvent.objects.filter(node__name=name, event="power_action").order_by("id").values_list("actor", "reason")
+    ) == [
+        ("tenant:acme", "reboot"),
+        ("tenant:acme", "power-cycle"),
+    ]

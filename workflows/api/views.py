@@ -1,0 +1,41 @@
+"""The tenant's view of its node's hardware: the console log its BMC keeps."""
+
+from django.http import Http404, HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions
+from rest_framework.views import APIView
+
+from core.error_schema import ERROR
+from reservations import services as reservation_services
+from reservations.api.views import IsTenant
+from workflows.node_workflows import bmc_client
+from workflows.redfish import BMCPermanentError, BMCTransientError
+
+CONSOLE_LINES = 200
+
+
+class BMCUnavailable(exceptions.APIException):
+    status_code = 503
+
+
+class NodeConsoleView(APIView):
+    """The last lines of the node's console log (boot messages, cloud-init, the kernel), as text."""
+
+    permission_classes = [IsTenant]
+
+    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR, 404: ERROR, 503: ERROR})
+    def get(self, request, pk: int, name: str):
+        node = reservation_services.serving_node(reservation_id=pk, tenant=request.user.tenant, name=name)
+        if node is None:
+            raise Http404
+        bmc = bmc_client(node)
+        try:
+            lines = bmc.console_log(CONSOLE_LINES)
+        except (BMCTransientError, BMCPermanentError) as error:
+            raise BMCUnavailable(f"{node.name}'s BMC did not answer: {error}") from error
+        finally:
+            bmc.close()
+        if lines is None:
+            raise exceptions.NotFound(f"{node.name}'s BMC keeps no console log")
+        return HttpResponse("".join(f"{line}\n" for line in lines), content_type="text/plain; charset=utf-8")
