@@ -45,6 +45,7 @@ class Event(enum.StrEnum):
     OPERATOR_MAINTENANCE = "operator_maintenance"
     OPERATOR_RETURN = "operator_return"
     TENANT_REPORT = "tenant_report"
+    REINSTALL_REQUESTED = "reinstall_requested"
 
 
 class IllegalTransition(Conflict, ValueError):
@@ -78,6 +79,8 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     **{(state, E.OPERATOR_QUARANTINE): S.QUARANTINED for state in _NOT_QUARANTINED},
     # "This node is broken": it leaves the reservation for an operator to look at.
     **{(state, E.TENANT_REPORT): S.QUARANTINED for state in SERVING_STATES},
+    # The tenant's reinstall: provisioned again for the same reservation, its disks erased first.
+    (S.ACTIVE, E.REINSTALL_REQUESTED): S.PROVISIONING,
     (S.ENROLLED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
     (S.AVAILABLE, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
     (S.QUARANTINED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,

@@ -81,6 +81,8 @@ class Node(models.Model):
     agent_token = models.CharField(max_length=256, blank=True, help_text="The agent's bearer token. Never shown.")
     # What the tenant's OS reported at provisioning; gone with the tenant.
     ssh_host_key_fingerprint = models.CharField(max_length=128, blank=True)
+    # The image a reinstall chose for this node; none: its reservation's.
+    reinstall_image = models.ForeignKey("Image", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
 
     state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.ENROLLED)
     state_since = models.DateTimeField(db_default=Now())
@@ -134,8 +136,8 @@ class Node(models.Model):
             ),
             models.CheckConstraint(condition=Q(fencing_token__gte=0), name="node_fencing_token_not_negative"),
             models.CheckConstraint(
-                condition=_in(lifecycle.SERVING_STATES) | Q(ssh_host_key_fingerprint=""),
-                name="node_host_key_only_while_serving",
+                condition=_in(lifecycle.SERVING_STATES) | Q(ssh_host_key_fingerprint="", reinstall_image__isnull=True),
+                name="node_host_key_and_reinstall_image_only_while_serving",
             ),
             models.CheckConstraint(
                 condition=Q(step="", step_since__isnull=True) | (~Q(step="") & Q(step_since__isnull=False)),

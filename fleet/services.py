@@ -59,7 +59,9 @@ def _state_fields(node: Node, new_state: lifecycle.State, event: lifecycle.Event
         # A new state starts afresh: no step yet, and whatever lease was held is over.
         fields.update(state_since=Now(), step="", step_since=None, lease_owner="", lease_expires_at=None)
     if new_state not in lifecycle.SERVING_STATES:
-        fields.update(reservation=None, ssh_host_key_fingerprint="")
+        fields.update(reservation=None, ssh_host_key_fingerprint="", reinstall_image=None)
+    if event is lifecycle.Event.REINSTALL_REQUESTED:
+        fields["ssh_host_key_fingerprint"] = ""  # a new instance: new host keys, a new config drive
     if new_state in lifecycle.CLEAN_STATES:
         fields["tenant"] = None  # only a wipe makes a node clean; the tenant stays until then
     if event is lifecycle.Event.PROVISION_REQUESTED:
@@ -131,6 +133,8 @@ def _apply(
         if applied:
             if new_state not in lifecycle.SERVING_STATES:
                 _forget_tenant_network(node_id)
+            elif event is lifecycle.Event.REINSTALL_REQUESTED:
+                ConfigDrive.objects.filter(node_id=node_id).delete()
             AuditEvent.objects.create(
                 node_id=node_id,
                 actor=actor,
@@ -460,3 +464,19 @@ def audit_power_action(node: Node, *, actor: str, reason: str) -> None:
         to_state=node.state,
         reason=reason,
     )
+
+
+def request_reinstall(*, node_id: int, image: Image | None, actor: str) -> Node:
+    """The tenant's reinstall of its active node: provisioned again for the same reservation, its
+    drives erased first (a new image on an old disk keeps the old data), with `image` if given,
+    else the one it booted. Raises lifecycle.IllegalTransition unless the node is active."""
+    with transaction.atomic():
+        node = transition(
+            node_id=node_id,
+            event=lifecycle.Event.REINSTALL_REQUESTED,
+            actor=actor,
+            reason=f"reinstall with {image.name}" if image else "reinstall",
+        )
+        if image is not None:
+            Node.objects.filter(pk=node_id).update(reinstall_image=image)
+    return node

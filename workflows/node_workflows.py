@@ -151,6 +151,30 @@ def boot_service_image(run: Run) -> None:
     _boot_image(run, settings.SERVICE_IMAGE_URL)
 
 
+def _reinstalling(node: Node) -> bool:
+    """Whether the node's current provisioning is a tenant's reinstall."""
+    entered = (
+        AuditEvent.objects.filter(node_id=node.pk, to_state=S.PROVISIONING)
+        .exclude(from_state=S.PROVISIONING)
+        .latest("id")
+    )
+    return entered.event == E.REINSTALL_REQUESTED
+
+
+def erase_drives_if_reinstalling(run: Run) -> dict:
+    """A reinstall erases the node's drives first, powered off: a new image on an old disk would
+    keep the tenant's old data (and whatever it left there). A first provisioning has nothing to erase."""
+    if not _reinstalling(run.node):
+        return {"monitors": {}}
+    power_off(run)
+    return start_drive_erase(run)
+
+
+def _tenant_image(node: Node):
+    """What the node boots for its tenant: the image a reinstall chose, else its reservation's."""
+    return node.reinstall_image or Reservation.objects.select_related("image").get(pk=node.reservation_id).image
+
+
 def prepare_config_drive(run: Run) -> None:
     """The node's address on the tenant network, and its config drive: the tenant's keys and
     user data, its name and address, for cloud-init. Both stay until the node stops serving."""
@@ -163,7 +187,8 @@ def prepare_config_drive(run: Run) -> None:
     def build() -> bytes:
         network = ip_network(address.pool.network) if address else None
         return NoCloudConfig(
-            instance_id=f"{run.node.name}-r{reservation.pk}",
+            # Each provisioning, a reinstall's too, is a new instance to cloud-init.
+            instance_id=f"{run.node.name}-r{reservation.pk}-{run.lease.token}",
             hostname=run.node.name,
             ssh_public_keys=tuple(key.public_key for key in reservation.ssh_keys.order_by("name")),
             user_data=reservation.user_data,
@@ -177,7 +202,7 @@ def prepare_config_drive(run: Run) -> None:
 
 def boot_tenant_image(run: Run) -> None:
     """The reservation's image in the CD, the config drive beside it as a USB stick; boot the CD."""
-    image = Reservation.objects.select_related("image").get(pk=run.node.reservation_id).image
+    image = _tenant_image(run.node)
     token = selectors.config_drive_token(node_id=run.node.pk)
     run.bmc.insert_media(f"{settings.CONFIG_DRIVE_BASE_URL}/v1/config-drives/{token}", removable=True)
     _boot_image(run, image.url if image else settings.TENANT_IMAGE_URL)
@@ -187,7 +212,7 @@ def check_booted_image(run: Run) -> None:
     """The node booted the image the catalogue names, checksum for checksum; and its SSH host key,
     for the tenant to check on first login. A reservation without an image (an older one, or a
     fleet without a catalogue) boots GPUFLEET_TENANT_IMAGE_URL unchecked."""
-    image = Reservation.objects.select_related("image").get(pk=run.node.reservation_id).image
+    image = _tenant_image(run.node)
     try:
         inventory = run.agent.inventory()
     except AgentError as error:
@@ -350,7 +375,14 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
         deadline_setting="INSPECTION_DEADLINE",
     ),
     S.PROVISIONING: Workflow(
-        steps=(prepare_config_drive, boot_tenant_image, wait_for_agent, check_booted_image),
+        steps=(
+            erase_drives_if_reinstalling,
+            wait_for_drive_erase,
+            prepare_config_drive,
+            boot_tenant_image,
+            wait_for_agent,
+            check_booted_image,
+        ),
         succeeded=E.PROVISION_SUCCEEDED,
         failed=E.PROVISION_FAILED,
         deadline_setting="PROVISION_DEADLINE",

@@ -137,3 +137,14 @@ class CapacitySerializer(serializers.Serializer):
 
 class NodeReportSerializer(StrictInputSerializer):
     description = serializers.CharField(max_length=2000, help_text="What is wrong, for the operators.")
+
+
+class ReinstallSerializer(StrictInputSerializer):
+    image = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Image.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A name from GET /v1/images; default the image the node runs now.",
+    )

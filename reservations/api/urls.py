@@ -14,6 +14,11 @@ urlpatterns = [
         name="node-reboot",
     ),
     path(
+        "reservations/<int:pk>/nodes/<slug:name>/reinstall",
+        views.NodeReinstallView.as_view(),
+        name="node-reinstall",
+    ),
+    path(
         "reservations/<int:pk>/nodes/<slug:name>/power-cycle",
         views.NodePowerView.as_view(action="power-cycle"),
         name="node-power-cycle",

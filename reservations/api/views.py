@@ -12,6 +12,7 @@ from reservations.api import idempotency
 from reservations.api.serializers import (
     CapacitySerializer,
     NodeReportSerializer,
+    ReinstallSerializer,
     ReservationRequestSerializer,
     ReservationSerializer,
     SSHKeyRequestSerializer,
@@ -193,3 +194,22 @@ class NodePowerView(APIView):
                 raise exceptions.Throttled(detail=str(refused)) from refused
             raise
         return Response({"detail": f"{self.action} of {node.name} asked of its BMC"}, status=status.HTTP_202_ACCEPTED)
+
+
+class NodeReinstallView(APIView):
+    """Provision one of the caller's active nodes again, with another image if named, keeping it in
+    the reservation: its drives are erased first (202; the node is back once active again)."""
+
+    permission_classes = [IsTenant]
+
+    @extend_schema(
+        request=ReinstallSerializer, responses={202: ReservationSerializer, 400: ERROR, 404: ERROR, 409: ERROR}
+    )
+    def post(self, request, pk: int, name: str):
+        node = _serving_node(request, pk, name)
+        wanted = ReinstallSerializer(data=request.data)
+        wanted.is_valid(raise_exception=True)
+        fleet_services.request_reinstall(
+            node_id=node.pk, image=wanted.validated_data["image"], actor=f"tenant:{request.user.tenant.name}"
+        )
+        return Response(_reservation_answer(Reservation.objects.get(pk=pk)), status=status.HTTP_202_ACCEPTED)

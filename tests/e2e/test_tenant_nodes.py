@@ -5,6 +5,7 @@ release. And a node that boots the wrong bytes is wiped and replaced, with no op
 from __future__ import annotations
 
 import asyncio
+import time
 from io import StringIO
 
 import asyncssh
@@ -12,6 +13,7 @@ import pytest
 import requests
 from django.core.management import call_command
 
+from core.topology import agent_token
 from fleet.models import AuditEvent, ConfigDrive, Node
 from reservations.models import Reservation
 from tests.support.api import post, tenant_client
@@ -176,3 +178,36 @@ def test_a_tenant_reboots_power_cycles_and_reads_the_console_of_its_own_node_onl
         call = globex.get if path.endswith("console") else globex.post
         assert call(path).status_code == 404, path
     assert Node.objects.get(name=node).state == "active"
+
+
+@pytest.mark.parametrize("control_plane", [PLANE], indirect=True)
+def test_a_tenant_reinstalls_a_node_with_another_image_its_drives_erased_first(bmcsim, control_plane):
+    start(bmcsim, control_plane)
+    acme = Tenant("acme")
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key_id = acme.post("/v1/ssh-keys", {"name": "k", "public_key": key.export_public_key().decode()}).json()["id"]
+    reservation = acme.post("/v1/reservations", {"node_count": 1, "ssh_keys": [key_id]}).json()["id"]
+    wait_for("the reservation active", lambda: state_of(reservation) == "active", 120)
+    (before,) = acme.get(f"/v1/reservations/{reservation}").json()["machines"]
+    name = before["name"]
+    rocky = next(i for i in acme.get("/v1/images").json() if i["name"] == "rocky-9")
+    asked_at = time.time()
+
+    assert acme.post(f"/v1/reservations/{reservation}/nodes/{name}/reinstall", {"image": "windows"}).status_code == 400
+    answer = acme.post(f"/v1/reservations/{reservation}/nodes/{name}/reinstall", {"image": "rocky-9"})
+    assert answer.status_code == 202, answer.text
+    wait_for("the node provisioned again", lambda: Node.objects.filter(name=name, state="active").exists(), 120)
+    wait_for("its host key reported", lambda: Node.objects.get(name=name).ssh_host_key_fingerprint != "", 30)
+
+    (after,) = acme.get(f"/v1/reservations/{reservation}").json()["machines"]
+    assert after["address"] == before["address"]  # the same node, in the same reservation
+    assert after["host_key_fingerprint"] != before["host_key_fingerprint"]  # a new instance
+    assert ssh(after, key, "cat /etc/gpufleet/image.sha256")[0] == rocky["sha256"]
+    drives = requests.get(
+        f"{bmcsim.url}/agent/{name}/inventory", headers={"Authorization": f"Bearer {agent_token(name)}"}, timeout=10
+    ).json()["drives"]
+    assert all(d["last_erased_at"] and d["last_erased_at"] >= asked_at for d in drives)
+    assert state_of(reservation) == "active"
+    again = acme.post(f"/v1/reservations/{reservation}/nodes/{name}/reinstall")
+    assert again.status_code == 202
+    assert acme.post(f"/v1/reservations/{reservation}/nodes/{name}/reinstall").status_code == 409  # not active now
