@@ -211,3 +211,25 @@ def test_a_tenant_reinstalls_a_node_with_another_image_its_drives_erased_first(b
     again = acme.post(f"/v1/reservations/{reservation}/nodes/{name}/reinstall")
     assert again.status_code == 202
     assert acme.post(f"/v1/reservations/{reservation}/nodes/{name}/reinstall").status_code == 409  # not active now
+
+
+@pytest.mark.parametrize("control_plane", [PLANE], indirect=True)
+def test_a_reported_node_is_replaced_within_seconds_and_quarantined_with_the_tenants_words(bmcsim, control_plane):
+    start(bmcsim, control_plane)
+    acme = Tenant("acme")
+    reservation = acme.post("/v1/reservations", {"node_count": 2, "pod": "p1"}).json()["id"]
+    wait_for("the reservation active", lambda: state_of(reservation) == "active", 120)
+    broken, kept = sorted(m["name"] for m in acme.get(f"/v1/reservations/{reservation}").json()["machines"])
+
+    reported = time.monotonic()
+    answer = acme.post(f"/v1/reservations/{reservation}/nodes/{broken}/report", {"description": "ECC storm on GPU 2"})
+    assert answer.status_code == 202, answer.text
+
+    def replaced() -> bool:
+        machines = acme.get(f"/v1/reservations/{reservation}").json()["machines"]
+        return state_of(reservation) == "active" and {m["name"] for m in machines} - {kept} not in (set(), {broken})
+
+    wait_for("a replacement active", replaced, 60)
+    print(f"report -> replacement active in {time.monotonic() - reported:.1f} s")
+    node = Node.objects.get(name=broken)
+    assert (node.state, node.quarantine_reason) == ("quarantined", "tenant_report: ECC storm on GPU 2")
