@@ -256,3 +256,10 @@ def test_power_actions_need_an_active_node_of_ones_own_and_are_rate_limited_per_
         ("tenant:acme", "reboot"),
         ("tenant:acme", "power-cycle"),
     ]
+
+
+def test_an_ipv6_pool_hands_out_addresses_too(acme, available_fleet):
+    AddressPool.objects.create(pod=Pod.objects.get(name="p2"), network="fd00:100:2::/64", gateway="fd00:100:2::1")
+    reservation = post(acme, "/v1/reservations", {"node_count": 2, "pod": "p2"}).json()
+    nodes = Node.objects.filter(reservation_id=reservation["id"]).order_by("name")
+    assert [fleet_services.assign_address(node_id=n.pk).address for n in nodes] == ["fd00:100:2::2", "fd00:100:2::3"]
