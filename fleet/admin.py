@@ -228,6 +228,7 @@ class ImageAdmin(admin.ModelAdmin):
 
     list_display = ["name", "os", "default", "boot_mode", "needs_secure_boot", "sha256"]
     search_fields = ["name", "os"]
+    formfield_overrides = {models.URLField: {"form_class": forms.URLField, "assume_scheme": "https"}}
 
 
 class NodeAddressInline(admin.TabularInline):
