@@ -225,6 +225,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RECONCILE_SECONDS,
         "options": {"expires": RECONCILE_SECONDS},
     },
+    # On the workers' queue: a slow receiver must not hold the reconcilers.
+    "deliver-webhooks": {
+        "task": "workflows.tasks.deliver_webhooks",
+        "schedule": RECONCILE_SECONDS,
+        "options": {"expires": RECONCILE_SECONDS},
+    },
 }
 
 # How long a worker's claim on a node lasts without a heartbeat.
@@ -257,6 +263,14 @@ TENANT_REPORTS_PER_DAY = int(os.environ.get("GPUFLEET_TENANT_REPORTS_PER_DAY", "
 # does not carry out gracefully within the grace is forced.
 TENANT_POWER_ACTIONS_PER_HOUR = int(os.environ.get("GPUFLEET_TENANT_POWER_ACTIONS_PER_HOUR", "6"))
 TENANT_REBOOT_GRACE_SECONDS = float(os.environ.get("GPUFLEET_TENANT_REBOOT_GRACE_SECONDS", "120"))
+# Tenants' webhooks go to public addresses only, and to these networks (comma-separated CIDRs).
+WEBHOOK_ALLOWED_NETWORKS = [
+    ipaddress.ip_network(n.strip())
+    for n in os.environ.get("GPUFLEET_WEBHOOK_ALLOWED_NETWORKS", "").split(",")
+    if n.strip()
+]
+# Before a reservation's end, its tenant is told this many minutes ahead (reservation.ending).
+RESERVATION_ENDING_NOTICE_MINUTES = float(os.environ.get("GPUFLEET_RESERVATION_ENDING_NOTICE_MINUTES", "30"))
 # Where BMCs fetch config drives: this private listener, as the BMC network reaches it.
 CONFIG_DRIVE_BASE_URL = os.environ.get("GPUFLEET_CONFIG_DRIVE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 BMC_TIMEOUT = float(os.environ.get("GPUFLEET_BMC_TIMEOUT", "10"))

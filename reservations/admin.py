@@ -11,7 +11,7 @@ from rest_framework.authtoken.models import Token, TokenProxy
 
 from core.admin_permissions import has_permission
 from reservations import services
-from reservations.models import Allocation, Reservation, ReservationEvent, SSHKey, Tenant
+from reservations.models import Allocation, Reservation, ReservationEvent, SSHKey, Tenant, Webhook, WebhookDelivery
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -95,3 +95,24 @@ class ReservationAdmin(admin.ModelAdmin):
                 reason="released by an operator",
             )
         self.message_user(request, f"Released {queryset.count()} reservation(s)", messages.SUCCESS)
+
+
+class WebhookDeliveryInline(ReadOnlyInline):
+    model = WebhookDelivery
+    fields = ["created_at", "event", "state", "attempts", "last_status", "last_error", "next_attempt_at"]
+    readonly_fields = fields
+    ordering = ["-created_at"]
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    """Tenants' webhooks and what was sent to them; the secret is the tenant's and never shown."""
+
+    list_display = ["tenant", "url", "events", "created_at"]
+    list_filter = ["tenant"]
+    fields = ["tenant", "url", "events", "created_at"]
+    readonly_fields = fields
+    inlines = [WebhookDeliveryInline]
+
+    def has_add_permission(self, request):
+        return False  # the tenant's own: POST /v1/webhooks

@@ -7,7 +7,8 @@ from django.dispatch import receiver
 from fleet import lifecycle
 from fleet.models import Node
 from fleet.signals import node_transitioned
-from reservations import services
+from reservations import services, webhooks
+from reservations.models import Reservation, WebhookEvent
 from reservations.signals import reservation_lost_node
 
 
@@ -18,6 +19,14 @@ def follow_node(sender, *, node_id, event, actor, to_state, reservation_id, **kw
     if to_state is lifecycle.State.ACTIVE:
         transaction.on_commit(lambda: services.settle_reservation(reservation_id=reservation_id), robust=True)
     elif to_state not in lifecycle.SERVING_STATES:
-        reason = f"{Node.objects.get(pk=node_id).name} lost ({event.value})"
+        node = Node.objects.get(pk=node_id)
+        if to_state is lifecycle.State.QUARANTINED:
+            webhooks.notify(
+                Reservation.objects.get(pk=reservation_id),
+                WebhookEvent.NODE_QUARANTINED,
+                node=node.name,
+                reason=node.quarantine_reason,
+            )
+        reason = f"{node.name} lost ({event.value})"
         if services.let_node_go(node_id=node_id, reservation_id=reservation_id, reason=reason, actor=actor):
             reservation_lost_node.send(sender=services, reservation_id=reservation_id)

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.postgres.constraints import ExclusionConstraint
-from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
+from django.contrib.postgres.fields import ArrayField, DateTimeRangeField, RangeOperators
 from django.db import models
 from django.db.models import F, Func, Q
 from django.db.models.functions import Now
@@ -34,6 +34,7 @@ class ReservationEventKind(models.TextChoices):
     REPLACEMENT_PLACED = "replacement_placed"
     RELEASING = "releasing"
     RELEASED = "released"
+    ENDING_NOTICE = "ending_notice"
 
 
 # Reservations whose nodes are (or will be) held for the tenant.
@@ -206,3 +207,75 @@ class IdempotencyKey(models.Model):
 
     def __str__(self):
         return f"{self.tenant} {self.key}"
+
+
+class WebhookEvent(models.TextChoices):
+    """What a tenant's webhook may subscribe to."""
+
+    RESERVATION_ACTIVE = "reservation.active"
+    RESERVATION_DEGRADED = "reservation.degraded"
+    RESERVATION_HEALED = "reservation.healed"
+    RESERVATION_ENDING = "reservation.ending"
+    RESERVATION_RELEASED = "reservation.released"
+    NODE_QUARANTINED = "node.quarantined"
+
+
+class Webhook(models.Model):
+    """Where a tenant is told what happens to its reservations, signed with its secret."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="webhooks")
+    url = models.URLField(max_length=500)
+    events = ArrayField(models.CharField(max_length=32, choices=WebhookEvent.choices))
+    secret = models.CharField(max_length=100, help_text="whsec_..., shown to the tenant once.")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["tenant", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(events__contained_by=WebhookEvent.values) & ~Q(events=[]), name="webhook_events_known"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.tenant.name}: {self.url}"
+
+
+class WebhookDelivery(models.Model):
+    """One event for one webhook: written in the transaction that made the event, sent by a worker
+    until the receiver answers 2xx or the retries run out."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    message_id = models.CharField(max_length=64, unique=True, help_text="The webhook-id header.")
+    event = models.CharField(max_length=32, choices=WebhookEvent.choices)
+    payload = models.JSONField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(db_default=Now())
+    last_status = models.PositiveIntegerField(null=True, blank=True, help_text="The receiver's HTTP status.")
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=["pending", "delivered", "failed"]), name="delivery_state_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(state="delivered", delivered_at__isnull=False) | ~Q(state="delivered"),
+                name="delivery_delivered_has_time",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["next_attempt_at"], name="delivery_due_idx", condition=Q(state="pending")),
+        ]
+
+    def __str__(self):
+        return f"{self.event} to webhook {self.webhook_id} ({self.state})"

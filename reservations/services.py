@@ -26,6 +26,7 @@ from fleet import lifecycle
 from fleet.models import AuditEvent, Image, Node, Pod
 from fleet.services import ConcurrentTransition, transition
 from reservations import ssh_keys as keys
+from reservations import webhooks
 from reservations.models import (
     IDEMPOTENCY_KEY_LIFETIME,
     LIVE_STATES,
@@ -37,6 +38,7 @@ from reservations.models import (
     ReservationState,
     SSHKey,
     Tenant,
+    WebhookEvent,
 )
 from reservations.periods import booking_period
 from reservations.placement import PlacementRefused, PlacementRequest, place
@@ -221,6 +223,7 @@ def release_reservation(*, reservation_id: int, actor: str, reason: str = "relea
         # The tenant's release and the reconciler's may finish the same release: one records it.
         if Reservation.objects.filter(pk=reservation_id, state=RS.RELEASING).update(state=RS.RELEASED):
             _record(reservation, ReservationEventKind.RELEASED, actor, reason)
+            webhooks.notify(reservation, WebhookEvent.RESERVATION_RELEASED, state=RS.RELEASED, detail=reason)
     return Reservation.objects.get(pk=reservation_id)
 
 
@@ -238,6 +241,7 @@ def let_node_go(*, node_id: int, reservation_id: int, reason: str, actor: str) -
         Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
             state=RS.DEGRADED, reason=f"{reason}; placing a replacement"
         )
+        webhooks.notify(reservation, WebhookEvent.RESERVATION_DEGRADED, state=RS.DEGRADED, detail=reason)
     _record(reservation, ReservationEventKind.NODE_LOST, actor, reason)
     return True
 
@@ -295,10 +299,19 @@ def settle_reservation(*, reservation_id: int, actor: str = "system:reconciler")
         up = Node.objects.filter(reservation=reservation, state=lifecycle.State.ACTIVE).count()
         held = live_allocations().filter(reservation=reservation).count()
         if up == held == reservation.node_count:
-            if Reservation.objects.filter(pk=reservation_id, state=reservation.state).update(
-                state=RS.ACTIVE, reason=""
-            ):
-                _record(reservation, ReservationEventKind.ACTIVE, actor)
+            with transaction.atomic():
+                if Reservation.objects.filter(pk=reservation_id, state=reservation.state).update(
+                    state=RS.ACTIVE, reason=""
+                ):
+                    _record(reservation, ReservationEventKind.ACTIVE, actor)
+                    # Active again after it lost a node: healed.
+                    healed = reservation.state == RS.DEGRADED
+                    webhooks.notify(
+                        reservation,
+                        WebhookEvent.RESERVATION_HEALED if healed else WebhookEvent.RESERVATION_ACTIVE,
+                        state=RS.ACTIVE,
+                        nodes=sorted(Node.objects.filter(reservation=reservation).values_list("name", flat=True)),
+                    )
             reservation.refresh_from_db()
     return reservation
 
@@ -453,11 +466,29 @@ def reconcile_reservations() -> dict[str, int]:
     for reservation in _in_batches(Reservation.objects.filter(state=RS.RELEASING)):
         release_reservation(reservation_id=reservation.pk, actor="system:reconciler")
         done["released"] += 1
+    done["ending notices"] = notify_ending_reservations()
     done["started"] = start_due_reservations()
     done["healed"] = heal_under_allocated()
     done["settled"] = settle_ready()
     done["idempotency keys forgotten"] = forget_expired_idempotency_keys()
     return done
+
+
+def notify_ending_reservations(*, actor: str = "system:reconciler") -> int:
+    """Tell each tenant, once, that a reservation ends within RESERVATION_ENDING_NOTICE_MINUTES."""
+    notice = timedelta(minutes=settings.RESERVATION_ENDING_NOTICE_MINUTES)
+    ending = Reservation.objects.filter(
+        state__in=[RS.PROVISIONING, RS.ACTIVE, RS.DEGRADED], ends_at__lte=Now() + notice, ends_at__gt=Now()
+    ).exclude(events__event=ReservationEventKind.ENDING_NOTICE)
+    told = 0
+    for reservation in _in_batches(ending):
+        with transaction.atomic():
+            _record(
+                reservation, ReservationEventKind.ENDING_NOTICE, actor, f"ends at {reservation.ends_at.isoformat()}"
+            )
+            webhooks.notify(reservation, WebhookEvent.RESERVATION_ENDING, ends_at=reservation.ends_at.isoformat())
+        told += 1
+    return told
 
 
 def expire_reservations(*, actor: str = "system:expiry") -> int:

@@ -12,7 +12,7 @@ from django.urls import URLResolver, get_resolver
 
 from attestation.ear import generate_signing_key
 from fleet.models import Node
-from reservations.models import Tenant
+from reservations.models import Tenant, Webhook
 from tests.support.factories import tenant_token
 from workflows.agent import AgentClient, AgentUnavailable
 from workflows.redfish import BMCAccess, RedfishClient, RedfishError
@@ -20,6 +20,7 @@ from workflows.redfish import BMCAccess, RedfishClient, RedfishError
 BMC_PASSWORD = "bmc-secret-3f9a1c"
 WEBHOOK_TOKEN = "webhook-secret-77d2e0"
 AGENT_TOKEN = "agent-secret-5be04d"
+HOOK_SECRET = "whsec_c2VjcmV0LW9mLWNhcm9scy13ZWJob29r"
 
 
 def routes(patterns=None, prefix=""):
@@ -40,6 +41,12 @@ def secrets(active_node, settings, tmp_path):
     settings.GPUFLEET_SIGNING_KEY = str(key_file)
     Node.objects.update(bmc_password=BMC_PASSWORD, agent_token=AGENT_TOKEN)
     token = tenant_token("carol")
+    Webhook.objects.create(
+        tenant=Tenant.objects.get(name="carol"),
+        url="https://hooks.example/x",
+        events=["node.quarantined"],
+        secret=HOOK_SECRET,
+    )
     pem_body = "".join(key_file.read_text().splitlines()[1:-1])
     yield {
         "BMC password": BMC_PASSWORD,
@@ -47,6 +54,7 @@ def secrets(active_node, settings, tmp_path):
         "tenant token": token,
         "webhook token": WEBHOOK_TOKEN,
         "signing key": pem_body,
+        "webhook secret": HOOK_SECRET,
     }
 
 

@@ -8,7 +8,7 @@ from django.dispatch import receiver
 from fleet import lifecycle
 from fleet.selectors import unleased_nodes_owing_work
 from fleet.signals import node_transitioned, power_action_requested
-from reservations.signals import reservation_lost_node
+from reservations.signals import reservation_lost_node, webhook_deliveries_due
 from workflows import tasks
 
 
@@ -26,6 +26,11 @@ def _enqueue_if_unleased(node_id: int) -> None:
 @receiver(power_action_requested, dispatch_uid="workflows.power_action")
 def carry_out_power_action(sender, *, node_id, action, reservation_id, **kwargs):
     transaction.on_commit(lambda: tasks.power_action.delay(node_id, action, reservation_id), robust=True)
+
+
+@receiver(webhook_deliveries_due, dispatch_uid="workflows.deliver_webhooks")
+def send_webhooks(sender, **kwargs):
+    transaction.on_commit(tasks.deliver_webhooks.delay, robust=True)
 
 
 @receiver(reservation_lost_node, dispatch_uid="workflows.heal_at_once")

@@ -12,7 +12,7 @@ from fleet.selectors import nodes_owing_work
 from remediation import services as remediation_services
 from remediation.models import Remediation
 from reservations import services as reservation_services
-from workflows import node_workflows, triggers
+from workflows import node_workflows, triggers, webhooks
 from workflows.agent import AgentClient, AgentUnavailable
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
@@ -72,6 +72,13 @@ def _force_if_stuck(node_id: int, reservation_id: int, reset_before: str | None)
 
 
 # -- reservations ----------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def deliver_webhooks() -> dict:
+    """Send tenants' webhook deliveries that are due: on commit of the change that queued them,
+    and every reconcile interval for retries and for what a lost message left."""
+    return webhooks.deliver_due()
 
 
 @shared_task(ignore_result=True)

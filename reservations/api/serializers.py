@@ -3,7 +3,14 @@ from rest_framework import serializers
 
 from core.api import StrictBooleanField, StrictInputSerializer, StrictIntegerField
 from fleet.models import Image, Pod
-from reservations.models import MAX_USER_DATA_BYTES, Reservation, SSHKey
+from reservations.models import (
+    MAX_USER_DATA_BYTES,
+    Reservation,
+    SSHKey,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+)
 
 MAX_NODES_PER_RESERVATION = 10_000
 
@@ -148,3 +155,44 @@ class ReinstallSerializer(StrictInputSerializer):
         default=None,
         help_text="A name from GET /v1/images; default the image the node runs now.",
     )
+
+
+class WebhookRequestSerializer(StrictInputSerializer):
+    url = serializers.URLField(max_length=500, help_text="http(s), to a public address.")
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=WebhookEvent.choices), min_length=1, max_length=len(WebhookEvent)
+    )
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Webhook
+        fields = ["id", "url", "events", "created_at"]
+        read_only_fields = fields
+
+
+class NewWebhookSerializer(WebhookSerializer):
+    """The answer to a create: the only one that shows the secret."""
+
+    class Meta(WebhookSerializer.Meta):
+        fields = [*WebhookSerializer.Meta.fields, "secret"]
+        read_only_fields = fields
+
+
+class WebhookDeliverySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WebhookDelivery
+        fields = [
+            "id",
+            "message_id",
+            "event",
+            "state",
+            "attempts",
+            "last_status",
+            "last_error",
+            "next_attempt_at",
+            "created_at",
+            "delivered_at",
+            "payload",
+        ]
+        read_only_fields = fields

@@ -24,5 +24,8 @@ urlpatterns = [
         name="node-power-cycle",
     ),
     path("ssh-keys", views.SSHKeyListView.as_view(), name="ssh-key-list"),
+    path("webhooks", views.WebhookListView.as_view(), name="webhook-list"),
+    path("webhooks/<int:pk>", views.WebhookDetailView.as_view(), name="webhook-detail"),
+    path("webhooks/<int:pk>/deliveries", views.WebhookDeliveryListView.as_view(), name="webhook-deliveries"),
     path("ssh-keys/<int:pk>", views.SSHKeyDetailView.as_view(), name="ssh-key-detail"),
 ]

@@ -7,18 +7,22 @@ from rest_framework.views import APIView
 
 from core.error_schema import ERROR
 from fleet import services as fleet_services
-from reservations import selectors, services
+from reservations import selectors, services, webhooks
 from reservations.api import idempotency
 from reservations.api.serializers import (
     CapacitySerializer,
+    NewWebhookSerializer,
     NodeReportSerializer,
     ReinstallSerializer,
     ReservationRequestSerializer,
     ReservationSerializer,
     SSHKeyRequestSerializer,
     SSHKeySerializer,
+    WebhookDeliverySerializer,
+    WebhookRequestSerializer,
+    WebhookSerializer,
 )
-from reservations.models import Reservation, SSHKey
+from reservations.models import Reservation, SSHKey, Webhook
 from reservations.periods import PeriodRefused
 from reservations.placement import PlacementRefused
 from reservations.ssh_keys import BadKey
@@ -213,3 +217,47 @@ class NodeReinstallView(APIView):
             node_id=node.pk, image=wanted.validated_data["image"], actor=f"tenant:{request.user.tenant.name}"
         )
         return Response(_reservation_answer(Reservation.objects.get(pk=pk)), status=status.HTTP_202_ACCEPTED)
+
+
+class WebhookListView(generics.GenericAPIView):
+    """GET: the caller's webhooks (no secrets). POST: add one (201, with its secret, shown only now)."""
+
+    permission_classes = [IsTenant]
+    serializer_class = WebhookSerializer
+
+    def get(self, request):
+        page = self.paginate_queryset(Webhook.objects.filter(tenant=request.user.tenant).order_by("id"))
+        return self.get_paginated_response(WebhookSerializer(page, many=True).data)
+
+    @extend_schema(request=WebhookRequestSerializer, responses={201: NewWebhookSerializer, 400: ERROR})
+    def post(self, request):
+        wanted = WebhookRequestSerializer(data=request.data)
+        wanted.is_valid(raise_exception=True)
+        try:
+            webhook = webhooks.create_webhook(tenant=request.user.tenant, **wanted.validated_data)
+        except webhooks.WebhookRefused as refused:
+            raise serializers.ValidationError({"url": [str(refused)]}) from refused
+        return Response(NewWebhookSerializer(webhook).data, status=status.HTTP_201_CREATED)
+
+
+class WebhookDetailView(APIView):
+    permission_classes = [IsTenant]
+
+    @extend_schema(responses={204: None, 404: ERROR})
+    def delete(self, request, pk: int):
+        if not webhooks.delete_webhook(tenant=request.user.tenant, webhook_id=pk):
+            raise Http404
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class WebhookDeliveryListView(generics.GenericAPIView):
+    """What was sent to one of the caller's webhooks, newest first: each delivery's state, attempts
+    and the receiver's last answer."""
+
+    permission_classes = [IsTenant]
+    serializer_class = WebhookDeliverySerializer
+
+    def get(self, request, pk: int):
+        webhook = get_object_or_404(Webhook, pk=pk, tenant=request.user.tenant)
+        page = self.paginate_queryset(webhook.deliveries.order_by("-created_at", "-id"))
+        return self.get_paginated_response(WebhookDeliverySerializer(page, many=True).data)

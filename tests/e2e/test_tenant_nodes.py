@@ -5,6 +5,7 @@ release. And a node that boots the wrong bytes is wiped and replaced, with no op
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from io import StringIO
 
@@ -12,6 +13,7 @@ import asyncssh
 import pytest
 import requests
 from django.core.management import call_command
+from standardwebhooks import Webhook as Verifier
 
 from core.topology import agent_token
 from fleet.models import AuditEvent, ConfigDrive, Node
@@ -20,11 +22,13 @@ from tests.support.api import post, tenant_client
 from tests.support.factories import tenant_token
 from tests.support.ports import free_port
 from tests.support.processes import wait_for
+from tests.support.webhooks import Receiver
 
 WEB_PORT = free_port()
 WEB = f"http://127.0.0.1:{WEB_PORT}"
-# The BMCs fetch config drives from the web server this test starts.
-PLANE = {"GPUFLEET_CONFIG_DRIVE_BASE_URL": WEB}
+# The BMCs fetch config drives from the web server this test starts; tenants' webhooks may go
+# to this host.
+PLANE = {"GPUFLEET_CONFIG_DRIVE_BASE_URL": WEB, "GPUFLEET_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8"}
 
 
 def start(bmcsim, control_plane) -> None:
@@ -217,6 +221,10 @@ def test_a_tenant_reinstalls_a_node_with_another_image_its_drives_erased_first(b
 def test_a_reported_node_is_replaced_within_seconds_and_quarantined_with_the_tenants_words(bmcsim, control_plane):
     start(bmcsim, control_plane)
     acme = Tenant("acme")
+    receiver = Receiver()
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    events = ["reservation.degraded", "reservation.healed", "node.quarantined"]
+    hook = acme.post("/v1/webhooks", {"url": receiver.url, "events": events}).json()
     reservation = acme.post("/v1/reservations", {"node_count": 2, "pod": "p1"}).json()["id"]
     wait_for("the reservation active", lambda: state_of(reservation) == "active", 120)
     broken, kept = sorted(m["name"] for m in acme.get(f"/v1/reservations/{reservation}").json()["machines"])
@@ -233,3 +241,11 @@ def test_a_reported_node_is_replaced_within_seconds_and_quarantined_with_the_ten
     print(f"report -> replacement active in {time.monotonic() - reported:.1f} s")
     node = Node.objects.get(name=broken)
     assert (node.state, node.quarantine_reason) == ("quarantined", "tenant_report: ECC storm on GPU 2")
+
+    # The tenant was told, by the workers, each message signed with its webhook's secret.
+    told: list[str] = []
+    while len(told) < 3:
+        headers, body = receiver.received.get(timeout=30)
+        told.append(Verifier(hook["secret"]).verify(body, headers)["type"])
+    assert sorted(told) == sorted(events)
+    receiver.shutdown()

@@ -1,0 +1,86 @@
+"""Tenants' webhooks: where they are told what happens to their reservations.
+
+An event is written as one WebhookDelivery per subscribed webhook in the transaction that made
+it (an outbox: a process that dies after the commit loses nothing, and a rolled-back change
+tells no one); workflows/webhooks.py sends them, signed as Standard Webhooks says, and retries.
+
+A tenant names the URL, so the control plane must not be turned against its own networks: a
+webhook's host must resolve only to public addresses, or to GPUFLEET_WEBHOOK_ALLOWED_NETWORKS.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import secrets
+import socket
+import uuid
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import DomainError
+from reservations.models import Reservation, Tenant, Webhook, WebhookDelivery, WebhookEvent
+from reservations.signals import webhook_deliveries_due
+
+SECRET_BYTES = 32
+MAX_WEBHOOKS_PER_TENANT = 10
+
+
+class WebhookRefused(DomainError):
+    """The URL is not one the control plane may post a tenant's events to."""
+
+
+def check_target(url: str) -> None:
+    """Refuse a URL that is not plain http(s) to a host whose every address the control plane may reach."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise WebhookRefused("the URL must be http or https, with a host")
+    if parts.username is not None or parts.password is not None:
+        raise WebhookRefused("the URL may not hold credentials: the signature authenticates the control plane")
+    try:
+        found = socket.getaddrinfo(parts.hostname, parts.port or 443, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError) as error:
+        raise WebhookRefused(f"{parts.hostname} does not resolve ({error})") from None
+    for *_, sockaddr in found:
+        address = ipaddress.ip_address(sockaddr[0])
+        if address.version == 6 and address.ipv4_mapped:
+            address = address.ipv4_mapped
+        if not address.is_global and not any(address in net for net in settings.WEBHOOK_ALLOWED_NETWORKS):
+            raise WebhookRefused(f"{parts.hostname} resolves to {address}, which is not a public address")
+
+
+def create_webhook(*, tenant: Tenant, url: str, events: list[str]) -> Webhook:
+    """A new webhook with a new secret (the answer is the only time the tenant sees it)."""
+    check_target(url)
+    with transaction.atomic():
+        Tenant.objects.select_for_update().get(pk=tenant.pk)
+        if Webhook.objects.filter(tenant=tenant).count() >= MAX_WEBHOOKS_PER_TENANT:
+            raise WebhookRefused(f"a tenant has at most {MAX_WEBHOOKS_PER_TENANT} webhooks; delete one first")
+        secret = "whsec_" + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+        return Webhook.objects.create(tenant=tenant, url=url, events=sorted(set(events)), secret=secret)
+
+
+def delete_webhook(*, tenant: Tenant, webhook_id: int) -> bool:
+    deleted, _ = Webhook.objects.filter(pk=webhook_id, tenant=tenant).delete()
+    return bool(deleted)
+
+
+def notify(reservation: Reservation, event: WebhookEvent, **data) -> int:
+    """Queue `event` for every webhook of the reservation's tenant that subscribed to it, in the
+    caller's transaction; how many deliveries were queued."""
+    payload = {
+        "type": event.value,
+        "timestamp": timezone.now().isoformat(),
+        "data": {"reservation": reservation.pk, **data},
+    }
+    deliveries = [
+        WebhookDelivery(webhook=webhook, message_id=f"msg_{uuid.uuid4().hex}", event=event.value, payload=payload)
+        for webhook in Webhook.objects.filter(tenant_id=reservation.tenant_id, events__contains=[event.value])
+    ]
+    if deliveries:
+        WebhookDelivery.objects.bulk_create(deliveries)
+        webhook_deliveries_due.send(sender=Webhook)
+    return len(deliveries)

@@ -1,0 +1,142 @@
+"""Tenants' webhooks: subscribed events queued in the transaction that made them, sent signed as
+Standard Webhooks says (checked with the specification's own library), retried, and never sent
+to the control plane's own networks."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+from standardwebhooks import Webhook as Verifier
+
+from fleet.models import Node
+from reservations import services
+from reservations.models import Reservation, WebhookDelivery
+from tests.support.api import post
+from tests.support.factories import drive
+from tests.support.webhooks import Receiver
+from workflows import webhooks as sender
+
+EVENTS = ["reservation.active", "reservation.degraded", "reservation.healed", "node.quarantined"]
+
+
+@pytest.fixture
+def receiver(settings):
+    settings.WEBHOOK_ALLOWED_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"),)
+    server = Receiver()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def bring_up(reservation_id: int) -> None:
+    """What the provisioning workflows and the reconciler do for the reservation's nodes."""
+    for node in Node.objects.filter(reservation_id=reservation_id, state="provisioning"):
+        drive(node, "provision_succeeded")
+    services.settle_reservation(reservation_id=reservation_id)
+
+
+def received(receiver: Receiver, secret: str) -> list[dict]:
+    """Every delivery the receiver got so far, each verified as the tenant would."""
+    found = []
+    while not receiver.received.empty():
+        headers, body = receiver.received.get()
+        found.append(Verifier(secret).verify(body, headers))
+    return found
+
+
+def test_a_webhook_is_created_with_its_secret_shown_once_and_only_for_public_addresses(acme, globex, receiver):
+    made = post(acme, "/v1/webhooks", {"url": receiver.url, "events": ["reservation.healed"]})
+    assert made.status_code == 201, made.content
+    assert set(made.json()) == {"id", "url", "events", "created_at", "secret"} and made.json()["secret"].startswith(
+        "whsec_"
+    )
+    assert "secret" not in acme.get("/v1/webhooks").json()["results"][0]
+    assert globex.delete(f"/v1/webhooks/{made.json()['id']}").status_code == 404
+    assert globex.get(f"/v1/webhooks/{made.json()['id']}/deliveries").status_code == 404
+    assert acme.delete(f"/v1/webhooks/{made.json()['id']}").status_code == 204
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"url": "http://10.0.0.5/x", "events": ["reservation.healed"]}, "10.0.0.5, which is not a public address"),
+        ({"url": "http://169.254.169.254/latest", "events": ["reservation.healed"]}, "not a public address"),
+        ({"url": "http://[::1]:8000/", "events": ["reservation.healed"]}, "not a public address"),
+        ({"url": "http://user:pw@example.com/", "events": ["reservation.healed"]}, "may not hold credentials"),
+        ({"url": "ftp://example.com/", "events": ["reservation.healed"]}, "must be http or https"),
+        ({"url": "https://example.com/", "events": ["reservation.exploded"]}, "is not a valid choice"),
+        ({"url": "https://example.com/", "events": []}, "events"),
+    ],
+)
+def test_a_webhook_the_control_plane_must_not_call_is_refused(acme, db, body, says):
+    answer = post(acme, "/v1/webhooks", body)
+    assert answer.status_code == 400 and says in answer.json()["detail"], answer.content
+
+
+def test_a_lost_node_and_its_healing_reach_the_tenant_signed(acme, available_fleet, receiver):
+    hook = post(acme, "/v1/webhooks", {"url": receiver.url, "events": EVENTS}).json()
+    created = post(acme, "/v1/reservations", {"node_count": 2, "pod": "p1"}).json()
+    bring_up(created["id"])
+    post(acme, f"/v1/reservations/{created['id']}/nodes/{created['nodes'][0]}/report", {"description": "dead"})
+    services.heal_reservation(reservation_id=created["id"])
+    services.provision_held_nodes()
+    bring_up(created["id"])
+
+    assert sender.deliver_due() == {"delivered": 4, "retried": 0, "failed": 0}
+    got = sorted(received(receiver, hook["secret"]), key=lambda m: m["timestamp"])
+    assert [m["type"] for m in got] == [
+        "reservation.active",
+        "node.quarantined",
+        "reservation.degraded",
+        "reservation.healed",
+    ]
+    assert got[1]["data"] == {
+        "reservation": created["id"],
+        "node": created["nodes"][0],
+        "reason": "tenant_report: dead",
+    }
+    assert got[3]["data"]["state"] == "active" and len(got[3]["data"]["nodes"]) == 2
+    deliveries = acme.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["results"]
+    assert {(d["state"], d["attempts"], d["last_status"]) for d in deliveries} == {("delivered", 1, 204)}
+
+
+def test_a_receiver_that_fails_is_retried_on_the_schedule_then_given_up(acme, available_fleet, receiver):
+    hook = post(acme, "/v1/webhooks", {"url": receiver.url, "events": ["reservation.active"]}).json()
+    created = post(acme, "/v1/reservations", {"node_count": 1, "pod": "p2"}).json()
+    bring_up(created["id"])
+    receiver.status = 500
+    assert sender.deliver_due() == {"delivered": 0, "retried": 1, "failed": 0}
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.attempts, delivery.last_status, delivery.last_error) == (1, 500, "answered 500")
+    assert delivery.next_attempt_at > timezone.now() + timedelta(seconds=3)
+    assert sender.deliver_due() == {"delivered": 0, "retried": 0, "failed": 0}  # not due yet
+    for _ in sender.RETRY_AFTER:
+        WebhookDelivery.objects.update(next_attempt_at=timezone.now())
+        sender.deliver_due()
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts) == ("failed", len(sender.RETRY_AFTER) + 1)
+    assert len(received(receiver, hook["secret"])) == len(sender.RETRY_AFTER) + 1  # the same message each time
+
+
+def test_a_change_rolled_back_tells_no_one_and_an_ending_reservation_is_told_once(acme, available_fleet, receiver):
+    post(acme, "/v1/webhooks", {"url": receiver.url, "events": ["reservation.ending", "reservation.active"]})
+    created = post(acme, "/v1/reservations", {"node_count": 1, "pod": "p2"}).json()
+    node = Node.objects.get(reservation_id=created["id"])
+    with pytest.raises(RuntimeError), transaction.atomic():
+        drive(node, "provision_succeeded")
+        services.settle_reservation(reservation_id=created["id"])  # active: queued ...
+        raise RuntimeError("... and rolled back with it")
+    assert not WebhookDelivery.objects.exists()
+
+    Reservation.objects.filter(pk=created["id"]).update(ends_at=timezone.now() + timedelta(minutes=10))
+    assert services.notify_ending_reservations() == 1
+    assert services.notify_ending_reservations() == 0
+    (ending,) = WebhookDelivery.objects.filter(event="reservation.ending")
+    assert json.loads(json.dumps(ending.payload))["data"]["reservation"] == created["id"]

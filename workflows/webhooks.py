@@ -1,0 +1,86 @@
+"""Sending tenants' webhook deliveries (reservations/webhooks.py queues them), signed as the
+Standard Webhooks specification says: `webhook-id`, `webhook-timestamp` and `webhook-signature:
+v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with the webhook's secret.
+
+A worker claims due deliveries by moving their next attempt a lease ahead (so two workers never
+send one at once, and one that dies mid-send leaves it due again), sends outside any
+transaction, then records the outcome. A receiver that does not answer 2xx is tried again on
+the schedule below, then the delivery is failed; the tenant sees each attempt's status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+
+import requests
+from django.db import transaction
+from django.db.models.functions import Now
+from django.utils import timezone
+from standardwebhooks import Webhook as Signer
+
+from reservations.models import WebhookDelivery
+from reservations.webhooks import WebhookRefused, check_target
+
+log = logging.getLogger(__name__)
+# Seconds before each retry, after the first attempt (Standard Webhooks' suggested schedule, shortened).
+RETRY_AFTER = (5, 30, 300, 1800, 7200, 18000)
+SEND_LEASE = timedelta(seconds=60)
+TIMEOUT_SECONDS = 5
+BATCH = 50
+D = WebhookDelivery.State
+
+
+def deliver_due(limit: int = BATCH) -> dict[str, int]:
+    """Send what is due, at most `limit`; how many were delivered, retried and failed."""
+    with transaction.atomic():
+        claimed = list(
+            WebhookDelivery.objects.select_for_update(skip_locked=True)
+            .filter(state=D.PENDING, next_attempt_at__lte=Now())
+            .select_related("webhook")
+            .order_by("next_attempt_at")[:limit]
+        )
+        WebhookDelivery.objects.filter(pk__in=[d.pk for d in claimed]).update(next_attempt_at=Now() + SEND_LEASE)
+    outcome = {"delivered": 0, "retried": 0, "failed": 0}
+    for delivery in claimed:
+        outcome[_send(delivery)] += 1
+    return outcome
+
+
+def _send(delivery: WebhookDelivery) -> str:
+    body = json.dumps(delivery.payload, separators=(",", ":"))
+    sent_at = timezone.now()
+    status, error = None, ""
+    try:
+        check_target(delivery.webhook.url)  # again: the name may resolve elsewhere since it was checked
+        headers = {
+            "Content-Type": "application/json",
+            "webhook-id": delivery.message_id,
+            "webhook-timestamp": str(int(sent_at.timestamp())),
+            "webhook-signature": Signer(delivery.webhook.secret).sign(delivery.message_id, sent_at, body),
+        }
+        answer = requests.post(
+            delivery.webhook.url, data=body.encode(), headers=headers, timeout=TIMEOUT_SECONDS, allow_redirects=False
+        )
+        status = answer.status_code
+        if not 200 <= status < 300:
+            error = f"answered {status}"
+    except WebhookRefused as refused:
+        error = str(refused)
+    except requests.RequestException as failure:
+        error = f"{type(failure).__name__}: {failure}"[:500]
+    attempts = delivery.attempts + 1
+    if not error:
+        fields, result = {"state": D.DELIVERED, "delivered_at": Now()}, "delivered"
+    elif attempts > len(RETRY_AFTER):
+        fields, result = {"state": D.FAILED}, "failed"
+    else:
+        fields, result = {"next_attempt_at": Now() + timedelta(seconds=RETRY_AFTER[attempts - 1])}, "retried"
+    # Compare-and-set on the attempt count: a successor that claimed it after a stall wins.
+    WebhookDelivery.objects.filter(pk=delivery.pk, attempts=delivery.attempts, state=D.PENDING).update(
+        attempts=attempts, last_status=status, last_error=error, **fields
+    )
+    if error:
+        log.info("webhook delivery %s to %s: %s (%s)", delivery.message_id, delivery.webhook.url, error, result)
+    return result
