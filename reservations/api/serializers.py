@@ -15,6 +15,18 @@ from reservations.models import (
 MAX_NODES_PER_RESERVATION = 10_000
 
 
+def image_field(default: str) -> serializers.SlugRelatedField:
+    """An image of the catalogue, by name; optional."""
+    return serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Image.objects.all(),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=f"A name from GET /v1/images; {default}.",
+    )
+
+
 class ReservationRequestSerializer(StrictInputSerializer):
     node_count = StrictIntegerField(min_value=1, max_value=MAX_NODES_PER_RESERVATION)
     pod = serializers.SlugRelatedField(
@@ -35,14 +47,7 @@ class ReservationRequestSerializer(StrictInputSerializer):
         help_text="After the start, by at most the maximum duration (30 days by default). Required for a start "
         "more than a minute from now; without it the reservation lasts the maximum duration, unless released.",
     )
-    image = serializers.SlugRelatedField(
-        slug_field="name",
-        queryset=Image.objects.all(),
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="A name from GET /v1/images; default the catalogue's default image.",
-    )
+    image = image_field("default the catalogue's default image")
     ssh_keys = serializers.PrimaryKeyRelatedField(
         many=True,
         queryset=SSHKey.objects.none(),  # the caller's own keys: see __init__
@@ -147,14 +152,7 @@ class NodeReportSerializer(StrictInputSerializer):
 
 
 class ReinstallSerializer(StrictInputSerializer):
-    image = serializers.SlugRelatedField(
-        slug_field="name",
-        queryset=Image.objects.all(),
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="A name from GET /v1/images; default the image the node runs now.",
-    )
+    image = image_field("default the image the node runs now")
 
 
 class WebhookRequestSerializer(StrictInputSerializer):
