@@ -74,6 +74,11 @@ def _serve_parser() -> argparse.ArgumentParser:
         help="the measured-boot event log",
     )
     host.add_argument("--kmsg", default=_env("KMSG", "/dev/kmsg"), help="the kernel log XIDs are read from")
+    host.add_argument(
+        "--boot-medium",
+        default=_env("BOOT_MEDIUM"),
+        help="the device the node booted its image from (e.g. /dev/sr0), hashed for the control plane's check",
+    )
     sim = parser.add_argument_group("sim backend (a simulated node without a TPM, to try the agent)")
     sim.add_argument("--name", default=_env("NAME"), help="the node's name, default the host name")
     sim.add_argument("--gpus", type=int, default=_env("GPUS", "8"))
@@ -105,7 +110,12 @@ def _backend(args: argparse.Namespace, parser: argparse.ArgumentParser):
 
     try:
         backend = HostBackend.open(
-            tcti=args.tcti, ak=args.ak_handle, ak_cert=args.ak_cert, event_log=args.event_log, kmsg=args.kmsg
+            tcti=args.tcti,
+            ak=args.ak_handle,
+            ak_cert=args.ak_cert,
+            event_log=args.event_log,
+            kmsg=args.kmsg,
+            boot_medium=args.boot_medium,
         )
     except HostUnusable as error:
         parser.error(str(error))

@@ -217,6 +217,8 @@ def check_booted_image(run: Run) -> None:
         inventory = run.agent.inventory()
     except AgentError as error:
         raise StepFailed(f"inventory unreadable: {error}") from error
+    if inventory.get("boot_image_hashing"):
+        raise NotYet("the node is still hashing the medium it booted")
     booted = inventory.get("boot_image_sha256")
     if image is not None and booted != image.sha256:
         raise StepFailed(f"booted an image with SHA-256 {booted}, not {image.name}'s {image.sha256}")

@@ -1,6 +1,7 @@
 """The `host` backend: a real Linux GPU server.
 
-GPUs, their readings and resets through NVML (nvml.py); XIDs from the kernel log (kernel_log.py),
+GPUs, their readings and resets through NVML (nvml.py); the checksum of the medium it booted
+(boot_medium.py, for a tenant image's check); XIDs from the kernel log (kernel_log.py),
 or from NVML's events where the kernel log cannot be read (a container without CAP_SYSLOG),
 never both, which would count each XID twice; attestation evidence through the TPM 2.0 tools
 (tpm.py); disks from /sys/block (disks.py).
@@ -23,6 +24,7 @@ import pynvml
 
 from ..backend import FAILED, RUNNING, SUCCEEDED, GPUStatus, Operation, Reading, Refused
 from . import disks
+from .boot_medium import BootMedium
 from .kernel_log import KmsgFollower, XidCounter
 from .nvml import NoNVML, Nvml, ResetFailed
 from .tpm import TPMQuoter
@@ -71,10 +73,11 @@ class _Job:
 
 
 class HostBackend:
-    def __init__(self, nvml: Nvml, xids: XidCounter, quoter: TPMQuoter):
+    def __init__(self, nvml: Nvml, xids: XidCounter, quoter: TPMQuoter, boot_medium: BootMedium):
         self.nvml = nvml
         self.xids = xids
         self.quoter = quoter
+        self.boot_medium = boot_medium
         self.identities = nvml.gpus()
         # Health comes back with a reset: XIDs up to it no longer count against the GPU.
         self._xids_at_reset = {gpu.index: 0 for gpu in self.identities}
@@ -82,7 +85,9 @@ class HostBackend:
         self._reset = _Job("a GPU reset")
 
     @classmethod
-    def open(cls, *, tcti: str, ak: str, ak_cert: str, event_log: str, kmsg: str) -> HostBackend:
+    def open(
+        cls, *, tcti: str, ak: str, ak_cert: str, event_log: str, kmsg: str, boot_medium: str | None = None
+    ) -> HostBackend:
         try:
             nvml = Nvml()
         except NoNVML as error:
@@ -93,7 +98,10 @@ class HostBackend:
         except OSError as error:
             log.warning("cannot read XIDs from %s (%s): reading them from NVML's events", kmsg, error.strerror)
             nvml.start_xid_events(xids.add)
-        return cls(nvml, xids, TPMQuoter(Path(ak_cert), tcti=tcti, ak=ak, event_log_path=Path(event_log)))
+        medium = BootMedium(boot_medium)
+        medium.start()
+        quoter = TPMQuoter(Path(ak_cert), tcti=tcti, ak=ak, event_log_path=Path(event_log))
+        return cls(nvml, xids, quoter, medium)
 
     def hostname(self) -> str:
         return socket.gethostname()
@@ -126,6 +134,7 @@ class HostBackend:
             "name": self.hostname(),
             "serial": _read(DMI_SERIAL),
             "boot_source": "unknown",  # a running OS cannot tell which device the firmware booted
+            **self.boot_medium.report(),
             "macs": _physical_macs(),
             "gpus": [
                 {"index": g.index, "uuid": g.uuid, "serial": g.serial, "model": g.model, "cc_mode": "unknown"}
