@@ -172,6 +172,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One name for the webhook event types, wherever a serializer lists them.
+    "ENUM_NAME_OVERRIDES": {"WebhookEventEnum": "reservations.models.WebhookEvent"},
 }
 API_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_API_MAX_BODY_BYTES", str(256 * 1024)))
 
