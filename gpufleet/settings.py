@@ -272,7 +272,7 @@ WEBHOOK_ALLOWED_NETWORKS = [
     if n.strip()
 ]
 # Before a reservation's end, its tenant is told this many minutes ahead (reservation.ending).
-RESERVATION_ENDING_NOTICE_MINUTES = float(os.environ.get("GPUFLEET_RESERVATION_ENDING_NOTICE_MINUTES", "30"))
+RESERVATION_ENDING_NOTICE_MINUTES = float(os.environ.get("GPUFLEET_RESERVATION_ENDING_NOTICE_MINUTES", "60"))
 # Where BMCs fetch config drives: this private listener, as the BMC network reaches it.
 CONFIG_DRIVE_BASE_URL = os.environ.get("GPUFLEET_CONFIG_DRIVE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 BMC_TIMEOUT = float(os.environ.get("GPUFLEET_BMC_TIMEOUT", "10"))

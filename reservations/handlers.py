@@ -25,7 +25,7 @@ def follow_node(sender, *, node_id, event, actor, to_state, reservation_id, **kw
                 Reservation.objects.get(pk=reservation_id),
                 WebhookEvent.NODE_QUARANTINED,
                 node=node.name,
-                reason=node.quarantine_reason,
+                reason=webhooks.reason_for_tenant(node.quarantine_reason),
             )
         reason = f"{node.name} lost ({event.value})"
         if services.let_node_go(node_id=node_id, reservation_id=reservation_id, reason=reason, actor=actor):

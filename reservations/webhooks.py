@@ -84,3 +84,27 @@ def notify(reservation: Reservation, event: WebhookEvent, **data) -> int:
         WebhookDelivery.objects.bulk_create(deliveries)
         webhook_deliveries_due.send(sender=Webhook)
     return len(deliveries)
+
+
+def reason_for_tenant(quarantine_reason: str) -> str:
+    """A quarantine's reason as the node's tenant is told it: the machine's own words (an XID, a
+    failed attestation, the tenant's report), but not an operator's, which may name anyone."""
+    event, _, _ = quarantine_reason.partition(":")
+    if event == "operator_quarantine":
+        return "operator_quarantine: taken out of service by an operator"
+    return quarantine_reason
+
+
+def redeliver(*, tenant: Tenant, webhook_id: int, delivery_id: int) -> WebhookDelivery | None:
+    """Send one of the tenant's deliveries again, now, with the same webhook-id (so a receiver that
+    got it can tell); None if the tenant has no such delivery."""
+    delivery = WebhookDelivery.objects.filter(pk=delivery_id, webhook_id=webhook_id, webhook__tenant=tenant).first()
+    if delivery is None:
+        return None
+    with transaction.atomic():
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(
+            state=WebhookDelivery.State.PENDING, attempts=0, next_attempt_at=timezone.now(), last_error=""
+        )
+        webhook_deliveries_due.send(sender=Webhook)
+    delivery.refresh_from_db()
+    return delivery

@@ -68,7 +68,13 @@ def assert_clean(where: str, text: str, secrets: dict) -> None:
 def test_no_route_shows_a_secret_to_a_tenant_or_an_operator(secrets, admin_client, active_node, caplog):
     caplog.set_level(logging.DEBUG)
     tenant = Client(HTTP_AUTHORIZATION=f"Token {secrets['tenant token']}")
-    values = {"name": active_node.name, "pk": str(active_node.reservation_id), "key": "none", "token": "none"}
+    values = {
+        "name": active_node.name,
+        "pk": str(active_node.reservation_id),
+        "key": "none",
+        "token": "none",
+        "delivery": "1",
+    }
     for route in routes():
         path = "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
         for who, client in (("a tenant", tenant), ("an operator", admin_client)):

@@ -27,5 +27,10 @@ urlpatterns = [
     path("webhooks", views.WebhookListView.as_view(), name="webhook-list"),
     path("webhooks/<int:pk>", views.WebhookDetailView.as_view(), name="webhook-detail"),
     path("webhooks/<int:pk>/deliveries", views.WebhookDeliveryListView.as_view(), name="webhook-deliveries"),
+    path(
+        "webhooks/<int:pk>/deliveries/<int:delivery>/redeliver",
+        views.WebhookRedeliveryView.as_view(),
+        name="webhook-redelivery",
+    ),
     path("ssh-keys/<int:pk>", views.SSHKeyDetailView.as_view(), name="ssh-key-detail"),
 ]

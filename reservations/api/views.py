@@ -261,3 +261,15 @@ class WebhookDeliveryListView(generics.GenericAPIView):
         webhook = get_object_or_404(Webhook, pk=pk, tenant=request.user.tenant)
         page = self.paginate_queryset(webhook.deliveries.order_by("-created_at", "-id"))
         return self.get_paginated_response(WebhookDeliverySerializer(page, many=True).data)
+
+
+class WebhookRedeliveryView(APIView):
+    permission_classes = [IsTenant]
+
+    @extend_schema(request=None, responses={202: WebhookDeliverySerializer, 404: ERROR})
+    def post(self, request, pk: int, delivery: int):
+        """Send a delivery again now (a receiver that was down, or lost it)."""
+        again = webhooks.redeliver(tenant=request.user.tenant, webhook_id=pk, delivery_id=delivery)
+        if again is None:
+            raise Http404
+        return Response(WebhookDeliverySerializer(again).data, status=status.HTTP_202_ACCEPTED)

@@ -17,6 +17,7 @@ from standardwebhooks import Webhook as Verifier
 from fleet.models import Node
 from reservations import services
 from reservations.models import Reservation, WebhookDelivery
+from reservations.webhooks import reason_for_tenant
 from tests.support.api import post
 from tests.support.factories import drive
 from tests.support.webhooks import Receiver
@@ -140,3 +141,36 @@ def test_a_change_rolled_back_tells_no_one_and_an_ending_reservation_is_told_onc
     assert services.notify_ending_reservations() == 0
     (ending,) = WebhookDelivery.objects.filter(event="reservation.ending")
     assert json.loads(json.dumps(ending.payload))["data"]["reservation"] == created["id"]
+
+
+def test_a_delivery_is_sent_again_on_request_with_the_same_id(acme, globex, available_fleet, receiver):
+    hook = post(acme, "/v1/webhooks", {"url": receiver.url, "events": ["reservation.active"]}).json()
+    created = post(acme, "/v1/reservations", {"node_count": 1, "pod": "p2"}).json()
+    bring_up(created["id"])
+    sender.deliver_due()
+    (delivery,) = acme.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["results"]
+    path = f"/v1/webhooks/{hook['id']}/deliveries/{delivery['id']}/redeliver"
+    assert post(globex, path, {}).status_code == 404
+    again = post(acme, path, {})
+    assert again.status_code == 202 and again.json()["state"] == "pending"
+    assert sender.deliver_due()["delivered"] == 1
+    first, second = (receiver.received.get(timeout=5) for _ in range(2))
+    assert first[0]["webhook-id"] == second[0]["webhook-id"] == delivery["message_id"]
+
+
+def test_a_worker_that_dies_mid_delivery_loses_nothing(acme, available_fleet, receiver):
+    post(acme, "/v1/webhooks", {"url": receiver.url, "events": ["reservation.active"]})
+    created = post(acme, "/v1/reservations", {"node_count": 1, "pod": "p2"}).json()
+    bring_up(created["id"])
+    with transaction.atomic():  # what a worker does before it sends, then it dies
+        WebhookDelivery.objects.update(next_attempt_at=timezone.now() + sender.SEND_LEASE)
+    assert sender.deliver_due() == {"delivered": 0, "retried": 0, "failed": 0}  # held by the dead worker's lease
+    WebhookDelivery.objects.update(next_attempt_at=timezone.now())  # its lease runs out
+    assert sender.deliver_due() == {"delivered": 1, "retried": 0, "failed": 0}
+
+
+def test_an_operators_words_are_not_passed_to_the_tenant():
+    assert reason_for_tenant("operator_quarantine: ask Bob, fan noise") == (
+        "operator_quarantine: taken out of service by an operator"
+    )
+    assert reason_for_tenant("hardware_fault: XID 79 on GPU 3") == "hardware_fault: XID 79 on GPU 3"
