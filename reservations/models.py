@@ -35,6 +35,7 @@ class ReservationEventKind(models.TextChoices):
     RELEASING = "releasing"
     RELEASED = "released"
     ENDING_NOTICE = "ending_notice"
+    CHANGED = "changed"
 
 
 # Reservations whose nodes are (or will be) held for the tenant.
@@ -102,6 +103,8 @@ class Reservation(models.Model):
     image = models.ForeignKey("fleet.Image", null=True, blank=True, on_delete=models.PROTECT)
     ssh_keys = models.ManyToManyField("SSHKey", blank=True, related_name="reservations")
     user_data = models.TextField(blank=True, help_text="cloud-init user data, passed to the nodes untouched.")
+    # The end its tenant was last told is near (reservation.ending): told again if it moves.
+    ending_notice_for = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:

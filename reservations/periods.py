@@ -59,3 +59,15 @@ def booking_period(
 def _days(span: timedelta) -> str:
     days = span / timedelta(days=1)
     return f"{days:g} day{'' if days == 1 else 's'}"
+
+
+def changed_end(*, starts_at: datetime, wanted: datetime, now: datetime, limits: BookingLimits) -> datetime:
+    """A reservation's new end, extended or shortened, or PeriodRefused: after now (a reservation
+    that should end now is released), after its start, and within the maximum duration of it."""
+    if wanted <= now + START_GRACE:
+        raise PeriodRefused("ends_at", "must be more than a minute from now: to end it now, release it")
+    if wanted <= starts_at:
+        raise PeriodRefused("ends_at", "must be after starts_at")
+    if wanted - starts_at > limits.max_duration:
+        raise PeriodRefused("ends_at", f"must be at most {_days(limits.max_duration)} after starts_at")
+    return wanted

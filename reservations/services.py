@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Func, OuterRef, Q, QuerySet, Subquery
+from django.db import IntegrityError, OperationalError, transaction
+from django.db.models import Count, F, Func, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest, Now
 from django.utils import timezone
 from psycopg.types.range import Range
@@ -40,7 +40,7 @@ from reservations.models import (
     Tenant,
     WebhookEvent,
 )
-from reservations.periods import booking_period
+from reservations.periods import booking_period, changed_end
 from reservations.placement import PlacementRefused, PlacementRequest, place
 from reservations.selectors import (
     INSTANT,
@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 PLACEMENT_ATTEMPTS = 8
 OUT_OF_SERVICE = (lifecycle.State.QUARANTINED, lifecycle.State.MAINTENANCE, lifecycle.State.ENROLLED)
 EXCLUSION_VIOLATION = "23P01"
+DEADLOCK_DETECTED = "40P01"
 RS = ReservationState
 # Rows a reconciler pass reads per query: it goes through every row that needs work, a batch at a time.
 RECONCILE_BATCH = 100
@@ -73,6 +74,12 @@ def _record(reservation: Reservation, event: ReservationEventKind, actor: str, d
 
 def _is_exclusion_violation(error: IntegrityError) -> bool:
     return getattr(error.__cause__, "sqlstate", None) == EXCLUSION_VIOLATION
+
+
+def _is_deadlock(error: OperationalError) -> bool:
+    # Two transactions writing holds that overlap each wait for the other's exclusion check:
+    # PostgreSQL aborts one, which lost the race as surely as by a violation.
+    return getattr(error.__cause__, "sqlstate", None) == DEADLOCK_DETECTED
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,10 @@ def _hold(reservation: Reservation, placement: _Placement, *, actor: str) -> Non
         )
     except IntegrityError as error:
         if _is_exclusion_violation(error):
+            raise LostPlacementRace from error
+        raise
+    except OperationalError as error:
+        if _is_deadlock(error):
             raise LostPlacementRace from error
         raise
     if reservation.starts_at <= timezone.now():
@@ -475,18 +486,25 @@ def reconcile_reservations() -> dict[str, int]:
 
 
 def notify_ending_reservations(*, actor: str = "system:reconciler") -> int:
-    """Tell each tenant, once, that a reservation ends within RESERVATION_ENDING_NOTICE_MINUTES."""
+    """Tell each tenant that a reservation ends within RESERVATION_ENDING_NOTICE_MINUTES: once per
+    end (an end that moves is told again), marked with a compare-and-set so two passes tell once."""
     notice = timedelta(minutes=settings.RESERVATION_ENDING_NOTICE_MINUTES)
     ending = Reservation.objects.filter(
         state__in=[RS.PROVISIONING, RS.ACTIVE, RS.DEGRADED], ends_at__lte=Now() + notice, ends_at__gt=Now()
-    ).exclude(events__event=ReservationEventKind.ENDING_NOTICE)
+    ).exclude(ending_notice_for=F("ends_at"))
     told = 0
     for reservation in _in_batches(ending):
+        ends_at = reservation.ends_at.isoformat()
         with transaction.atomic():
-            _record(
-                reservation, ReservationEventKind.ENDING_NOTICE, actor, f"ends at {reservation.ends_at.isoformat()}"
+            marked = (
+                Reservation.objects.filter(pk=reservation.pk, ends_at=reservation.ends_at)
+                .exclude(ending_notice_for=F("ends_at"))
+                .update(ending_notice_for=F("ends_at"))
             )
-            webhooks.notify(reservation, WebhookEvent.RESERVATION_ENDING, ends_at=reservation.ends_at.isoformat())
+            if not marked:
+                continue  # another pass told it, or its end just moved
+            _record(reservation, ReservationEventKind.ENDING_NOTICE, actor, f"ends at {ends_at}")
+            webhooks.notify(reservation, WebhookEvent.RESERVATION_ENDING, ends_at=ends_at)
         told += 1
     return told
 
@@ -563,3 +581,53 @@ def report_node(*, node: Node, tenant: Tenant, description: str) -> None:
                 "ask the operators if more are broken"
             )
         transition(node_id=node.pk, event=lifecycle.Event.TENANT_REPORT, actor=actor, reason=description)
+
+
+class EndRefused(Conflict):
+    """The new end overlaps another reservation of one of the nodes, or the reservation is over."""
+
+
+def change_end(*, reservation_id: int, tenant: Tenant, ends_at: datetime, actor: str) -> Reservation:
+    """Extend or shorten a live reservation: every node's hold moves with it, checked by the same
+    exclusion constraint as any booking. An extension into another booking of one of its nodes is
+    refused with the latest end it can have. Raises PeriodRefused for an end the limits refuse."""
+    with transaction.atomic():
+        reservation = Reservation.objects.select_for_update().get(pk=reservation_id, tenant=tenant)
+        if reservation.state not in LIVE_STATES:
+            raise EndRefused(f"reservation {reservation.pk} is {reservation.state}: its end cannot change")
+        end = changed_end(
+            starts_at=reservation.starts_at, wanted=ends_at, now=timezone.now(), limits=booking_limits(tenant)
+        )
+        held = live_allocations().filter(reservation=reservation)
+        try:
+            with transaction.atomic():
+                held.update(period=Func(Func(F("period"), function="lower"), Value(end), function="tstzrange"))
+        except IntegrityError as error:
+            if not _is_exclusion_violation(error):
+                raise
+            raise EndRefused(_latest_end(reservation, held)) from error
+        except OperationalError as error:
+            if not _is_deadlock(error):
+                raise
+            raise EndRefused("a booking of one of its nodes was made at the same moment; try again") from error
+        Reservation.objects.filter(pk=reservation.pk).update(ends_at=end)
+        change = f"ends_at {reservation.ends_at.isoformat()} -> {end.isoformat()}"
+        _record(reservation, ReservationEventKind.CHANGED, actor, change)
+    return Reservation.objects.get(pk=reservation.pk)
+
+
+def _latest_end(reservation: Reservation, held) -> str:
+    """Why an extension collides, and the latest end it can have: the next booking of its nodes."""
+    following = (
+        Allocation.objects.filter(
+            node_id__in=list(held.values_list("node_id", flat=True)), period__startswith__gte=reservation.ends_at
+        )
+        .exclude(reservation=reservation)
+        .select_related("node")
+        .order_by("period__startswith")
+        .first()
+    )
+    if following is None:  # booked in the moment between: say so without a date
+        return "another booking of one of its nodes now overlaps that period; try again"
+    until = following.period.lower.isoformat()
+    return f"{following.node.name} is booked from {until}: this reservation can be extended until {until}"

@@ -194,3 +194,10 @@ class WebhookDeliverySerializer(serializers.ModelSerializer):
             "payload",
         ]
         read_only_fields = fields
+
+
+class ReservationChangeSerializer(StrictInputSerializer):
+    ends_at = serializers.DateTimeField(
+        help_text="A new end: later extends every node's hold (409, with the latest end possible, if "
+        "another booking of one of them is in the way), earlier shortens it."
+    )

@@ -14,6 +14,7 @@ from reservations.api.serializers import (
     NewWebhookSerializer,
     NodeReportSerializer,
     ReinstallSerializer,
+    ReservationChangeSerializer,
     ReservationRequestSerializer,
     ReservationSerializer,
     SSHKeyRequestSerializer,
@@ -91,6 +92,26 @@ class ReservationDetailView(APIView):
         # Another tenant's reservation is answered exactly like one that does not exist.
         reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
         return Response(_reservation_answer(reservation))
+
+    @extend_schema(
+        request=ReservationChangeSerializer,
+        responses={200: ReservationSerializer, 400: ERROR, 404: ERROR, 409: ERROR, 429: ERROR},
+    )
+    def patch(self, request, pk: int):
+        """Extend or shorten the reservation (`ends_at`)."""
+        reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
+        wanted = ReservationChangeSerializer(data=request.data)
+        wanted.is_valid(raise_exception=True)
+        try:
+            changed = services.change_end(
+                reservation_id=reservation.pk,
+                tenant=request.user.tenant,
+                actor=f"tenant:{request.user.tenant.name}",
+                **wanted.validated_data,
+            )
+        except PeriodRefused as refused:
+            raise serializers.ValidationError({refused.field: [refused.reason]}) from refused
+        return Response(_reservation_answer(changed))
 
 
 class ReservationReleaseView(APIView):
