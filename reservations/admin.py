@@ -11,7 +11,16 @@ from rest_framework.authtoken.models import Token, TokenProxy
 
 from core.admin_permissions import has_permission
 from reservations import services
-from reservations.models import Allocation, Reservation, ReservationEvent, SSHKey, Tenant, Webhook, WebhookDelivery
+from reservations.models import (
+    Allocation,
+    Quota,
+    Reservation,
+    ReservationEvent,
+    SSHKey,
+    Tenant,
+    Webhook,
+    WebhookDelivery,
+)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -43,6 +52,15 @@ class SSHKeyInline(ReadOnlyInline):
     readonly_fields = fields
 
 
+class QuotaInline(admin.StackedInline):
+    """The tenant's limits; an empty one is the fleet's default (GPUFLEET_*), or none."""
+
+    model = Quota
+    can_delete = True
+    extra = 0
+    max_num = 1
+
+
 admin.site.unregister(TokenProxy)
 
 
@@ -51,7 +69,7 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ["name", "user", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["created_at"]
-    inlines = [SSHKeyInline]
+    inlines = [QuotaInline, SSHKeyInline]
     actions = ["revoke_api_tokens"]
 
     has_revoke_tenant_tokens_permission = has_permission("reservations.revoke_tenant_tokens")

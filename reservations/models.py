@@ -64,6 +64,19 @@ class Tenant(models.Model):
         return self.name
 
 
+class Quota(models.Model):
+    """What one tenant may hold, set by the operators; an empty limit is the fleet's default (or none)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
+    nodes = models.PositiveIntegerField(null=True, blank=True, help_text="Nodes held at once, in all pods.")
+    nodes_per_pod = models.PositiveIntegerField(null=True, blank=True, help_text="Nodes held at once in one pod.")
+    booking_horizon_days = models.PositiveIntegerField(null=True, blank=True)
+    max_duration_days = models.PositiveIntegerField(null=True, blank=True)
+
+    def __str__(self):
+        return f"quota of {self.tenant.name}"
+
+
 # cloud-init reads user data from the config drive; EC2's limit, which tenants know.
 MAX_USER_DATA_BYTES = 16 * 1024
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -15,7 +15,7 @@ from psycopg.types.range import Range
 
 from fleet.lifecycle import State
 from fleet.models import Node
-from reservations.models import Allocation, Reservation, Tenant
+from reservations.models import Allocation, Quota, Reservation, Tenant
 from reservations.periods import BookingLimits
 from reservations.placement import RackCapacity
 
@@ -135,10 +135,17 @@ def booking_limits(tenant: Tenant | None = None) -> BookingLimits:
 
     The one place the limits are read, so that per-tenant quotas can refine them here.
     """
+    quota = Quota.objects.filter(tenant=tenant).first() if tenant is not None else None
     return BookingLimits(
-        horizon=timedelta(days=settings.BOOKING_HORIZON_DAYS),
-        max_duration=timedelta(days=settings.MAX_RESERVATION_DAYS),
+        horizon=timedelta(days=(quota and quota.booking_horizon_days) or settings.BOOKING_HORIZON_DAYS),
+        max_duration=timedelta(days=(quota and quota.max_duration_days) or settings.MAX_RESERVATION_DAYS),
     )
+
+
+def nodes_held(tenant: Tenant, starts_at: datetime, ends_at: datetime | None) -> Counter:
+    """The tenant's nodes held over any part of the period, per pod."""
+    overlapping = live_allocations().filter(reservation__tenant=tenant, period__overlap=period(starts_at, ends_at))
+    return Counter(overlapping.values_list("node__rack__pod__name", flat=True))
 
 
 def capacity_by_pod() -> list[dict]:
@@ -192,3 +199,20 @@ def reservation_nodes(reservations: list[Reservation]) -> dict[int, list[str]]:
     ):
         held[reservation_id].append(name)
     return held
+
+
+def quota_of(tenant: Tenant) -> dict:
+    """The tenant's limits and what it holds now: GET /v1/quota."""
+    quota = Quota.objects.filter(tenant=tenant).first()
+    limits = booking_limits(tenant)
+    now = timezone.now()
+    held = nodes_held(tenant, now, now + INSTANT)
+    return {
+        "limits": {
+            "nodes": quota.nodes if quota else None,
+            "nodes_per_pod": quota.nodes_per_pod if quota else None,
+            "booking_horizon_days": limits.horizon / timedelta(days=1),
+            "max_duration_days": limits.max_duration / timedelta(days=1),
+        },
+        "used": {"nodes": sum(held.values()), "nodes_per_pod": dict(sorted(held.items()))},
+    }

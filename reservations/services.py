@@ -32,6 +32,7 @@ from reservations.models import (
     LIVE_STATES,
     Allocation,
     IdempotencyKey,
+    Quota,
     Reservation,
     ReservationEvent,
     ReservationEventKind,
@@ -47,6 +48,7 @@ from reservations.selectors import (
     Topology,
     booking_limits,
     live_allocations,
+    nodes_held,
     period,
     rack_capacity,
     topology,
@@ -87,6 +89,7 @@ class _Placement:
     node_ids: dict[str, int]  # the chosen nodes by name, in placement order
     held_for: Range
     description: str  # where they are, in words
+    pod: str | None  # placement never spans pods; None when nothing was chosen
 
 
 def _choose(*, starts_at: datetime, ends_at: datetime | None, count: int, pod: str | None, rack_scale: bool):
@@ -100,6 +103,7 @@ def _choose(*, starts_at: datetime, ends_at: datetime | None, count: int, pod: s
         node_ids={name: fleet.node_ids[name] for name in chosen},
         held_for=period(starts_at, ends_at),
         description=_describe(chosen, fleet),
+        pod=fleet.racks[fleet.rack_of[fleet.node_ids[chosen[0]]]].pod if chosen else None,
     )
 
 
@@ -175,9 +179,13 @@ def create_reservation(
     )
 
     def attempt(lost_races: int) -> Reservation:
+        # One tenant's requests one at a time: concurrent ones cannot each fit the quota alone.
+        quota = Quota.objects.filter(tenant=Tenant.objects.select_for_update().get(pk=tenant.pk)).first()
         placement = _choose(
             starts_at=starts_at, ends_at=ends_at, count=node_count, pod=pod.name if pod else None, rack_scale=rack_scale
         )
+        if quota is not None:
+            _check_quota(quota, tenant, placement, starts_at, ends_at)
         reservation = Reservation.objects.create(
             tenant=tenant,
             node_count=node_count,
@@ -197,6 +205,26 @@ def create_reservation(
         return reservation
 
     return _with_retries(attempt)
+
+
+class QuotaExceeded(DomainError):
+    """The request would take the tenant past a limit of its quota; says which, and the use."""
+
+
+def _check_quota(quota: Quota, tenant: Tenant, placement: _Placement, starts_at: datetime, ends_at: datetime) -> None:
+    held = nodes_held(tenant, starts_at, ends_at)
+    wanted = len(placement.node_ids)
+    if quota.nodes is not None and sum(held.values()) + wanted > quota.nodes:
+        raise QuotaExceeded(
+            f"your quota is {quota.nodes} nodes at once; you hold {sum(held.values())} over that period "
+            f"and asked for {wanted} more"
+        )
+    pod = placement.pod
+    if quota.nodes_per_pod is not None and held[pod] + wanted > quota.nodes_per_pod:
+        raise QuotaExceeded(
+            f"your quota is {quota.nodes_per_pod} nodes at once in a pod; you hold {held[pod]} in {pod} over that "
+            f"period and asked for {wanted} more"
+        )
 
 
 def _describe(chosen: list[str], fleet: Topology) -> str:

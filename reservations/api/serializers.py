@@ -201,3 +201,20 @@ class ReservationChangeSerializer(StrictInputSerializer):
         help_text="A new end: later extends every node's hold (409, with the latest end possible, if "
         "another booking of one of them is in the way), earlier shortens it."
     )
+
+
+class QuotaLimitsSerializer(serializers.Serializer):
+    nodes = serializers.IntegerField(allow_null=True, help_text="Nodes held at once; null: no limit.")
+    nodes_per_pod = serializers.IntegerField(allow_null=True)
+    booking_horizon_days = serializers.FloatField()
+    max_duration_days = serializers.FloatField()
+
+
+class QuotaUseSerializer(serializers.Serializer):
+    nodes = serializers.IntegerField(help_text="Nodes held now.")
+    nodes_per_pod = serializers.DictField(child=serializers.IntegerField())
+
+
+class QuotaSerializer(serializers.Serializer):
+    limits = QuotaLimitsSerializer()
+    used = QuotaUseSerializer()

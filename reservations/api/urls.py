@@ -23,6 +23,7 @@ urlpatterns = [
         views.NodePowerView.as_view(action="power-cycle"),
         name="node-power-cycle",
     ),
+    path("quota", views.QuotaView.as_view(), name="quota"),
     path("ssh-keys", views.SSHKeyListView.as_view(), name="ssh-key-list"),
     path("webhooks", views.WebhookListView.as_view(), name="webhook-list"),
     path("webhooks/<int:pk>", views.WebhookDetailView.as_view(), name="webhook-detail"),

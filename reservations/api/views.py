@@ -13,6 +13,7 @@ from reservations.api.serializers import (
     CapacitySerializer,
     NewWebhookSerializer,
     NodeReportSerializer,
+    QuotaSerializer,
     ReinstallSerializer,
     ReservationChangeSerializer,
     ReservationRequestSerializer,
@@ -60,7 +61,7 @@ class ReservationListView(generics.GenericAPIView):
     @extend_schema(
         request=ReservationRequestSerializer,
         parameters=[idempotency.PARAMETER],
-        responses={201: ReservationSerializer, 400: ERROR, 409: ERROR, 422: ERROR, 429: ERROR},
+        responses={201: ReservationSerializer, 400: ERROR, 403: ERROR, 409: ERROR, 422: ERROR, 429: ERROR},
     )
     def post(self, request):
         key = idempotency.key_of(request)
@@ -77,6 +78,8 @@ class ReservationListView(generics.GenericAPIView):
                 raise serializers.ValidationError({refused.field: [refused.reason]}) from refused
             except PlacementRefused as refused:  # an answer here, not an error: a retry may replay it
                 return Response({"detail": refused.reason}, status=status.HTTP_409_CONFLICT)
+            except services.QuotaExceeded as over:
+                return Response({"detail": str(over)}, status=status.HTTP_403_FORBIDDEN)
             return Response(_reservation_answer(reservation), status=status.HTTP_201_CREATED)
 
         if key is None:
@@ -294,3 +297,13 @@ class WebhookRedeliveryView(APIView):
         if again is None:
             raise Http404
         return Response(WebhookDeliverySerializer(again).data, status=status.HTTP_202_ACCEPTED)
+
+
+class QuotaView(APIView):
+    """What the caller may hold (an empty limit: none beyond the fleet's) and holds now."""
+
+    permission_classes = [IsTenant]
+
+    @extend_schema(responses={200: QuotaSerializer})
+    def get(self, request):
+        return Response(QuotaSerializer(selectors.quota_of(request.user.tenant)).data)

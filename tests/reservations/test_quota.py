@@ -1,0 +1,91 @@
+"""Quotas per tenant: nodes held at once, in all pods and per pod, and the booking limits; shown
+at GET /v1/quota, enforced under the tenant's row lock so concurrent requests cannot pass it."""
+
+from __future__ import annotations
+
+import functools
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from fleet.models import Pod
+from reservations import services
+from reservations.models import Allocation, Quota, Reservation, Tenant
+from reservations.placement import PlacementRefused
+from tests.support.api import post
+from tests.support.concurrency import at_once
+from tests.support.factories import enrol_default_fleet, make_available
+
+H = timedelta(hours=1)
+
+
+def test_the_quota_is_shown_with_what_the_tenant_holds(acme, available_fleet, settings):
+    tenant = Tenant.objects.get(name="acme")
+    assert acme.get("/v1/quota").json() == {
+        "limits": {
+            "nodes": None,
+            "nodes_per_pod": None,
+            "booking_horizon_days": settings.BOOKING_HORIZON_DAYS,
+            "max_duration_days": settings.MAX_RESERVATION_DAYS,
+        },
+        "used": {"nodes": 0, "nodes_per_pod": {}},
+    }
+    Quota.objects.create(tenant=tenant, nodes=5, nodes_per_pod=3, max_duration_days=7)
+    assert post(acme, "/v1/reservations", {"node_count": 2, "pod": "p2"}).status_code == 201
+    assert acme.get("/v1/quota").json() == {
+        "limits": {
+            "nodes": 5,
+            "nodes_per_pod": 3,
+            "booking_horizon_days": settings.BOOKING_HORIZON_DAYS,
+            "max_duration_days": 7,
+        },
+        "used": {"nodes": 2, "nodes_per_pod": {"p2": 2}},
+    }
+
+
+def test_a_request_over_quota_names_the_limit_and_the_use(acme, available_fleet):
+    Quota.objects.create(tenant=Tenant.objects.get(name="acme"), nodes=5, nodes_per_pod=3)
+    soon = (timezone.now() + 2 * H).isoformat()
+    assert post(acme, "/v1/reservations", {"node_count": 2, "pod": "p2", "ends_at": soon}).status_code == 201
+    per_pod = post(acme, "/v1/reservations", {"node_count": 2, "pod": "p2"})
+    assert per_pod.status_code == 403
+    assert per_pod.json() == {
+        "detail": "your quota is 3 nodes at once in a pod; you hold 2 in p2 over that period and asked for 2 more"
+    }
+    assert post(acme, "/v1/reservations", {"node_count": 3, "pod": "p1", "ends_at": soon}).status_code == 201
+    total = post(acme, "/v1/reservations", {"node_count": 1, "pod": "p1"})
+    assert total.status_code == 403 and total.json()["detail"].startswith("your quota is 5 nodes at once; you hold 5")
+    # A later period that the holds do not overlap fits again.
+    later = timezone.now() + 48 * H
+    body = {"node_count": 1, "pod": "p1", "starts_at": later.isoformat(), "ends_at": (later + H).isoformat()}
+    assert post(acme, "/v1/reservations", body).status_code == 201
+
+
+def test_the_quotas_duration_refines_the_fleets(acme, available_fleet):
+    Quota.objects.create(tenant=Tenant.objects.get(name="acme"), max_duration_days=1)
+    start = timezone.now() + H
+    body = {"node_count": 1, "starts_at": start.isoformat(), "ends_at": (start + 30 * H).isoformat()}
+    answer = post(acme, "/v1/reservations", body)
+    assert answer.status_code == 400 and "at most 1 day" in answer.json()["detail"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_never_pass_the_quota():
+    make_available(enrol_default_fleet(12))
+    tenant = Tenant.objects.create(name="acme")
+    Quota.objects.create(tenant=tenant, nodes=3)
+    outcomes = []
+
+    def request():
+        try:
+            services.create_reservation(tenant=tenant, node_count=1, pod=Pod.objects.get(name="p1"), actor="t")
+            outcomes.append("placed")
+        except services.QuotaExceeded:
+            outcomes.append("over quota")
+        except PlacementRefused:
+            outcomes.append("refused")
+
+    at_once(*[functools.partial(request)] * 8)
+    assert sorted(outcomes) == ["over quota"] * 5 + ["placed"] * 3
+    assert Reservation.objects.filter(tenant=tenant).count() == Allocation.objects.count() == 3
