@@ -11,7 +11,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json
 
-from core.errors import Conflict
+from core.errors import Conflict, TooMany
 from core.parsing import InvalidInput, check_text, parse_int
 
 
@@ -75,6 +75,8 @@ def api_exception_handler(error, context):
     if isinstance(error, Conflict):
         error = exceptions.APIException(str(error))
         error.status_code = status.HTTP_409_CONFLICT
+    elif isinstance(error, TooMany):
+        error = exceptions.Throttled(detail=str(error))
     response = exception_handler(error, context)
     if response is not None and isinstance(error, exceptions.ValidationError):
         response.data = {"detail": _first_error(response.data), "errors": response.data}

@@ -8,3 +8,7 @@ class DomainError(Exception):
 
 class Conflict(DomainError):
     """The request does not fit the current state of things (an HTTP API answers 409)."""
+
+
+class TooMany(DomainError):
+    """The caller has done this as often as it may for now (an HTTP API answers 429)."""

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
-from core.errors import Conflict
+from core.errors import Conflict, TooMany
 from fleet import leases, lifecycle
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_host, check_bmc_url
 from fleet.catalogue import ImageRecord
@@ -424,11 +424,11 @@ POWER_ACTIONS = ("reboot", "power-cycle")
 
 
 class PowerActionRefused(Conflict):
-    """The node is not up for one (409), or had as many as it may this hour (`too_many`)."""
+    """The node is not up for one."""
 
-    def __init__(self, message: str, *, too_many: bool = False):
-        super().__init__(message)
-        self.too_many = too_many
+
+class TooManyPowerActions(TooMany):
+    """The node had as many as it may this hour."""
 
 
 def request_power_action(*, node_id: int, action: str, actor: str) -> None:
@@ -447,9 +447,8 @@ def request_power_action(*, node_id: int, action: str, actor: str) -> None:
             at__gte=Now() - timedelta(hours=1),
         ).count()
         if hour >= settings.TENANT_POWER_ACTIONS_PER_HOUR:
-            raise PowerActionRefused(
-                f"{node.name} had {hour} power actions in the last hour, the most a node may; try again later",
-                too_many=True,
+            raise TooManyPowerActions(
+                f"{node.name} had {hour} power actions in the last hour, the most a node may; try again later"
             )
         audit_power_action(node, actor=actor, reason=action)
         power_action_requested.send(sender=Node, node_id=node_id, action=action, reservation_id=node.reservation_id)

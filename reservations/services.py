@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce, Greatest, Now
 from django.utils import timezone
 from psycopg.types.range import Range
 
-from core.errors import Conflict, DomainError
+from core.errors import Conflict, DomainError, TooMany
 from fleet import lifecycle
 from fleet.models import AuditEvent, Image, Node, Pod
 from fleet.services import ConcurrentTransition, transition
@@ -179,8 +179,9 @@ def create_reservation(
     )
 
     def attempt(lost_races: int) -> Reservation:
-        # One tenant's requests one at a time: concurrent ones cannot each fit the quota alone.
-        quota = Quota.objects.filter(tenant=Tenant.objects.select_for_update().get(pk=tenant.pk)).first()
+        # A tenant with a quota places one request at a time, under its quota's row: concurrent ones
+        # cannot each fit alone. Tenants without one are not held up.
+        quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
         placement = _choose(
             starts_at=starts_at, ends_at=ends_at, count=node_count, pod=pod.name if pod else None, rack_scale=rack_scale
         )
@@ -583,7 +584,7 @@ def delete_ssh_key(*, tenant: Tenant, key_id: int) -> bool:
     return bool(deleted)
 
 
-class ReportRefused(DomainError):
+class ReportRefused(TooMany):
     """The tenant has reported as many nodes as it may today."""
 
 

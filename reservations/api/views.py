@@ -1,7 +1,7 @@
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, generics, permissions, serializers, status
+from rest_framework import generics, permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -195,10 +195,7 @@ class NodeReportView(APIView):
         node = _serving_node(request, pk, name)
         report = NodeReportSerializer(data=request.data)
         report.is_valid(raise_exception=True)
-        try:
-            services.report_node(node=node, tenant=request.user.tenant, **report.validated_data)
-        except services.ReportRefused as refused:
-            raise exceptions.Throttled(detail=str(refused)) from refused
+        services.report_node(node=node, tenant=request.user.tenant, **report.validated_data)
         reservation = Reservation.objects.get(pk=pk)
         return Response(_reservation_answer(reservation), status=status.HTTP_202_ACCEPTED)
 
@@ -213,14 +210,9 @@ class NodePowerView(APIView):
     @extend_schema(request=None, responses={202: ERROR, 404: ERROR, 409: ERROR, 429: ERROR})
     def post(self, request, pk: int, name: str):
         node = _serving_node(request, pk, name)
-        try:
-            fleet_services.request_power_action(
-                node_id=node.pk, action=self.action, actor=f"tenant:{request.user.tenant.name}"
-            )
-        except fleet_services.PowerActionRefused as refused:
-            if refused.too_many:
-                raise exceptions.Throttled(detail=str(refused)) from refused
-            raise
+        fleet_services.request_power_action(
+            node_id=node.pk, action=self.action, actor=f"tenant:{request.user.tenant.name}"
+        )
         return Response({"detail": f"{self.action} of {node.name} asked of its BMC"}, status=status.HTTP_202_ACCEPTED)
 
 
