@@ -423,6 +423,11 @@ def bmc_client(node: Node) -> RedfishClient:
     return RedfishClient(access, timeout=settings.BMC_TIMEOUT)
 
 
+def agent_client(node: Node) -> AgentClient:
+    """A client for the node's in-band agent, with its token."""
+    return AgentClient(node.name, node.agent_url, node.agent_token, timeout=settings.BMC_TIMEOUT)
+
+
 def run_workflow(*, node_id: int, worker: str) -> str:
     """Claim the node if it owes work and nobody holds it, and run its workflows until it owes
     none or waits on its hardware. Returns what happened, one outcome per workflow."""
@@ -432,7 +437,7 @@ def run_workflow(*, node_id: int, worker: str) -> str:
     lease = claimed[0]
     node = Node.objects.get(pk=node_id)
     bmc = bmc_client(node)
-    agent = AgentClient(node.name, node.agent_url, node.agent_token, timeout=settings.BMC_TIMEOUT)
+    agent = agent_client(node)
     outcomes = []
     try:
         while lease is not None:

@@ -13,7 +13,7 @@ from remediation import services as remediation_services
 from remediation.models import Remediation
 from reservations import services as reservation_services
 from workflows import node_workflows, triggers, webhooks
-from workflows.agent import AgentClient, AgentUnavailable
+from workflows.agent import AgentUnavailable
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -98,9 +98,7 @@ def reconcile_reservations() -> dict:
 def recheck_gpu(remediation_id: int) -> str:
     """Recheck a GPU the rules sent to reset: an agent that cannot tell counts as unhealthy."""
     remediation = Remediation.objects.select_related("node").get(pk=remediation_id)
-    agent = AgentClient(
-        remediation.node.name, remediation.node.agent_url, remediation.node.agent_token, timeout=settings.BMC_TIMEOUT
-    )
+    agent = node_workflows.agent_client(remediation.node)
     try:
         healthy = agent.gpu_healthy(remediation.gpu)
     except AgentUnavailable:
