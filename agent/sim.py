@@ -39,6 +39,11 @@ FB_TOTAL_MIB = 81559.0
 FB_RESERVED_MIB = 522.0
 
 
+def pci_bus_id(index: int) -> str:
+    """Where a simulated GPU sits on the PCI bus, in NVML's form: one per 0x10 buses from 0x18."""
+    return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
+
+
 class SimulatedHardware(Protocol):
     """The simulated machine under the agent: one of bmcsim's nodes, or a stand-alone one."""
 
@@ -231,7 +236,7 @@ class StandaloneNode:
                 index=i,
                 uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{self.name}/gpu/{i}')}",
                 model=self.GPU_MODEL,
-                pci_bus_id=f"00000000:{0x18 + 0x10 * i:02X}:00.0",
+                pci_bus_id=pci_bus_id(i),
                 driver_version="560.35.03",
             )
             for i in range(gpu_count)

@@ -12,10 +12,10 @@ import json
 
 from aiohttp import web
 
+from agent.app import detail
 from core.topology import agent_token
 
 from . import faults, images, releases, state
-from .agent import detail
 from .sim import SIM, Simulator
 
 

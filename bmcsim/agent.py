@@ -12,20 +12,12 @@ from aiohttp import web
 
 from agent import app as agent_app
 from agent.backend import GPU
-from agent.sim import SimBackend
+from agent.sim import SimBackend, pci_bus_id
 from core.topology import agent_token
 
 from . import evidence, releases, state
 from .sim import SIM, Simulator
 from .state import NodeState
-
-
-def detail(status: int, message: str) -> web.Response:
-    return web.json_response({"detail": message}, status=status)
-
-
-def pci_bus_id(index: int) -> str:
-    return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
 
 
 class SimulatedNode:
