@@ -38,16 +38,23 @@ def bmc_host(url: str) -> tuple[str, int]:
     return parts.hostname, port or DEFAULT_PORTS[parts.scheme]
 
 
+def resolve(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """Every address `host` resolves to, an IPv4-mapped IPv6 one as the IPv4 address it stands for.
+    Raises OSError or UnicodeError when it does not resolve."""
+    addresses = []
+    for *_, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        address = ipaddress.ip_address(sockaddr[0])
+        addresses.append(address.ipv4_mapped if address.version == 6 and address.ipv4_mapped else address)
+    return addresses
+
+
 def check_bmc_host(host: str, port: int) -> None:
     """Refuse the host unless every address it resolves to is in GPUFLEET_BMC_NETWORKS."""
     try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        found = resolve(host, port)
     except (OSError, UnicodeError) as exc:
         raise BMCAddressRefused(f"{host} does not resolve ({exc}), so it cannot be checked") from exc
-    for *_, sockaddr in found:
-        address = ipaddress.ip_address(sockaddr[0])
-        if address.version == 6 and address.ipv4_mapped:
-            address = address.ipv4_mapped
+    for address in found:
         if not any(address in network for network in settings.BMC_NETWORKS):
             where = str(address) if host == str(address) else f"{host} (resolved to {address})"
             raise BMCAddressRefused(f"{where} is outside the BMC networks (GPUFLEET_BMC_NETWORKS)")

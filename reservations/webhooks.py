@@ -11,9 +11,7 @@ webhook's host must resolve only to public addresses, or to GPUFLEET_WEBHOOK_ALL
 from __future__ import annotations
 
 import base64
-import ipaddress
 import secrets
-import socket
 import uuid
 from urllib.parse import urlsplit
 
@@ -22,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import DomainError
+from fleet.bmc_access import DEFAULT_PORTS, resolve
 from reservations.models import Reservation, Tenant, Webhook, WebhookDelivery, WebhookEvent
 from reservations.signals import webhook_deliveries_due
 
@@ -41,13 +40,10 @@ def check_target(url: str) -> None:
     if parts.username is not None or parts.password is not None:
         raise WebhookRefused("the URL may not hold credentials: the signature authenticates the control plane")
     try:
-        found = socket.getaddrinfo(parts.hostname, parts.port or 443, type=socket.SOCK_STREAM)
+        found = resolve(parts.hostname, parts.port or DEFAULT_PORTS[parts.scheme])
     except (OSError, UnicodeError, ValueError) as error:
         raise WebhookRefused(f"{parts.hostname} does not resolve ({error})") from None
-    for *_, sockaddr in found:
-        address = ipaddress.ip_address(sockaddr[0])
-        if address.version == 6 and address.ipv4_mapped:
-            address = address.ipv4_mapped
+    for address in found:
         if not address.is_global and not any(address in net for net in settings.WEBHOOK_ALLOWED_NETWORKS):
             raise WebhookRefused(f"{parts.hostname} resolves to {address}, which is not a public address")
 
