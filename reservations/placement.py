@@ -35,14 +35,17 @@ class PlacementRequest:
     pod: str | None = None  # None: any pod
     rack_scale: bool = False  # whole racks only, every node of each chosen rack
     gpu_model: str | None = None  # None: any model
+    near: frozenset[str] = frozenset()  # racks to fill first: where a growing reservation has its nodes
 
 
 class PlacementRefused(Conflict):
-    """No placement exists; `reason` says why in words a tenant can act on."""
+    """No placement exists; `reason` says why in words a tenant can act on, and `offer` (set by the
+    service, a reservations.offers.Offer) when the request would fit later."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+        self.offer = None
 
 
 class _Rack(NamedTuple):
@@ -78,7 +81,7 @@ def place(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]
         pod = min(options, key=lambda p: (len(options[p]), _whole_usable_nodes(pods[p]), p))
         return [node for rack in options[pod] for node in rack.nodes]
 
-    options = {pod: _best_fit(rs, count) for pod, rs in pods.items() if _usable_nodes(rs) >= count}
+    options = {pod: _best_fit(rs, count, request.near) for pod, rs in pods.items() if _usable_nodes(rs) >= count}
     if not options:
         raise PlacementRefused(_shortage_refusal(request, pods))
     # Breaking no whole rack beats fitting tightly: a tighter pod that must break a rack loses
@@ -154,11 +157,17 @@ def _whole_racks_broken(picks: list[tuple[_Rack, int]]) -> int:
     return sum(1 for rack, _ in picks if rack.whole)
 
 
-def _best_fit(racks: list[_Rack], count: int) -> list[tuple[_Rack, int]]:
-    """(rack, nodes taken) pairs: partly used racks first, whole racks only for what they cannot hold."""
-    picks = _tightest_first([r for r in racks if r.usable and not r.whole], count)
-    remainder = count - sum(taken for _, taken in picks)
-    return picks + _tightest_first([r for r in racks if r.usable and r.whole], remainder)
+def _best_fit(racks: list[_Rack], count: int, near: frozenset[str] = frozenset()) -> list[tuple[_Rack, int]]:
+    """(rack, nodes taken) pairs: the racks `near` first, then partly used racks, and whole racks
+    only for what they cannot hold."""
+    picks = []
+    for group in (
+        [r for r in racks if r.usable and r.name in near],
+        [r for r in racks if r.usable and not r.whole and r.name not in near],
+        [r for r in racks if r.usable and r.whole and r.name not in near],
+    ):
+        picks += _tightest_first(group, count - sum(taken for _, taken in picks))
+    return picks
 
 
 def _tightest_first(racks: list[_Rack], count: int) -> list[tuple[_Rack, int]]:
@@ -200,6 +209,30 @@ def _fewest_whole_racks(racks: list[_Rack], count: int) -> list[_Rack] | None:
     return sorted(
         (rack for size, how_many in plans[count][1] for rack in by_size[size][:how_many]), key=lambda r: r.name
     )
+
+
+def give_back(held: Mapping[str, Sequence[str]], count: int, *, rack_scale: bool) -> list[str]:
+    """Which `count` of a reservation's nodes to release, given them by rack (rack -> nodes, in
+    slot order): whole holdings first, smallest first, so each rack given back is whole again
+    for others, then the last slots of the smallest holding left. rack_scale gives back whole
+    holdings only; PlacementRefused if none add up to `count`."""
+    racks = sorted(held.items(), key=lambda item: (len(item[1]), item[0]))
+    if rack_scale:
+        as_racks = [_Rack("", name, tuple(nodes), tuple(nodes), True, True) for name, nodes in racks]
+        chosen = _fewest_whole_racks(as_racks, count)
+        if chosen is None:
+            sizes = ", ".join(str(len(nodes)) for _, nodes in racks)
+            raise PlacementRefused(f"a rack-scale reservation gives back whole racks; it holds racks of {sizes} nodes")
+        return [node for rack in chosen for node in rack.nodes]
+    chosen, rest = [], []
+    for _, nodes in racks:
+        if len(nodes) <= count - len(chosen):
+            chosen += nodes
+        else:
+            rest.append(nodes)
+    if len(chosen) < count:
+        chosen += rest[0][len(rest[0]) - (count - len(chosen)) :]
+    return chosen
 
 
 def _first_whole_racks(racks: list[_Rack], count: int) -> list[_Rack] | None:

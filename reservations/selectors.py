@@ -16,7 +16,8 @@ from psycopg.types.range import Range
 from fleet.lifecycle import State
 from fleet.models import Node
 from reservations.models import Allocation, Quota, Reservation, Tenant
-from reservations.periods import BookingLimits
+from reservations.offers import Busy
+from reservations.periods import START_GRACE, BookingLimits
 from reservations.placement import RackCapacity
 
 # A node in these states will be in service for a reservation that starts later.
@@ -115,6 +116,39 @@ def _not_free(*, starts_at: datetime, ends_at: datetime | None) -> list[int]:
     else:
         unusable = Node.objects.exclude(state__in=IN_SERVICE_STATES).order_by()
     return _ids_of(taken.values_list("node_id"), unusable.values_list("id"))
+
+
+def capacity_over_time(*, earliest: datetime, until: datetime, pod: str | None = None):
+    """What an earliest-start offer is computed from: every rack with its nodes that can serve at
+    all as free, and when the others are busy between `earliest` and `until` (their holds, and a
+    minute for a node in service but not available yet, as after its last tenant)."""
+    fleet = topology()
+    names = {node_id: name for name, node_id in fleet.node_ids.items()}
+    states = dict(Node.objects.exclude(state=State.AVAILABLE).order_by().values_list("id", "state"))
+    racks = []
+    for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True):
+        if pod is not None and rack.pod != pod:
+            continue
+        if any(states.get(node_id, State.AVAILABLE) not in IN_SERVICE_STATES for node_id in ids):
+            free = tuple(
+                name
+                for node_id, name in zip(ids, rack.nodes, strict=True)
+                if states.get(node_id, State.AVAILABLE) in IN_SERVICE_STATES
+            )
+            rack = RackCapacity(pod=rack.pod, rack=rack.rack, nodes=rack.nodes, free=free)
+        racks.append(rack)
+    holds = Allocation.objects.filter(period__overlap=period(earliest, until)).order_by()
+    busy = [
+        Busy(names[node_id], lower, upper or until)
+        for node_id, lower, upper in holds.values_list("node_id", "period__startswith", "period__endswith")
+        if node_id in names
+    ]
+    busy += [
+        Busy(names[node_id], earliest, earliest + START_GRACE)
+        for node_id, state in states.items()
+        if state in IN_SERVICE_STATES and node_id in names
+    ]
+    return racks, busy
 
 
 def _ids_of(*querysets) -> list[int]:

@@ -9,7 +9,7 @@ capacity, a bounded number of times.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -41,12 +41,14 @@ from reservations.models import (
     Tenant,
     WebhookEvent,
 )
+from reservations.offers import Offer, earliest_offer
 from reservations.periods import booking_period, changed_end
-from reservations.placement import PlacementRefused, PlacementRequest, place
+from reservations.placement import PlacementRefused, PlacementRequest, give_back, place
 from reservations.selectors import (
     INSTANT,
     Topology,
     booking_limits,
+    capacity_over_time,
     live_allocations,
     nodes_held,
     period,
@@ -64,6 +66,7 @@ RS = ReservationState
 # Rows a reconciler pass reads per query: it goes through every row that needs work, a batch at a time.
 RECONCILE_BATCH = 100
 WAITING_FOR_CAPACITY = "waiting for capacity"  # how a degraded reservation's reason says no node was free
+QUEUED = "queued"  # how a reservation booked at an offer ("wait": true) says so
 
 
 class LostPlacementRace(Exception):
@@ -92,13 +95,21 @@ class _Placement:
     pod: str | None  # placement never spans pods; None when nothing was chosen
 
 
-def _choose(*, starts_at: datetime, ends_at: datetime | None, count: int, pod: str | None, rack_scale: bool):
+def _choose(
+    *,
+    starts_at: datetime,
+    ends_at: datetime | None,
+    count: int,
+    pod: str | None,
+    rack_scale: bool,
+    near: frozenset[str] = frozenset(),
+):
     """Place `count` nodes on the capacity free for the period; PlacementRefused if none fit."""
     # A replacement is held from now on: the node may have served someone else before.
     starts_at = max(starts_at, timezone.now())
     fleet = topology()
     racks = rack_capacity(starts_at=starts_at, ends_at=ends_at, pod=pod, fleet=fleet)
-    chosen = place(PlacementRequest(node_count=count, pod=pod, rack_scale=rack_scale), racks)
+    chosen = place(PlacementRequest(node_count=count, pod=pod, rack_scale=rack_scale, near=near), racks)
     return _Placement(
         node_ids={name: fleet.node_ids[name] for name in chosen},
         held_for=period(starts_at, ends_at),
@@ -163,64 +174,118 @@ def create_reservation(
     image: Image | None = None,
     ssh_keys: Iterable[SSHKey] = (),
     user_data: str = "",
+    wait: bool = False,
     actor: str,
 ) -> Reservation:
-    """Place and hold the nodes, or raise PlacementRefused with the reason; nothing is kept then.
+    """Place and hold the nodes, or raise PlacementRefused with the reason and the earliest period
+    in which the request fits (its `offer`, None if none within the booking horizon); nothing is
+    kept then. With `wait`, a request that does not fit now is booked at that offer instead.
 
     The period follows reservations/periods.py (PeriodRefused names the field): no `ends_at`
     means the tenant's maximum duration, and is allowed only for a reservation starting now.
     The nodes boot `image`, or the catalogue's default, with the tenant's `ssh_keys` and
     `user_data` (the caller checked that the keys are the tenant's).
     """
-    image = image or Image.objects.filter(default=True).first()
-    ssh_keys = list(ssh_keys)
-    starts_at, ends_at = booking_period(
-        starts_at=starts_at, ends_at=ends_at, now=timezone.now(), limits=booking_limits(tenant)
+    limits = booking_limits(tenant)
+    starts_at, ends_at = booking_period(starts_at=starts_at, ends_at=ends_at, now=timezone.now(), limits=limits)
+    booking = _Booking(
+        tenant=tenant,
+        node_count=node_count,
+        rack_scale=rack_scale,
+        image=image or Image.objects.filter(default=True).first(),
+        ssh_keys=list(ssh_keys),
+        user_data=user_data,
+        actor=actor,
     )
+    try:
+        return booking.place(starts_at=starts_at, ends_at=ends_at, pod=pod)
+    except PlacementRefused as refused:
+        refused.offer = offer = _earliest_offer(booking, starts_at, ends_at, pod.name if pod else None, limits)
+        if not wait or offer is None:
+            raise
+    # The offer's capacity may be taken before it is: look again, a bounded number of times.
+    for _ in range(PLACEMENT_ATTEMPTS):
+        try:
+            at = Pod.objects.get(name=offer.pod)
+            return booking.place(starts_at=offer.starts_at, ends_at=offer.ends_at, pod=at, queued=True)
+        except PlacementRefused as refused:
+            refused.offer = offer = _earliest_offer(booking, starts_at, ends_at, pod.name if pod else None, limits)
+            if offer is None:
+                raise
+    raise PlacementRefused(f"the offered capacity was taken by concurrent reservations {PLACEMENT_ATTEMPTS} times")
 
-    def attempt(lost_races: int) -> Reservation:
-        # A tenant with a quota places one request at a time, under its quota's row: concurrent ones
-        # cannot each fit alone. Tenants without one are not held up.
-        quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
-        placement = _choose(
-            starts_at=starts_at, ends_at=ends_at, count=node_count, pod=pod.name if pod else None, rack_scale=rack_scale
-        )
-        if quota is not None:
-            _check_quota(quota, tenant, placement, starts_at, ends_at)
-        reservation = Reservation.objects.create(
-            tenant=tenant,
-            node_count=node_count,
-            pod=pod,
-            rack_scale=rack_scale,
-            starts_at=starts_at,
-            ends_at=ends_at,
-            state=RS.PROVISIONING if starts_at <= timezone.now() else RS.PENDING,
-            placement=placement.description,
-            image=image,
-            user_data=user_data,
-        )
-        reservation.ssh_keys.set(ssh_keys)
-        _hold(reservation, placement, actor=actor)
-        retried = f" (placed again after {lost_races} lost race(s))" if lost_races else ""
-        _record(reservation, ReservationEventKind.CREATED, actor, reservation.placement + retried)
-        return reservation
 
-    return _with_retries(attempt)
+@dataclass(frozen=True)
+class _Booking:
+    """What a tenant asked for, apart from where and when: placed now, or at an offer."""
+
+    tenant: Tenant
+    node_count: int
+    rack_scale: bool
+    image: Image | None
+    ssh_keys: list[SSHKey]
+    user_data: str
+    actor: str
+
+    def place(self, *, starts_at: datetime, ends_at: datetime, pod: Pod | None, queued: bool = False) -> Reservation:
+        def attempt(lost_races: int) -> Reservation:
+            # A tenant with a quota places one request at a time, under its quota's row: concurrent
+            # ones cannot each fit alone. Tenants without one are not held up.
+            quota = Quota.objects.select_for_update().filter(tenant=self.tenant).first()
+            placement = _choose(
+                starts_at=starts_at,
+                ends_at=ends_at,
+                count=self.node_count,
+                pod=pod.name if pod else None,
+                rack_scale=self.rack_scale,
+            )
+            if quota is not None:
+                _check_quota(quota, self.tenant, len(placement.node_ids), placement.pod, starts_at, ends_at)
+            reservation = Reservation.objects.create(
+                tenant=self.tenant,
+                node_count=self.node_count,
+                pod=pod,
+                rack_scale=self.rack_scale,
+                starts_at=starts_at,
+                ends_at=ends_at,
+                state=RS.PROVISIONING if starts_at <= timezone.now() else RS.PENDING,
+                reason=f"{QUEUED} for the earliest period in which it fits" if queued else "",
+                placement=placement.description,
+                image=self.image,
+                user_data=self.user_data,
+            )
+            reservation.ssh_keys.set(self.ssh_keys)
+            _hold(reservation, placement, actor=self.actor)
+            retried = f" (placed again after {lost_races} lost race(s))" if lost_races else ""
+            _record(reservation, ReservationEventKind.CREATED, self.actor, reservation.placement + retried)
+            return reservation
+
+        return _with_retries(attempt)
+
+
+def _earliest_offer(booking: _Booking, starts_at: datetime, ends_at: datetime, pod: str | None, limits) -> Offer | None:
+    """The first period as long as the one asked for, starting within the booking horizon, in
+    which the request fits: read from the holds of the whole horizon at once."""
+    duration = ends_at - starts_at
+    latest_start = timezone.now() + limits.horizon
+    racks, busy = capacity_over_time(earliest=starts_at, until=latest_start + duration, pod=pod)
+    request = PlacementRequest(node_count=booking.node_count, pod=pod, rack_scale=booking.rack_scale)
+    return earliest_offer(request, racks, busy, earliest=starts_at, latest_start=latest_start, duration=duration)
 
 
 class QuotaExceeded(DomainError):
     """The request would take the tenant past a limit of its quota; says which, and the use."""
 
 
-def _check_quota(quota: Quota, tenant: Tenant, placement: _Placement, starts_at: datetime, ends_at: datetime) -> None:
+def _check_quota(
+    quota: Quota, tenant: Tenant, wanted: int, pod: str | None, starts_at: datetime, ends_at: datetime
+) -> None:
     held = nodes_held(tenant, starts_at, ends_at)
-    wanted = len(placement.node_ids)
     if quota.nodes is not None and sum(held.values()) + wanted > quota.nodes:
         raise QuotaExceeded(
             f"your quota is {quota.nodes} nodes at once; you hold {sum(held.values())} over that period "
             f"and asked for {wanted} more"
         )
-    pod = placement.pod
     if quota.nodes_per_pod is not None and held[pod] + wanted > quota.nodes_per_pod:
         raise QuotaExceeded(
             f"your quota is {quota.nodes_per_pod} nodes at once in a pod; you hold {held[pod]} in {pod} over that "
@@ -616,33 +681,151 @@ class EndRefused(Conflict):
     """The new end overlaps another reservation of one of the nodes, or the reservation is over."""
 
 
-def change_end(*, reservation_id: int, tenant: Tenant, ends_at: datetime, actor: str) -> Reservation:
-    """Extend or shorten a live reservation: every node's hold moves with it, checked by the same
-    exclusion constraint as any booking. An extension into another booking of one of its nodes is
-    refused with the latest end it can have. Raises PeriodRefused for an end the limits refuse."""
+class ChangeRefused(DomainError):
+    """A change that cannot be asked for: `field` names the request field to correct."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def change_reservation(
+    *,
+    reservation_id: int,
+    tenant: Tenant,
+    actor: str,
+    ends_at: datetime | None = None,
+    node_count: int | None = None,
+    release_nodes: list[str] | None = None,
+) -> Reservation:
+    """Extend or shorten a live reservation, grow it or give nodes back, all or nothing.
+
+    A new end moves every node's hold, checked by the same exclusion constraint as any booking:
+    an extension into another booking of one of its nodes is refused with the latest end it can
+    have (PeriodRefused for an end the limits refuse). Growing places the new nodes in the same
+    pod, next to the ones held (whole racks, for rack_scale), under the tenant's quota. Giving
+    back releases the named nodes, or those placement chooses to leave whole racks free.
+    """
     with transaction.atomic():
         reservation = Reservation.objects.select_for_update().get(pk=reservation_id, tenant=tenant)
         if reservation.state not in LIVE_STATES:
-            raise EndRefused(f"reservation {reservation.pk} is {reservation.state}: its end cannot change")
-        end = changed_end(
-            starts_at=reservation.starts_at, wanted=ends_at, now=timezone.now(), limits=booking_limits(tenant)
+            raise EndRefused(f"reservation {reservation.pk} is {reservation.state}: it cannot change")
+        changes = []
+        if ends_at is not None:
+            changes.append(_move_end(reservation, tenant, ends_at))
+        wanted = node_count if node_count is not None else reservation.node_count - len(release_nodes or [])
+        if release_nodes and wanted != reservation.node_count - len(set(release_nodes)):
+            raise ChangeRefused("node_count", "must be the node count less the nodes released, or left out")
+        if wanted > reservation.node_count:
+            changes.append(_grow(reservation, tenant, wanted - reservation.node_count, actor))
+        elif wanted < reservation.node_count:
+            changes.append(_give_back(reservation, reservation.node_count - wanted, release_nodes, actor))
+        if changes:
+            _record(reservation, ReservationEventKind.CHANGED, actor, "; ".join(changes))
+    return settle_reservation(reservation_id=reservation_id, actor=actor)
+
+
+def _move_end(reservation: Reservation, tenant: Tenant, ends_at: datetime) -> str:
+    end = changed_end(
+        starts_at=reservation.starts_at, wanted=ends_at, now=timezone.now(), limits=booking_limits(tenant)
+    )
+    held = live_allocations().filter(reservation=reservation)
+    quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
+    if quota is not None and end > reservation.ends_at:  # the nodes held now, held for longer
+        _check_quota(quota, tenant, held.count(), _pod_of(held), reservation.ends_at, end)
+    try:
+        with transaction.atomic():
+            held.update(period=Func(Func(F("period"), function="lower"), Value(end), function="tstzrange"))
+    except IntegrityError as error:
+        if not _is_exclusion_violation(error):
+            raise
+        raise EndRefused(_latest_end(reservation, held)) from error
+    except OperationalError as error:
+        if not _is_deadlock(error):
+            raise
+        raise EndRefused("a booking of one of its nodes was made at the same moment; try again") from error
+    Reservation.objects.filter(pk=reservation.pk).update(ends_at=end)
+    change = f"ends_at {reservation.ends_at.isoformat()} -> {end.isoformat()}"
+    reservation.ends_at = end
+    return change
+
+
+def _grow(reservation: Reservation, tenant: Tenant, more: int, actor: str) -> str:
+    """Hold `more` nodes for the rest of the reservation, in its pod, next to the ones it holds."""
+    held = live_allocations().filter(reservation=reservation)
+    pod = reservation.pod.name if reservation.pod_id else _pod_of(held)
+    near = frozenset(held.values_list("node__rack__name", flat=True))
+
+    def attempt(lost_races: int) -> _Placement:
+        quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
+        placement = _choose(
+            starts_at=reservation.starts_at,
+            ends_at=reservation.ends_at,
+            count=more,
+            pod=pod,
+            rack_scale=reservation.rack_scale,
+            near=near,
         )
-        held = live_allocations().filter(reservation=reservation)
+        if quota is not None:
+            _check_quota(
+                quota, tenant, more, placement.pod, max(reservation.starts_at, timezone.now()), reservation.ends_at
+            )
+        _hold(reservation, placement, actor=actor)
+        return placement
+
+    placement = _with_retries(attempt)
+    growing = Reservation.objects.filter(pk=reservation.pk)
+    growing.update(node_count=F("node_count") + more, placement=f"{reservation.placement}; {placement.description}")
+    # Up again once the new nodes are: the tenant hears reservation.active then.
+    growing.filter(state=RS.ACTIVE).update(state=RS.PROVISIONING)
+    return f"node_count {reservation.node_count} -> {reservation.node_count + more}: {placement.description}"
+
+
+def _give_back(reservation: Reservation, fewer: int, names: list[str] | None, actor: str) -> str:
+    """Release `fewer` of the reservation's nodes now: the ones named, or those that free whole racks."""
+    held = live_allocations().filter(reservation=reservation).select_related("node__rack")
+    by_name = {allocation.node.name: allocation for allocation in held}
+    if fewer >= len(by_name) or fewer >= reservation.node_count:
+        raise ChangeRefused("node_count", "must leave at least one node: to give back every node, release it")
+    if names:
+        unknown = sorted(set(names) - set(by_name))
+        if unknown:
+            raise ChangeRefused("release_nodes", f"not held by this reservation: {', '.join(unknown)}")
+        if reservation.rack_scale:
+            _check_whole_racks(names, by_name)
+        chosen = sorted(set(names))
+    else:
+        by_rack = defaultdict(list)
+        for allocation in sorted(held, key=lambda a: (a.node.rack.name, a.node.position)):
+            by_rack[allocation.node.rack.name].append(allocation.node.name)
         try:
-            with transaction.atomic():
-                held.update(period=Func(Func(F("period"), function="lower"), Value(end), function="tstzrange"))
-        except IntegrityError as error:
-            if not _is_exclusion_violation(error):
-                raise
-            raise EndRefused(_latest_end(reservation, held)) from error
-        except OperationalError as error:
-            if not _is_deadlock(error):
-                raise
-            raise EndRefused("a booking of one of its nodes was made at the same moment; try again") from error
-        Reservation.objects.filter(pk=reservation.pk).update(ends_at=end)
-        change = f"ends_at {reservation.ends_at.isoformat()} -> {end.isoformat()}"
-        _record(reservation, ReservationEventKind.CHANGED, actor, change)
-    return Reservation.objects.get(pk=reservation.pk)
+            chosen = give_back(by_rack, fewer, rack_scale=reservation.rack_scale)
+        except PlacementRefused as refused:
+            raise ChangeRefused("node_count", refused.reason) from refused
+    reason = "given back by the tenant"
+    _end_allocations(held.filter(node__name__in=chosen), reason)
+    for name in chosen:
+        node = by_name[name].node
+        if node.reservation_id == reservation.pk:
+            try:
+                transition(node_id=node.pk, event=lifecycle.Event.RELEASED, actor=actor, reason=reason)
+            except (ConcurrentTransition, lifecycle.IllegalTransition):
+                log.info("node %s left reservation %s on its own while it was given back", name, reservation.pk)
+    Reservation.objects.filter(pk=reservation.pk).update(node_count=F("node_count") - fewer)
+    return f"node_count {reservation.node_count} -> {reservation.node_count - fewer}: gave back {', '.join(chosen)}"
+
+
+def _check_whole_racks(names: list[str], held: dict[str, Allocation]) -> None:
+    """A rack-scale reservation gives back every node it holds in a rack, or none of them."""
+    named = set(names)
+    for rack in {held[name].node.rack for name in named}:
+        mine = {name for name, allocation in held.items() if allocation.node.rack_id == rack.pk}
+        if not mine <= named:
+            raise ChangeRefused(
+                "release_nodes",
+                f"a rack-scale reservation gives back whole racks: add {', '.join(sorted(mine - named))}",
+            )
 
 
 def _latest_end(reservation: Reservation, held) -> str:

@@ -62,6 +62,12 @@ class ReservationRequestSerializer(StrictInputSerializer):
         trim_whitespace=False,
         help_text=f"cloud-init user data (a #cloud-config document or a script), at most {MAX_USER_DATA_BYTES} bytes.",
     )
+    wait = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="If it does not fit now, book it at the earliest period in which it does (the 409's offer): "
+        "it is pending until then, and can be released like any reservation.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -198,8 +204,44 @@ class WebhookDeliverySerializer(serializers.ModelSerializer):
 
 class ReservationChangeSerializer(StrictInputSerializer):
     ends_at = serializers.DateTimeField(
+        required=False,
         help_text="A new end: later extends every node's hold (409, with the latest end possible, if "
-        "another booking of one of them is in the way), earlier shortens it."
+        "another booking of one of them is in the way), earlier shortens it.",
+    )
+    node_count = StrictIntegerField(
+        min_value=1,
+        max_value=MAX_NODES_PER_RESERVATION,
+        required=False,
+        help_text="More nodes: placed in the reservation's pod, next to the ones it holds (whole racks, "
+        "for rack_scale). Fewer: the nodes that leave whole racks free are given back, unless "
+        "release_nodes names them.",
+    )
+    release_nodes = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        required=False,
+        min_length=1,
+        max_length=MAX_NODES_PER_RESERVATION,
+        help_text="Names of held nodes to give back now; node_count, if given, must agree.",
+    )
+
+    def validate(self, attrs):
+        if not attrs:
+            raise serializers.ValidationError("give ends_at, node_count or release_nodes")
+        return attrs
+
+
+class OfferSerializer(serializers.Serializer):
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField()
+    pod = serializers.CharField()
+
+
+class PlacementRefusalSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    offer = OfferSerializer(
+        allow_null=True,
+        help_text="The earliest period, as long as the one asked for and within the booking horizon, in which "
+        'the request fits; null if none. POST again with these, or with "wait": true, to book it.',
     )
 
 

@@ -13,6 +13,7 @@ from reservations.api.serializers import (
     CapacitySerializer,
     NewWebhookSerializer,
     NodeReportSerializer,
+    PlacementRefusalSerializer,
     QuotaSerializer,
     ReinstallSerializer,
     ReservationChangeSerializer,
@@ -61,7 +62,14 @@ class ReservationListView(generics.GenericAPIView):
     @extend_schema(
         request=ReservationRequestSerializer,
         parameters=[idempotency.PARAMETER],
-        responses={201: ReservationSerializer, 400: ERROR, 403: ERROR, 409: ERROR, 422: ERROR, 429: ERROR},
+        responses={
+            201: ReservationSerializer,
+            400: ERROR,
+            403: ERROR,
+            409: PlacementRefusalSerializer,
+            422: ERROR,
+            429: ERROR,
+        },
     )
     def post(self, request):
         key = idempotency.key_of(request)
@@ -77,7 +85,8 @@ class ReservationListView(generics.GenericAPIView):
             except PeriodRefused as refused:
                 raise serializers.ValidationError({refused.field: [refused.reason]}) from refused
             except PlacementRefused as refused:  # an answer here, not an error: a retry may replay it
-                return Response({"detail": refused.reason}, status=status.HTTP_409_CONFLICT)
+                refusal = {"detail": refused.reason, "offer": refused.offer}
+                return Response(PlacementRefusalSerializer(refusal).data, status=status.HTTP_409_CONFLICT)
             except services.QuotaExceeded as over:
                 return Response({"detail": str(over)}, status=status.HTTP_403_FORBIDDEN)
             return Response(_reservation_answer(reservation), status=status.HTTP_201_CREATED)
@@ -98,22 +107,24 @@ class ReservationDetailView(APIView):
 
     @extend_schema(
         request=ReservationChangeSerializer,
-        responses={200: ReservationSerializer, 400: ERROR, 404: ERROR, 409: ERROR, 429: ERROR},
+        responses={200: ReservationSerializer, 400: ERROR, 403: ERROR, 404: ERROR, 409: ERROR, 429: ERROR},
     )
     def patch(self, request, pk: int):
-        """Extend or shorten the reservation (`ends_at`)."""
+        """Extend or shorten the reservation (`ends_at`), grow it (`node_count`) or give nodes back."""
         reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
         wanted = ReservationChangeSerializer(data=request.data)
         wanted.is_valid(raise_exception=True)
         try:
-            changed = services.change_end(
+            changed = services.change_reservation(
                 reservation_id=reservation.pk,
                 tenant=request.user.tenant,
                 actor=f"tenant:{request.user.tenant.name}",
                 **wanted.validated_data,
             )
-        except PeriodRefused as refused:
+        except (PeriodRefused, services.ChangeRefused) as refused:
             raise serializers.ValidationError({refused.field: [refused.reason]}) from refused
+        except services.QuotaExceeded as over:
+            return Response({"detail": str(over)}, status=status.HTTP_403_FORBIDDEN)
         return Response(_reservation_answer(changed))
 
 
