@@ -6,11 +6,16 @@ read a tenant's credential back. Revoking one is an action on the tenant; `creat
 issues a new one.
 """
 
+import csv
+from datetime import timedelta
+
 from django.contrib import admin, messages
+from django.http import HttpResponse
+from django.utils import timezone
 from rest_framework.authtoken.models import Token, TokenProxy
 
 from core.admin_permissions import has_permission
-from reservations import services
+from reservations import selectors, services, usage
 from reservations.models import (
     Allocation,
     Quota,
@@ -70,7 +75,7 @@ class TenantAdmin(admin.ModelAdmin):
     search_fields = ["name"]
     readonly_fields = ["created_at"]
     inlines = [QuotaInline, SSHKeyInline]
-    actions = ["revoke_api_tokens"]
+    actions = ["revoke_api_tokens", "export_usage_csv"]
 
     has_revoke_tenant_tokens_permission = has_permission("reservations.revoke_tenant_tokens")
 
@@ -81,6 +86,23 @@ class TenantAdmin(admin.ModelAdmin):
     def revoke_api_tokens(self, request, queryset):
         revoked, _ = Token.objects.filter(user__tenant__in=queryset).delete()
         self.message_user(request, f"Revoked {revoked} API token(s)", messages.SUCCESS)
+
+    @admin.action(description="Download the usage of selected tenants, last month and this month so far (CSV)")
+    def export_usage_csv(self, request, queryset):
+        now = timezone.now()
+        this_month = usage.calendar_month(now)
+        window = usage.Span(usage.calendar_month(this_month.start - timedelta(days=1)).start, now)
+        answer = HttpResponse(content_type="text/csv")
+        answer["Content-Disposition"] = f'attachment; filename="usage-{now:%Y-%m-%d}.csv"'
+        rows = csv.writer(answer)
+        rows.writerow(["tenant", "month", "reservation", *usage.KINDS])
+        for tenant in queryset.order_by("name"):
+            for month in usage.months(window):
+                figures = selectors.usage_of(tenant, month.start, month.end)
+                for row in figures["results"]:
+                    rows.writerow([tenant.name, f"{month.start:%Y-%m}", row["reservation"], *map(row.get, usage.KINDS)])
+                rows.writerow([tenant.name, f"{month.start:%Y-%m}", "total", *map(figures["total"].get, usage.KINDS)])
+        return answer
 
 
 @admin.register(Reservation)

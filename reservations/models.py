@@ -70,6 +70,9 @@ class Quota(models.Model):
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
     nodes = models.PositiveIntegerField(null=True, blank=True, help_text="Nodes held at once, in all pods.")
     nodes_per_pod = models.PositiveIntegerField(null=True, blank=True, help_text="Nodes held at once in one pod.")
+    node_hours_per_month = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Node-hours booked in a calendar month (UTC), used or still ahead."
+    )
     booking_horizon_days = models.PositiveIntegerField(null=True, blank=True)
     max_duration_days = models.PositiveIntegerField(null=True, blank=True)
 

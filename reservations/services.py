@@ -26,7 +26,7 @@ from fleet import lifecycle
 from fleet.models import AuditEvent, Image, Node, Pod
 from fleet.services import ConcurrentTransition, transition
 from reservations import ssh_keys as keys
-from reservations import webhooks
+from reservations import usage, webhooks
 from reservations.models import (
     IDEMPOTENCY_KEY_LIFETIME,
     LIVE_STATES,
@@ -50,6 +50,7 @@ from reservations.selectors import (
     booking_limits,
     capacity_over_time,
     live_allocations,
+    node_hours_booked,
     nodes_held,
     period,
     rack_capacity,
@@ -291,6 +292,15 @@ def _check_quota(
             f"your quota is {quota.nodes_per_pod} nodes at once in a pod; you hold {held[pod]} in {pod} over that "
             f"period and asked for {wanted} more"
         )
+    if quota.node_hours_per_month is not None:
+        for month in usage.months(usage.Span(starts_at, ends_at)):
+            booked = node_hours_booked(tenant, usage.calendar_month(month.start))
+            asked = wanted * (month.end - month.start) / timedelta(hours=1)
+            if booked + asked > quota.node_hours_per_month:
+                raise QuotaExceeded(
+                    f"your quota is {quota.node_hours_per_month} node-hours a month; you have {booked:.1f} booked "
+                    f"in {month.start:%Y-%m} and asked for {asked:.1f} more there"
+                )
 
 
 def _describe(chosen: list[str], fleet: Topology) -> str:

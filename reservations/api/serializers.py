@@ -1,8 +1,12 @@
+from datetime import timedelta
+
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api import StrictBooleanField, StrictInputSerializer, StrictIntegerField
 from fleet.models import Image, Pod
+from reservations import usage
 from reservations.models import (
     MAX_USER_DATA_BYTES,
     Reservation,
@@ -248,6 +252,9 @@ class PlacementRefusalSerializer(serializers.Serializer):
 class QuotaLimitsSerializer(serializers.Serializer):
     nodes = serializers.IntegerField(allow_null=True, help_text="Nodes held at once; null: no limit.")
     nodes_per_pod = serializers.IntegerField(allow_null=True)
+    node_hours_per_month = serializers.IntegerField(
+        allow_null=True, help_text="Node-hours booked in a calendar month (UTC); null: no limit."
+    )
     booking_horizon_days = serializers.FloatField()
     max_duration_days = serializers.FloatField()
 
@@ -255,8 +262,65 @@ class QuotaLimitsSerializer(serializers.Serializer):
 class QuotaUseSerializer(serializers.Serializer):
     nodes = serializers.IntegerField(help_text="Nodes held now.")
     nodes_per_pod = serializers.DictField(child=serializers.IntegerField())
+    node_hours_this_month = serializers.FloatField(help_text="Booked this calendar month: used, and still ahead.")
 
 
 class QuotaSerializer(serializers.Serializer):
     limits = QuotaLimitsSerializer()
     used = QuotaUseSerializer()
+
+
+USAGE_WINDOW_DAYS = 400  # a year and a bit: a window any invoice needs, and a bound on the work
+
+
+class UsageRequestSerializer(StrictInputSerializer):
+    from_ = serializers.DateTimeField(required=False, help_text="Default: the start of this calendar month (UTC).")
+    to = serializers.DateTimeField(required=False, help_text="Default and at most: now.")
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")  # a Python keyword, as a query parameter
+        return fields
+
+    def validate(self, attrs):
+        now = timezone.now()
+        start = attrs.get("from") or usage.calendar_month(now).start
+        end = min(attrs.get("to") or now, now)
+        if start >= end:
+            raise serializers.ValidationError({"from": ["must be before to (and before now)"]})
+        if end - start > timedelta(days=USAGE_WINDOW_DAYS):
+            raise serializers.ValidationError({"from": [f"at most {USAGE_WINDOW_DAYS} days before to"]})
+        return {"start": start, "end": end}
+
+
+class UsageFiguresSerializer(serializers.Serializer):
+    node_seconds_active = serializers.IntegerField(
+        help_text="Node-seconds the nodes were up for the reservation while it was whole."
+    )
+    node_seconds_degraded = serializers.IntegerField(
+        help_text="Node-seconds the nodes were up while the reservation missed a node."
+    )
+    node_seconds_replacement = serializers.IntegerField(
+        help_text="Node-seconds replacement nodes were held before they were up."
+    )
+
+
+class ReservationUsageSerializer(UsageFiguresSerializer):
+    reservation = serializers.IntegerField()
+
+
+class MonthUsageSerializer(UsageFiguresSerializer):
+    month = serializers.CharField(help_text="YYYY-MM, UTC.")
+
+
+class UsageSerializer(serializers.Serializer):
+    from_ = serializers.DateTimeField()
+    to = serializers.DateTimeField()
+    results = ReservationUsageSerializer(many=True)
+    total = UsageFiguresSerializer()
+    months = MonthUsageSerializer(many=True)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields

@@ -24,6 +24,7 @@ urlpatterns = [
         name="node-power-cycle",
     ),
     path("quota", views.QuotaView.as_view(), name="quota"),
+    path("usage", views.UsageView.as_view(), name="usage"),
     path("ssh-keys", views.SSHKeyListView.as_view(), name="ssh-key-list"),
     path("webhooks", views.WebhookListView.as_view(), name="webhook-list"),
     path("webhooks/<int:pk>", views.WebhookDetailView.as_view(), name="webhook-detail"),

@@ -21,6 +21,8 @@ from reservations.api.serializers import (
     ReservationSerializer,
     SSHKeyRequestSerializer,
     SSHKeySerializer,
+    UsageRequestSerializer,
+    UsageSerializer,
     WebhookDeliverySerializer,
     WebhookRequestSerializer,
     WebhookSerializer,
@@ -310,3 +312,16 @@ class QuotaView(APIView):
     @extend_schema(responses={200: QuotaSerializer})
     def get(self, request):
         return Response(QuotaSerializer(selectors.quota_of(request.user.tenant)).data)
+
+
+class UsageView(APIView):
+    """Node-seconds per reservation between `from` and `to` (default: this month so far), their
+    total and the totals per calendar month: only time the nodes were up counts as active."""
+
+    permission_classes = [IsTenant]
+
+    @extend_schema(parameters=[UsageRequestSerializer], responses={200: UsageSerializer, 400: ERROR})
+    def get(self, request):
+        window = UsageRequestSerializer(data=request.query_params)
+        window.is_valid(raise_exception=True)
+        return Response(UsageSerializer(selectors.usage_of(request.user.tenant, **window.validated_data)).data)

@@ -26,17 +26,22 @@ def test_the_quota_is_shown_with_what_the_tenant_holds(acme, available_fleet, se
         "limits": {
             "nodes": None,
             "nodes_per_pod": None,
+            "node_hours_per_month": None,
             "booking_horizon_days": settings.BOOKING_HORIZON_DAYS,
             "max_duration_days": settings.MAX_RESERVATION_DAYS,
         },
-        "used": {"nodes": 0, "nodes_per_pod": {}},
+        "used": {"nodes": 0, "nodes_per_pod": {}, "node_hours_this_month": 0.0},
     }
     Quota.objects.create(tenant=tenant, nodes=5, nodes_per_pod=3, max_duration_days=7)
     assert post(acme, "/v1/reservations", {"node_count": 2, "pod": "p2"}).status_code == 201
-    assert acme.get("/v1/quota").json() == {
+    quota = acme.get("/v1/quota").json()
+    booked = quota["used"].pop("node_hours_this_month")  # 2 nodes for 7 days, less what falls in next month
+    assert 0 < booked <= 2 * 7 * 24
+    assert quota == {
         "limits": {
             "nodes": 5,
             "nodes_per_pod": 3,
+            "node_hours_per_month": None,
             "booking_horizon_days": settings.BOOKING_HORIZON_DAYS,
             "max_duration_days": 7,
         },
