@@ -2,8 +2,10 @@
 
 Builds its own database (gpufleet_bench), enrols 10 pods x 125 racks x 8 nodes, serves the API
 with gunicorn, and drives it with 32 concurrent clients: 5,000 reservations of 1-16 nodes (10%
-rack-scale), each in a future window so that nodes are shared over time, about half released
-again. Prints reservations/s, latency percentiles, lost placement races, double bookings
+rack-scale), each in a future window so that nodes are shared over time, 30% of them extended
+by an hour or two, about half released again. Prints reservations/s, latency percentiles
+(creates, refusals, which compute the earliest-start offer, and extensions apart), lost
+placement races, double bookings
 (must be 0), GET /v1/capacity latency, and two ceilings measured in the same run: pgbench's
 TPS, and the rate of the cheapest authenticated read through the same server and clients.
 Run from the repository root: .venv/bin/python -m bench.placement [--reservations N] [--clients N]
@@ -29,7 +31,7 @@ from bench.table import print_table
 from tests.support import REPO_ROOT
 from tests.support.processes import start_gunicorn
 
-BENCH_DB = "gpufleet_bench"
+BENCH_DB = os.environ.get("GPUFLEET_BENCH_DATABASE", "gpufleet_bench")  # another name runs two at once
 PG = "postgres://postgres@127.0.0.1:5432"
 
 
@@ -97,7 +99,8 @@ def percentile(values: list[float], p: float) -> float:
 
 def drive(base: str, tokens: list[str], total: int, seed: int) -> dict:
     latencies, capacity_latencies = [], []
-    outcome = {"created": 0, "refused": 0, "released": 0, "errors": 0}
+    by_kind: dict[str, list[float]] = {"created": [], "refused": [], "extended": [], "extension refused": []}
+    outcome = {"created": 0, "refused": 0, "offered": 0, "released": 0, "extended": 0, "errors": 0}
     lock = threading.Lock()
     remaining = iter(range(total))
     window_start = datetime.now(UTC) + timedelta(days=1)
@@ -126,6 +129,24 @@ def drive(base: str, tokens: list[str], total: int, seed: int) -> dict:
                 latencies.append(elapsed)
                 kind = {201: "created", 409: "refused"}.get(answer.status_code, "errors")
                 outcome[kind] += 1
+                by_kind.get(kind, []).append(elapsed)
+                outcome["offered"] += answer.status_code == 409 and answer.json().get("offer") is not None
+            if answer.status_code == 201 and rng.random() < 0.3:
+                # Extend by an hour or two: often into another booking of one of its nodes (409).
+                extended_to = datetime.fromisoformat(body["ends_at"]) + timedelta(hours=rng.randint(1, 2))
+                t0 = time.perf_counter()
+                extension = session.patch(
+                    f"{base}/v1/reservations/{answer.json()['id']}",
+                    json={"ends_at": extended_to.isoformat()},
+                    timeout=30,
+                )
+                with lock:
+                    kind = {200: "extended", 409: "extension refused"}.get(extension.status_code)
+                    if kind is None:
+                        outcome["errors"] += 1
+                    else:
+                        by_kind[kind].append(time.perf_counter() - t0)
+                        outcome["extended"] += extension.status_code == 200
             if answer.status_code == 201 and rng.random() < 0.5:
                 released = session.post(f"{base}/v1/reservations/{answer.json()['id']}/release", timeout=30)
                 with lock:
@@ -144,7 +165,14 @@ def drive(base: str, tokens: list[str], total: int, seed: int) -> dict:
         t0 = time.perf_counter()
         probe.get(f"{base}/v1/capacity", timeout=30).raise_for_status()
         capacity_latencies.append(time.perf_counter() - t0)
-    return {"wall": wall, "latencies": latencies, "capacity": capacity_latencies, "floor": floor, **outcome}
+    return {
+        "wall": wall,
+        "latencies": latencies,
+        "by_kind": by_kind,
+        "capacity": capacity_latencies,
+        "floor": floor,
+        **outcome,
+    }
 
 
 def framework_floor(base: str, tokens: list[str], per_client: int = 40) -> float:
@@ -216,6 +244,8 @@ def main() -> None:
     tps = pgbench_tps(args.clients, 15)
 
     rate = figures["created"] / figures["wall"]
+    extensions = len(figures["by_kind"]["extended"]) + len(figures["by_kind"]["extension refused"])
+    requests_in_mix = len(figures["latencies"]) + extensions + figures["released"]
     ms = [x * 1000 for x in figures["latencies"]]
     capacity_ms = [x * 1000 for x in figures["capacity"]]
     rows = [
@@ -226,9 +256,18 @@ def main() -> None:
             "created (201) / refused (409) / released",
             f"{figures['created']} / {figures['refused']} / {figures['released']}",
         ),
+        ("refused with an offer of the earliest fit", figures["offered"]),
+        (
+            "extended (200) / extension refused (409)",
+            f"{figures['extended']} / {len(figures['by_kind']['extension refused'])}",
+        ),
         ("errors (other statuses)", figures["errors"]),
         ("reservations/s created", f"{rate:.1f}  (target >= 300)"),
         ("POST latency p50 / p99 ms", f"{percentile(ms, 50):.1f} / {percentile(ms, 99):.1f}  (target p99 < 250)"),
+        *(
+            (f"latency of {kind} p50 / p99 ms", f"{percentile(ms_of, 50):.1f} / {percentile(ms_of, 99):.1f}")
+            for kind, ms_of in ((k, [x * 1000 for x in v]) for k, v in figures["by_kind"].items())
+        ),
         ("lost placement races (retried)", races),
         ("double bookings", f"{double}  (must be 0)"),
         (
@@ -239,8 +278,8 @@ def main() -> None:
         ("reservations/s as a share of pgbench TPS", f"{rate / tps:.3f}"),
         ("floor: authenticated GET /v1/reservations?limit=1, req/s", f"{figures['floor']:.0f}"),
         (
-            "requests/s of the mix (creates + releases) as a share of the floor",
-            f"{(figures['created'] + figures['released']) / figures['wall'] / figures['floor']:.2f}",
+            "requests/s of the mix (creates, extensions, releases) as a share of the floor",
+            f"{requests_in_mix / figures['wall'] / figures['floor']:.2f}",
         ),
     ]
     print_table(rows)
