@@ -126,7 +126,9 @@ def test_extensions_and_new_bookings_racing_for_one_window_never_overlap():
         try:
             reserve(tenant, 2, "p2", starts_at=now + 2 * H, ends_at=now + 3 * H)
             outcomes.append("booked")
-        except PlacementRefused:
+        except PlacementRefused as refused:
+            # A loser is offered the earliest fit: after the extensions, if they won.
+            assert refused.offer is not None and refused.offer.starts_at >= now + 2 * H
             outcomes.append("booking refused")
 
     at_once(*(functools.partial(extend, r) for r in held), *(functools.partial(book, t) for t in tenants[3:]))

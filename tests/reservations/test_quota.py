@@ -4,15 +4,20 @@ at GET /v1/quota, enforced under the tenant's row lock so concurrent requests ca
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from fleet.models import Pod
+from fleet.models import Node, Pod
 from reservations import services
 from reservations.models import Allocation, Quota, Reservation, Tenant
 from reservations.placement import PlacementRefused
+from reservations.selectors import node_hours_booked
+from reservations.usage import calendar_month
 from tests.support.api import post
 from tests.support.concurrency import at_once
 from tests.support.factories import enrol_default_fleet, make_available
@@ -94,3 +99,89 @@ def test_concurrent_requests_never_pass_the_quota():
     at_once(*[functools.partial(request)] * 8)
     assert sorted(outcomes) == ["over quota"] * 5 + ["placed"] * 3
     assert Reservation.objects.filter(tenant=tenant).count() == Allocation.objects.count() == 3
+
+
+@st.composite
+def quota_races(draw):
+    quota = {
+        "nodes": draw(st.one_of(st.none(), st.integers(1, 6))),
+        "nodes_per_pod": draw(st.one_of(st.none(), st.integers(1, 4))),
+        "node_hours_per_month": draw(st.one_of(st.none(), st.integers(1, 24))),
+    }
+    asks = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["create", "grow", "extend"]),
+                st.integers(1, 3),  # nodes
+                st.sampled_from([None, "p1", "p2"]),
+                st.integers(1, 4),  # start, hours from now
+                st.integers(1, 3),  # duration or extension, hours
+            ),
+            min_size=2,
+            max_size=6,
+        )
+    )
+    return quota, asks
+
+
+@pytest.mark.django_db(transaction=True)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=quota_races())
+def test_no_mix_of_concurrent_creates_growths_and_extensions_passes_the_quota(case):
+    quota_limits, asks = case
+    if not Node.objects.exists():
+        make_available(enrol_default_fleet(12))
+    for earlier in Reservation.objects.filter(state__in=["pending", "provisioning"]):  # the last example's
+        services.release_reservation(reservation_id=earlier.pk, actor="t")
+    tenant = Tenant.objects.create(name=f"acme-{Tenant.objects.count()}")
+    Quota.objects.create(tenant=tenant, **quota_limits)
+    now = timezone.now()
+    # One reservation to grow and extend, inside the quota or not there at all.
+    try:
+        first = services.create_reservation(
+            tenant=tenant,
+            node_count=1,
+            pod=Pod.objects.get(name="p2"),
+            starts_at=now + H,
+            ends_at=now + 2 * H,
+            actor="t",
+        )
+    except services.QuotaExceeded:
+        return
+
+    def ask(kind, count, pod, start, hours):
+        try:
+            if kind == "create":
+                services.create_reservation(
+                    tenant=tenant,
+                    node_count=count,
+                    pod=Pod.objects.get(name=pod) if pod else None,
+                    starts_at=now + start * H,
+                    ends_at=now + (start + hours) * H,
+                    actor="t",
+                )
+            elif kind == "grow":
+                current = Reservation.objects.get(pk=first.pk).node_count
+                services.change_reservation(
+                    reservation_id=first.pk, tenant=tenant, node_count=current + count, actor="t"
+                )
+            else:
+                services.change_reservation(
+                    reservation_id=first.pk, tenant=tenant, ends_at=now + (2 + hours) * H, actor="t"
+                )
+        except (services.QuotaExceeded, PlacementRefused, services.EndRefused):
+            pass
+
+    at_once(*(functools.partial(ask, *a) for a in asks))
+    holds = list(
+        services.live_allocations().filter(reservation__tenant=tenant).values_list("period", "node__rack__pod__name")
+    )
+    for moment in {period.lower for period, _ in holds}:
+        at = [pod for period, pod in holds if period.lower <= moment < period.upper]
+        if quota_limits["nodes"] is not None:
+            assert len(at) <= quota_limits["nodes"]
+        if quota_limits["nodes_per_pod"] is not None:
+            assert max(Counter(at).values(), default=0) <= quota_limits["nodes_per_pod"]
+    if quota_limits["node_hours_per_month"] is not None:
+        for month in {calendar_month(period.lower) for period, _ in holds}:
+            assert node_hours_booked(tenant, month) <= quota_limits["node_hours_per_month"] + 1e-6
