@@ -272,6 +272,8 @@ WEBHOOK_ALLOWED_NETWORKS = [
     if n.strip()
 ]
 # Before a reservation's end, its tenant is told this many minutes ahead (reservation.ending).
+# A worker that claimed a tenant's webhook delivery and died: how long until another sends it.
+WEBHOOK_SEND_LEASE_SECONDS = float(os.environ.get("GPUFLEET_WEBHOOK_SEND_LEASE_SECONDS", "60"))
 RESERVATION_ENDING_NOTICE_MINUTES = float(os.environ.get("GPUFLEET_RESERVATION_ENDING_NOTICE_MINUTES", "60"))
 # Where BMCs fetch config drives: this private listener, as the BMC network reaches it.
 CONFIG_DRIVE_BASE_URL = os.environ.get("GPUFLEET_CONFIG_DRIVE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")

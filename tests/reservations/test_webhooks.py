@@ -175,7 +175,7 @@ def test_a_worker_that_dies_mid_delivery_loses_nothing(acme, available_fleet, re
     created = post(acme, "/v1/reservations", {"node_count": 1, "pod": "p2"}).json()
     bring_up(created["id"])
     with transaction.atomic():  # what a worker does before it sends, then it dies
-        WebhookDelivery.objects.update(next_attempt_at=timezone.now() + sender.SEND_LEASE)
+        WebhookDelivery.objects.update(next_attempt_at=timezone.now() + sender.send_lease())
     assert sender.deliver_due() == {"delivered": 0, "retried": 0, "failed": 0}  # held by the dead worker's lease
     WebhookDelivery.objects.update(next_attempt_at=timezone.now())  # its lease runs out
     assert sender.deliver_due() == {"delivered": 1, "retried": 0, "failed": 0}
