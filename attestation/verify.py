@@ -32,6 +32,7 @@ import math
 import re
 import sys
 import time
+from dataclasses import dataclass
 
 from attestation.ear import ResultInvalid, verify_result
 
@@ -66,23 +67,56 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {args.jwks} is not JSON: {err}", file=sys.stderr)
         return UNREADABLE
+    checked = check_result(
+        token,
+        keys,
+        node=args.node,
+        nonce=args.nonce,
+        max_age=args.max_age,
+        allow_contraindicated=args.allow_contraindicated,
+        now=time.time(),
+    )
+    if checked.claims is not None:
+        print(json.dumps(checked.claims, indent=2, sort_keys=True))
+    for reason in checked.reasons:
+        print(reason, file=sys.stderr)
+    return checked.status
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What a signed result is worth, as asked: the exit status, the claims if the signature
+    verifies (None otherwise), and every reason for a status other than 0, one a line."""
+
+    status: int  # ANSWERED, REFUSED or CONTRAINDICATED
+    claims: dict | None
+    reasons: list[str]
+
+
+def check_result(
+    token: str,
+    keys: object,
+    *,
+    node: str | None = None,
+    nonce: frozenset[bytes] | None = None,
+    max_age: float | None = None,
+    allow_contraindicated: bool = False,
+    now: float,
+) -> Checked:
+    """Every check of this module on `token` with the JWKS `keys`: this command's, and `gpufleet verify`'s."""
     try:
         claims = verify_result(token, keys)
     except ResultInvalid as err:
-        print(f"invalid result: {err}", file=sys.stderr)
-        return REFUSED
-    print(json.dumps(claims, indent=2, sort_keys=True))
-    mismatches = not_as_asked(claims, node=args.node, nonce=args.nonce, max_age=args.max_age, now=time.time())
-    contraindications = contraindicated(claims, node=args.node)
-    for reason in mismatches:
-        print(f"not as asked: {reason}", file=sys.stderr)
-    for reason in contraindications:
-        print(f"contraindicated: {reason}", file=sys.stderr)
+        return Checked(REFUSED, None, [f"invalid result: {err}"])
+    mismatches = not_as_asked(claims, node=node, nonce=nonce, max_age=max_age, now=now)
+    contraindications = contraindicated(claims, node=node)
+    reasons = [f"not as asked: {reason}" for reason in mismatches]
+    reasons += [f"contraindicated: {reason}" for reason in contraindications]
     if mismatches:
-        return REFUSED
-    if contraindications and not args.allow_contraindicated:
-        return CONTRAINDICATED
-    return ANSWERED
+        return Checked(REFUSED, claims, reasons)
+    if contraindications and not allow_contraindicated:
+        return Checked(CONTRAINDICATED, claims, reasons)
+    return Checked(ANSWERED, claims, reasons)
 
 
 def not_as_asked(
