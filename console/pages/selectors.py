@@ -1,4 +1,5 @@
-"""Reads for the server-rendered pages: the fleet floor, a node, incidents and their replay.
+"""Reads for the server-rendered pages: the fleet floor, a node, incidents and their replay, and
+a tenant's own page.
 
 Every function runs a fixed number of queries whatever the fleet size: rows come back through
 values() with the names they need already joined, and counts are aggregated in SQL. Each takes
@@ -11,16 +12,19 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, Prefetch, Q, QuerySet
+from django.utils import timezone
 
 from attestation.models import AttestationResult
 from console.pages.disclosure import Disclosure
 from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, Node
 from remediation.models import IncidentStep, Remediation, RemediationStatus
-from reservations.models import Reservation, ReservationEventKind, Tenant
+from reservations.models import LIVE_STATES, Reservation, ReservationEventKind, Tenant, Webhook, WebhookDelivery
 from reservations.models import ReservationEvent as ReservationHistory
-from reservations.selectors import capacity_by_pod, reservation_nodes
+from reservations.selectors import capacity_by_pod, quota_of, reservation_machines, reservation_nodes, usage_of
+from reservations.usage import KINDS as USAGE_KINDS
+from reservations.usage import calendar_month
 
 # Above this many nodes on screen a rack collapses into a bar of per-state counts: 10,000
 # tiles would be megabytes of HTML every poll, and no operator reads them one by one.
@@ -31,6 +35,7 @@ ATTENTION_LIMIT = 200
 NODE_TIMELINE_LIMIT = 200
 INCIDENT_LIMIT = 50
 REMEDIATION_LIMIT = 200
+RECENT_DELIVERIES = 10  # per webhook, on the tenant's page
 
 
 @dataclass(frozen=True)
@@ -503,12 +508,74 @@ def tenant_of(user) -> Tenant | None:
 
 
 def tenant_reservations(tenant: Tenant) -> list[dict]:
-    """The tenant's reservations, newest first, each with the nodes it holds and their states."""
+    """The tenant's reservations, newest first, each with the nodes it holds and their states,
+    the machines serving it (address, SSH port, host key), and whether it can still change."""
     reservations = list(Reservation.objects.filter(tenant=tenant).select_related("pod").order_by("-created_at", "-id"))
     held = reservation_nodes(reservations)
+    machines = reservation_machines(reservations)
     states = dict(
         Node.objects.filter(name__in=[n for names in held.values() for n in names]).values_list("name", "state")
     )
     return [
-        {"reservation": r, "nodes": [(name, states.get(name, "")) for name in held.get(r.pk, [])]} for r in reservations
+        {
+            "reservation": r,
+            "nodes": [(name, states.get(name, "")) for name in held.get(r.pk, [])],
+            "machines": machines.get(r.pk, []),
+            "live": r.state in LIVE_STATES,
+        }
+        for r in reservations
     ]
+
+
+def tenant_page(tenant: Tenant) -> dict:
+    """Everything the tenant's page shows besides its forms."""
+    return {
+        "reservations": tenant_reservations(tenant),
+        "capacity": capacity_by_pod(),
+        "quota": quota_of(tenant),
+        "webhooks": tenant_webhooks(tenant),
+        "usage": usage_this_month(tenant),
+    }
+
+
+def tenant_webhooks(tenant: Tenant, deliveries: int = RECENT_DELIVERIES) -> list[dict]:
+    """The tenant's webhooks (without their secrets), each with its latest deliveries, newest first."""
+    latest = WebhookDelivery.objects.order_by("-created_at", "-id")[:deliveries]
+    hooks = Webhook.objects.filter(tenant=tenant).order_by("id")
+    hooks = hooks.prefetch_related(Prefetch("deliveries", latest, to_attr="latest_deliveries"))
+    return [{"webhook": hook, "deliveries": hook.latest_deliveries} for hook in hooks]
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    reservation: int | None  # None: the total
+    seconds: dict[str, int]
+
+    @property
+    def hours(self) -> dict[str, float]:
+        return {kind: seconds / 3600 for kind, seconds in self.seconds.items()}
+
+
+@dataclass(frozen=True)
+class Usage:
+    start: datetime
+    end: datetime
+    rows: list[UsageRow]
+    total: UsageRow
+
+
+def usage_this_month(tenant: Tenant, now: datetime | None = None) -> Usage:
+    """The tenant's node-seconds per reservation from the first of this month (UTC) until now."""
+    end = now or timezone.now()
+    start = calendar_month(end).start
+    usage = usage_of(tenant, start, end)
+
+    def row(reservation, seconds) -> UsageRow:
+        return UsageRow(reservation=reservation, seconds={kind: seconds[kind] for kind in USAGE_KINDS})
+
+    return Usage(
+        start=start,
+        end=end,
+        rows=[row(entry["reservation"], entry) for entry in usage["results"]],
+        total=row(None, usage["total"]),
+    )

@@ -2,7 +2,8 @@
 
 `public_patterns`: read-only pages for anyone, as the private listener serves them (names and all).
 `public_listener_patterns`: the same pages as the public listener serves them: naming no one.
-`tenant_patterns`: pages behind a login, and the login itself: the private listener only.
+`tenant_patterns`: pages behind a login, and the login itself: the private listener only. The
+tenant's page posts its forms to its own URL (reserve) and to siblings under `my/`, POST only.
 """
 
 from django.contrib.auth import views as auth_views
@@ -29,6 +30,18 @@ public_listener_patterns = read_only_patterns(public_listener=True)
 
 tenant_patterns = [
     path("my/reservations", views.MyReservationsView.as_view(), name="my-reservations"),
+    path("my/reservations/<int:pk>/extend", views.ExtendReservationView.as_view(), name="my-reservation-extend"),
+    path(
+        "my/reservations/<int:pk>/node-count",
+        views.ChangeNodeCountView.as_view(),
+        name="my-reservation-node-count",
+    ),
+    path("my/reservations/<int:pk>/release", views.ReleaseReservationView.as_view(), name="my-reservation-release"),
+    path(
+        "my/webhooks/<int:webhook>/deliveries/<int:delivery>/redeliver",
+        views.RedeliverWebhookView.as_view(),
+        name="my-webhook-redeliver",
+    ),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
 ]

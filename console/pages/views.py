@@ -1,18 +1,27 @@
-"""The fleet floor and its pages: thin views over console/pages/selectors.py.
+"""The fleet floor and its pages: thin views over console/pages/selectors.py, and the tenant's
+page, whose forms (console/pages/forms.py) call the reservations' services as the API does.
 
 Public pages answer GET, HEAD and OPTIONS only: they are served on the read-only listener too.
 """
 
+from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views import View
 
-from console.pages import selectors, tiles
+from console.pages import forms, selectors, tiles
 from console.pages.disclosure import EVERYTHING, PublicDisclosure
 from core.parsing import InvalidInput, parse_int
 from fleet.api.filtersets import NodeFilterSet
+from reservations import services as reservations
+from reservations import webhooks
+from reservations.models import Reservation, Tenant
+from reservations.periods import PeriodRefused
+from reservations.placement import PlacementRefused
 
 
 class ReadOnlyPage(View):
@@ -78,10 +87,176 @@ class RemediationsView(ReadOnlyPage):
         )
 
 
-class MyReservationsView(LoginRequiredMixin, View):
-    http_method_names = ["get", "head", "options"]
+# -- the tenant's pages: the private listener only, behind a login ------------------------
+
+NOT_A_TENANT = "your account is not a tenant's: ask an operator to link it to a tenant"
+
+
+class TenantPage(LoginRequiredMixin, View):
+    """A page of the signed-in tenant's own. A signed-in user who is no tenant's reads the notice
+    on the page and may post nothing (403); everything posted acts on the tenant's own objects
+    only, and another tenant's is answered like one that does not exist (404)."""
+
+    tenant: Tenant | None = None
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.user.is_authenticated:  # else LoginRequiredMixin sends the browser to the login
+            self.tenant = selectors.tenant_of(request.user)
+            if self.tenant is None and request.method not in ("GET", "HEAD", "OPTIONS"):
+                raise PermissionDenied(NOT_A_TENANT)
+        return super().dispatch(request, *args, **kwargs)
+
+    @property
+    def actor(self) -> str:
+        return f"tenant:{self.tenant.name}"
+
+    def page(self, *, status: int = 200, reserve_form=None, refusal=None, changing=None):
+        """The tenant's page, with the form that was posted bound (its errors beside its fields):
+        `reserve_form`, or `changing`, (reservation id, form's name, form) of one row."""
+        context = {"tenant": self.tenant, "reservations": []}
+        if self.tenant is not None:
+            context |= selectors.tenant_page(self.tenant)
+            context["reserve_form"] = (
+                reserve_form if reserve_form is not None else forms.ReserveForm(tenant=self.tenant)
+            )
+            context["refusal"] = refusal
+            for entry in context["reservations"]:
+                # A row's forms, and the one that was posted even if its reservation just ended.
+                entry["changing"] = changing is not None and changing[0] == entry["reservation"].pk
+                if entry["live"] or entry["changing"]:
+                    entry["extend_form"] = _extend_form(entry["reservation"])
+                    entry["node_count_form"] = _node_count_form(entry["reservation"])
+                if entry["changing"]:
+                    entry[changing[1]] = changing[2]
+        return render(self.request, "fleet/my_reservations.html", context, status=status)
+
+
+def _extend_form(reservation: Reservation, data=None) -> forms.ExtendForm:
+    return forms.ExtendForm(data, current_end=reservation.ends_at, auto_id=f"r{reservation.pk}-extend-%s")
+
+
+def _node_count_form(reservation: Reservation, data=None) -> forms.NodeCountForm:
+    initial = {"node_count": reservation.node_count}
+    return forms.NodeCountForm(data, initial=initial, auto_id=f"r{reservation.pk}-nodes-%s")
+
+
+def _row(reservation_id: int) -> str:
+    return f"{reverse('my-reservations')}#reservation-{reservation_id}"
+
+
+def _when(moment) -> str:
+    return f"{moment:%Y-%m-%d %H:%M} UTC" if moment else "open-ended"
+
+
+class MyReservationsView(TenantPage):
+    """GET: the tenant's page. POST: the reserve form; a refusal shows its reason and, when the
+    request fits later, the offer with a button that books exactly it."""
+
+    http_method_names = ["get", "head", "options", "post"]
 
     def get(self, request):
-        tenant = selectors.tenant_of(request.user)
-        reservations = selectors.tenant_reservations(tenant) if tenant else []
-        return render(request, "fleet/my_reservations.html", {"tenant": tenant, "reservations": reservations})
+        return self.page()
+
+    def post(self, request):
+        form = forms.ReserveForm(request.POST, tenant=self.tenant)
+        if not form.is_valid():
+            return self.page(status=400, reserve_form=form)
+        try:
+            reservation = reservations.create_reservation(tenant=self.tenant, actor=self.actor, **form.booking())
+        except PeriodRefused as refused:
+            form.refuse(refused.field, refused.reason)
+            return self.page(status=400, reserve_form=form)
+        except PlacementRefused as refused:  # as the API's 409: the reason, and the offer if any
+            offer = refused.offer
+            refusal = {"reason": refused.reason, "offer": offer, "taking": form.taking(offer) if offer else []}
+            return self.page(status=409, reserve_form=form, refusal=refusal)
+        except reservations.QuotaExceeded as over:
+            form.add_error(None, str(over))
+            return self.page(status=403, reserve_form=form)
+        pod = f" in {reservation.pod.name}" if reservation.pod_id else ""
+        messages.success(
+            request,
+            f"Reservation {reservation.pk}: {reservation.node_count} node(s){pod}, "
+            f"{_when(reservation.starts_at)} to {_when(reservation.ends_at)}, {reservation.state}"
+            + (f" ({reservation.reason})" if reservation.reason else "")
+            + ".",
+        )
+        return redirect(_row(reservation.pk))
+
+
+class ChangeReservationView(TenantPage):
+    """POST a row's form: change_reservation with what it asks; a refusal is shown in that form,
+    with the API's words (an extension into another booking names the latest end it can have)."""
+
+    http_method_names = ["post"]
+    form_name = ""  # the row's form this view reads, as the template names it
+
+    def form(self, reservation: Reservation, data):
+        raise NotImplementedError
+
+    def post(self, request, pk: int):
+        reservation = get_object_or_404(Reservation, pk=pk, tenant=self.tenant)
+        form = self.form(reservation, request.POST)
+        if not form.is_valid():
+            return self.page(status=400, changing=(pk, self.form_name, form))
+        try:
+            changed = reservations.change_reservation(
+                reservation_id=pk, tenant=self.tenant, actor=self.actor, **form.change()
+            )
+        except (PeriodRefused, reservations.ChangeRefused) as refused:
+            form.refuse(refused.field, refused.reason)
+            status = 400
+        except (reservations.EndRefused, PlacementRefused) as refused:
+            form.add_error(None, str(refused))
+            status = 409
+        except reservations.QuotaExceeded as over:
+            form.add_error(None, str(over))
+            status = 403
+        else:
+            ends = _when(changed.ends_at)
+            messages.success(
+                request, f"Reservation {changed.pk}: {changed.node_count} node(s) until {ends}, {changed.state}."
+            )
+            return redirect(_row(pk))
+        return self.page(status=status, changing=(pk, self.form_name, form))
+
+
+class ExtendReservationView(ChangeReservationView):
+    form_name = "extend_form"
+
+    def form(self, reservation, data):
+        return _extend_form(reservation, data)
+
+
+class ChangeNodeCountView(ChangeReservationView):
+    form_name = "node_count_form"
+
+    def form(self, reservation, data):
+        return _node_count_form(reservation, data)
+
+
+class ReleaseReservationView(TenantPage):
+    """POST, from the row's confirm step: end the reservation now; its nodes go to wiping."""
+
+    http_method_names = ["post"]
+
+    def post(self, request, pk: int):
+        reservation = get_object_or_404(Reservation, pk=pk, tenant=self.tenant)
+        released = reservations.release_reservation(
+            reservation_id=reservation.pk, actor=self.actor, reason="released by tenant"
+        )
+        messages.success(request, f"Reservation {released.pk} is {released.state}.")
+        return redirect(_row(pk))
+
+
+class RedeliverWebhookView(TenantPage):
+    """POST: send one of the tenant's webhook deliveries again now, as POST .../redeliver does."""
+
+    http_method_names = ["post"]
+
+    def post(self, request, webhook: int, delivery: int):
+        again = webhooks.redeliver(tenant=self.tenant, webhook_id=webhook, delivery_id=delivery)
+        if again is None:
+            raise Http404(f"no delivery {delivery} of webhook {webhook}")
+        messages.success(request, f"Delivery {again.pk} ({again.event}) is queued to be sent again.")
+        return redirect(f"{reverse('my-reservations')}#webhook-{webhook}")

@@ -9,6 +9,7 @@ from playwright.sync_api import expect, sync_playwright
 from fleet.models import Node
 from fleet.services import transition
 from reservations import services as reservations
+from reservations.models import Reservation, Tenant
 from tests.support.factories import bring_up, drive, enrol_default_fleet, make_available, signed_result
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -104,3 +105,34 @@ def test_a_screenshot_of_the_busy_floor(page, live_server, default_fleet, alice)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=ARTIFACTS / "fleet-floor.png", full_page=True)
     assert (ARTIFACTS / "fleet-floor.png").stat().st_size > 10_000
+
+
+def test_a_tenant_signs_in_and_reserves_nodes_with_the_form(page, live_server, transactional_db, django_user_model):
+    make_available(enrol_default_fleet(12))
+    tenant = Tenant.objects.create(
+        name="alice", user=django_user_model.objects.create_user("alice", password="alice-password-1")
+    )
+    page.goto(f"{live_server.url}/my/reservations")
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill("alice-password-1")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator('[data-capacity="p2"]')).to_contain_text("4")
+
+    form = page.locator('form[data-form="reserve"]')
+    form.get_by_label("Nodes", exact=True).fill("2")
+    form.get_by_label("Pod", exact=True).select_option("p2")
+    form.get_by_label("Duration (hours)").fill("3")
+    form.get_by_label("User data").fill("#!/bin/sh\necho hello\n")
+    form.get_by_role("button", name="Reserve").click()
+
+    reservation = Reservation.objects.get(tenant=tenant)
+    expect(page.locator(".messages")).to_contain_text(f"Reservation {reservation.pk}: 2 node(s) in p2")
+    expect(page.locator(f'tr[data-reservation="{reservation.pk}"]')).to_contain_text("provisioning")
+    expect(page.locator('[data-capacity="p2"] td').nth(1)).to_have_text("2")  # available now
+    assert (reservation.node_count, reservation.pod.name) == (2, "p2")
+    assert reservation.user_data == "#!/bin/sh\necho hello\n"  # the browser's CRLF undone
+
+    page.get_by_text("Release…").click()
+    page.get_by_role("button", name=f"Release reservation {reservation.pk}").click()
+    expect(page.locator(".messages")).to_contain_text(f"Reservation {reservation.pk} is released")
+    assert Reservation.objects.get(pk=reservation.pk).state == "released"
