@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from fleet.models import Pod
@@ -16,7 +15,7 @@ from reservations import services
 from reservations.models import Reservation, ReservationEvent, Tenant
 from reservations.placement import PlacementRefused
 from tests.support.concurrency import at_once
-from tests.support.factories import enrol_default_fleet, make_available
+from tests.support.factories import enrol_default_fleet, make_available, overlaps
 
 H = timedelta(hours=1)
 
@@ -27,15 +26,6 @@ def patch(client, reservation_id: int, body: dict):
 
 def iso(moment) -> str:
     return moment.isoformat().replace("+00:00", "Z")
-
-
-def overlaps() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM reservations_allocation a JOIN reservations_allocation b"
-            " ON a.node_id = b.node_id AND a.id < b.id AND a.period && b.period"
-        )
-        return cursor.fetchone()[0]
 
 
 def reserve(tenant, count, pod, starts_at=None, ends_at=None) -> Reservation:

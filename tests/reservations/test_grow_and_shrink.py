@@ -7,7 +7,6 @@ import functools
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from fleet.models import Node, Pod
@@ -15,7 +14,7 @@ from reservations import services
 from reservations.models import Quota, Reservation, ReservationEvent, ReservationState, Tenant
 from reservations.placement import give_back
 from tests.support.concurrency import at_once
-from tests.support.factories import drive, enrol_default_fleet, make_available
+from tests.support.factories import drive, enrol_default_fleet, make_available, overlaps
 
 H = timedelta(hours=1)
 
@@ -26,15 +25,6 @@ def patch(client, reservation_id: int, body: dict):
 
 def held(reservation) -> list[str]:
     return sorted(services.live_allocations().filter(reservation=reservation).values_list("node__name", flat=True))
-
-
-def overlaps() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM reservations_allocation a JOIN reservations_allocation b"
-            " ON a.node_id = b.node_id AND a.id < b.id AND a.period && b.period"
-        )
-        return cursor.fetchone()[0]
 
 
 def reserve(tenant_name, count, pod=None, **extra) -> Reservation:

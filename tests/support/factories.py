@@ -7,6 +7,7 @@ from io import StringIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.management import call_command
+from django.db import connection
 from django.utils import timezone
 
 from attestation import ear
@@ -132,3 +133,13 @@ def failed_attestation_after_a_tenant(node: Node) -> AttestationResult:
     result = signed_result(node)
     drive(node, "attestation_failed", reason="unknown_component_digest: kernel")
     return result
+
+
+def overlaps() -> int:
+    """Pairs of allocations of one node whose periods overlap: double bookings, which must be 0."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM reservations_allocation a JOIN reservations_allocation b"
+            " ON a.node_id = b.node_id AND a.id < b.id AND a.period && b.period"
+        )
+        return cursor.fetchone()[0]
