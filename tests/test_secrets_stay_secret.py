@@ -74,6 +74,7 @@ def test_no_route_shows_a_secret_to_a_tenant_or_an_operator(secrets, admin_clien
         "key": "none",
         "token": "none",
         "delivery": "1",
+        "webhook": "1",
     }
     for route in routes():
         path = "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], route)
