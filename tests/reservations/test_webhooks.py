@@ -186,3 +186,39 @@ def test_an_operators_words_are_not_passed_to_the_tenant():
         "operator_quarantine: taken out of service by an operator"
     )
     assert reason_for_tenant("hardware_fault: XID 79 on GPU 3") == "hardware_fault: XID 79 on GPU 3"
+
+
+def test_every_event_of_a_reservations_life_arrives_in_order_even_after_the_receiver_fails_three_times(
+    acme, available_fleet, receiver
+):
+    every = ["reservation.active", "reservation.ending", "reservation.degraded", "reservation.healed"]
+    hook = post(
+        acme, "/v1/webhooks", {"url": receiver.url, "events": [*every, "reservation.released", "node.quarantined"]}
+    ).json()
+    soon = (timezone.now() + timedelta(minutes=30)).isoformat()
+    created = post(acme, "/v1/reservations", {"node_count": 2, "pod": "p1", "ends_at": soon}).json()
+    bring_up(created["id"])
+    assert services.notify_ending_reservations() == 1
+    post(acme, f"/v1/reservations/{created['id']}/nodes/{created['nodes'][0]}/report", {"description": "dead"})
+    services.heal_reservation(reservation_id=created["id"])
+    services.provision_held_nodes()
+    bring_up(created["id"])
+    acme.post(f"/v1/reservations/{created['id']}/release")
+
+    receiver.status = 503  # down for three rounds of attempts, then back
+    for _ in range(3):
+        assert sender.deliver_due() == {"delivered": 0, "retried": 6, "failed": 0}
+        WebhookDelivery.objects.update(next_attempt_at=timezone.now())
+    receiver.status = 204
+    assert sender.deliver_due() == {"delivered": 6, "retried": 0, "failed": 0}
+    got = received(receiver, hook["secret"])  # each verified by hand and by the specification's library
+    assert len(got) == 4 * 6
+    life = sorted(got[-6:], key=lambda m: m["timestamp"])  # the round that was answered 204
+    assert [m["type"] for m in life] == [
+        "reservation.active",
+        "reservation.ending",
+        "node.quarantined",
+        "reservation.degraded",
+        "reservation.healed",
+        "reservation.released",
+    ]
