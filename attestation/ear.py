@@ -11,7 +11,8 @@ Claims::
      "measurements": {<component>: <hex digest>, ...}}
 
 The JWT header carries `kid`, the RFC 7638 thumbprint of the signing key, so anyone holding
-the JWKS can verify a result offline with any JWT library.
+the JWKS can verify a result offline with any JWT library; gpufleet_client.offline_verification
+is ours (the API, `python -m attestation.verify` and `gpufleet verify` use it).
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from pathlib import Path
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from gpufleet_client.offline_verification import ALGORITHM
 from jwt.algorithms import OKPAlgorithm
 
 from .verifier import Verdict
 
-ALGORITHM = "EdDSA"
 EAR_PROFILE = "tag:github.com,2023:veraison/ear"
 VERIFIER_DEVELOPER = "gpu-fleet"
 
@@ -67,10 +68,6 @@ CLAIM_OF = {
     "cc_mode": "configuration",
 }
 CLAIMS = ("instance-identity", "configuration", "executables", "hardware")
-
-
-class ResultInvalid(Exception):
-    """A signed result that does not verify: bad signature, unknown kid, wrong algorithm, malformed."""
 
 
 class SigningKeyError(ValueError):
@@ -120,24 +117,6 @@ def sign_result(
 
 def jwks(keys: Iterable[tuple[str, Ed25519PublicKey]]) -> dict:
     return {"keys": [{**_jwk(public_key), "kid": kid, "alg": ALGORITHM, "use": "sig"} for kid, public_key in keys]}
-
-
-def verify_result(token: str, jwks: dict) -> dict:
-    """The claims of a result signed by a key in `jwks`; raises ResultInvalid otherwise."""
-    try:
-        header = jwt.get_unverified_header(token)
-    except jwt.PyJWTError as err:
-        raise ResultInvalid(f"not a JWT: {err}") from None
-    if header.get("alg") != ALGORITHM:
-        raise ResultInvalid(f"algorithm {header.get('alg')!r} is not {ALGORITHM}")
-    kid = header.get("kid")
-    key = _public_key(jwks, kid)
-    try:
-        # A result stays valid whatever the reader's clock says: iat is when it was signed, not a window.
-        options = {"require": ["iat"], "verify_iat": False}
-        return jwt.decode(token, key, algorithms=[ALGORITHM], options=options)
-    except jwt.PyJWTError as err:
-        raise ResultInvalid(f"the result does not verify with key {kid}: {err}") from None
 
 
 def key_id(public_key: Ed25519PublicKey) -> str:
@@ -204,23 +183,6 @@ def generate_signing_key(path: str | Path) -> tuple[str, Ed25519PrivateKey]:
     with os.fdopen(descriptor, "wb") as file:
         file.write(pem)
     return key_id(key.public_key()), key
-
-
-def _public_key(keys: object, kid: object) -> Ed25519PublicKey:
-    if not isinstance(keys, dict):
-        raise ResultInvalid('the JWKS is not {"keys": [...]}')
-    try:
-        # PyJWKSet skips the entries it cannot parse, so a malformed key is as good as absent.
-        jwk = jwt.PyJWKSet.from_dict(keys)[kid]
-    except (jwt.PyJWKSetError, TypeError):  # TypeError: an "alg" that is a list or an object
-        # Not PyJWT's message, which blames a missing `cryptography` for any set of unusable keys.
-        raise ResultInvalid("the JWKS is malformed or has no usable key") from None
-    except KeyError:
-        raise ResultInvalid(f"unknown key id {kid!r}: not among the usable keys of the JWKS") from None
-    # Only an Ed25519 public key: not Ed448 (also EdDSA to PyJWT), nor a key with its private half.
-    if not isinstance(jwk.key, Ed25519PublicKey):
-        raise ResultInvalid(f"key {kid} is not an Ed25519 EdDSA key")
-    return jwk.key
 
 
 def _jwk(public_key: Ed25519PublicKey) -> dict:

@@ -33,12 +33,13 @@ PRODUCTION_CODE = (
     "attestation",
     "remediation",
     "bmcsim",
+    "client",
     "manage.py",
 )
-FIRST_PARTY = {*PRODUCTION_CODE, "tests", "bench"} - {"manage.py"}
+FIRST_PARTY = {*PRODUCTION_CODE, "gpufleet_client", "tests", "bench"} - {"manage.py", "client"}
 # Installed by the venv itself, not by either file.
 TOOLING = {"pip", "setuptools", "wheel"}
-EDITABLE = {"gpufleet-client"}  # requirements-dev.txt installs it from the checkout (-e ./client)
+EDITABLE = {"gpufleet-client"}  # requirements.txt installs it from the checkout (-e ./client)
 
 
 def requirements(path: Path) -> dict[str, Requirement]:

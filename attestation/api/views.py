@@ -1,5 +1,6 @@
 from django.http import Http404
 from drf_spectacular.utils import extend_schema, inline_serializer
+from gpufleet_client.offline_verification import ResultInvalid, verify_result
 from rest_framework import permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -39,8 +40,8 @@ class NodeAttestationView(PublicReadView):
         if result is None:
             raise Http404(f"node {name} has not been attested yet")
         try:
-            claims = services.ear.verify_result(result.token, services.public_keys())
-        except services.ear.ResultInvalid as invalid:
+            claims = verify_result(result.token, services.public_keys())
+        except ResultInvalid as invalid:
             return Response({"token": result.token, "claims": None, "verified": False, "detail": str(invalid)})
         return Response({"token": result.token, "claims": claims, "verified": True})
 

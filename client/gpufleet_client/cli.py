@@ -10,7 +10,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpufleet_client import __version__, verification
+from gpufleet_client import __version__
+from gpufleet_client import offline_verification as verification
 from gpufleet_client.api import ApiError, Client
 from gpufleet_client.config import Config, ConfigError, load
 from gpufleet_client.tables import cell_text, fields, table, timestamp, when
@@ -185,10 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("node", metavar="NODE")
     verify.add_argument(
-        "--nonce", type=verification.nonce_argument, help="refuse a result for another nonce (base64url or hex)"
+        "--nonce", type=verification.nonce_readings, help="refuse a result for another nonce (base64url or hex)"
     )
     verify.add_argument(
-        "--max-age", type=verification.seconds_argument, metavar="SECONDS", help="refuse a result signed longer ago"
+        "--max-age", type=verification.seconds, metavar="SECONDS", help="refuse a result signed longer ago"
     )
     verify.add_argument(
         "--allow-contraindicated", action="store_true", help="exit 0 on a genuine contraindicated result too"
@@ -216,9 +217,6 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE
     except ApiError as error:
         return refused(error, args)
-    except verification.VerifierMissing as missing:
-        print(f"gpufleet: {missing}", file=sys.stderr)
-        return USAGE
     except Failed as failed:
         if failed.message:
             print(f"gpufleet: {failed.message}", file=sys.stderr)
@@ -557,7 +555,6 @@ def do_redeliver(args, config: Config) -> int:
 
 
 def do_verify(args, config: Config) -> int:
-    checks = verification.checks()
     api = client(config, token=False)
     try:
         answer = api.attestation(args.node)
@@ -567,7 +564,7 @@ def do_verify(args, config: Config) -> int:
             raise
         refused(error, args)
         return verification.REFUSED  # no result to vouch for the node: not 3, which means contraindicated
-    checked = checks.check_result(
+    checked = verification.check_result(
         str(answer.get("token", "")),
         keys,
         node=args.node,

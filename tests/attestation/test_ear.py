@@ -9,6 +9,7 @@ import json
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from gpufleet_client.offline_verification import ResultInvalid, verify_result
 
 from attestation import ear
 from attestation.verifier import Failure, Verdict
@@ -38,7 +39,7 @@ def keys(key) -> dict:
 
 
 def test_a_contraindicated_result_carries_the_ear_claims_and_every_failure(key, keys):
-    claims = ear.verify_result(signed(CONTRAINDICATED, key), keys)
+    claims = verify_result(signed(CONTRAINDICATED, key), keys)
     assert claims["eat_profile"] == "tag:github.com,2023:veraison/ear"
     assert claims["iat"] == int(NOW.timestamp())
     assert claims["ear.verifier-id"] == {"developer": "gpu-fleet", "build": "gpu-fleet 1.0"}
@@ -55,7 +56,7 @@ def test_a_contraindicated_result_carries_the_ear_claims_and_every_failure(key, 
 
 
 def test_an_affirming_result_has_an_all_affirming_vector(key, keys):
-    claims = ear.verify_result(signed(AFFIRMING, key), keys)
+    claims = verify_result(signed(AFFIRMING, key), keys)
     assert claims["submods"]["node-001"]["ear.status"] == "affirming"
     assert set(claims["submods"]["node-001"]["ear.trustworthiness-vector"].values()) == {2}
     assert claims["failures"] == []
@@ -96,42 +97,42 @@ def test_a_tampered_result_is_invalid(key, keys):
     claims["submods"]["node-001"]["ear.status"] = "affirming"
     claims["failures"] = []
     forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
-    with pytest.raises(ear.ResultInvalid, match="does not verify"):
-        ear.verify_result(f"{header}.{forged}.{signature}", keys)
+    with pytest.raises(ResultInvalid, match="does not verify"):
+        verify_result(f"{header}.{forged}.{signature}", keys)
 
 
 def test_a_result_signed_by_an_unknown_key_is_invalid(key):
     other = Ed25519PrivateKey.generate()
-    with pytest.raises(ear.ResultInvalid, match="unknown key id"):
-        ear.verify_result(signed(AFFIRMING, other), ear.jwks([(ear.key_id(key.public_key()), key.public_key())]))
+    with pytest.raises(ResultInvalid, match="unknown key id"):
+        verify_result(signed(AFFIRMING, other), ear.jwks([(ear.key_id(key.public_key()), key.public_key())]))
 
 
 def test_a_known_kid_on_a_result_signed_by_another_key_is_invalid(key, keys):
     impostor = Ed25519PrivateKey.generate()
-    with pytest.raises(ear.ResultInvalid, match="does not verify"):
-        ear.verify_result(signed(AFFIRMING, impostor, kid=ear.key_id(key.public_key())), keys)
+    with pytest.raises(ResultInvalid, match="does not verify"):
+        verify_result(signed(AFFIRMING, impostor, kid=ear.key_id(key.public_key())), keys)
 
 
 def test_a_result_in_another_algorithm_is_invalid(key, keys):
     kid = ear.key_id(key.public_key())
     hmac_token = jwt.encode({"iat": 1, "node": "node-001"}, "secret-" * 8, algorithm="HS256", headers={"kid": kid})
-    with pytest.raises(ear.ResultInvalid, match="algorithm 'HS256' is not EdDSA"):
-        ear.verify_result(hmac_token, keys)
+    with pytest.raises(ResultInvalid, match="algorithm 'HS256' is not EdDSA"):
+        verify_result(hmac_token, keys)
     unsigned = jwt.encode({"iat": 1}, None, algorithm="none", headers={"kid": kid})
-    with pytest.raises(ear.ResultInvalid, match="algorithm 'none'"):
-        ear.verify_result(unsigned, keys)
+    with pytest.raises(ResultInvalid, match="algorithm 'none'"):
+        verify_result(unsigned, keys)
 
 
 @pytest.mark.parametrize("token", ["", "not a jwt", "a.b.c", "..."])
 def test_malformed_results_are_invalid(token, keys):
-    with pytest.raises(ear.ResultInvalid):
-        ear.verify_result(token, keys)
+    with pytest.raises(ResultInvalid):
+        verify_result(token, keys)
 
 
 @pytest.mark.parametrize("jwks", [{}, [], {"keys": "x"}, {"keys": [{"kid": "K", "kty": "OKP", "crv": "Ed25519"}]}])
 def test_a_malformed_jwks_makes_the_result_invalid(key, jwks):
-    with pytest.raises(ear.ResultInvalid):
-        ear.verify_result(signed(AFFIRMING, key, kid="K"), jwks)
+    with pytest.raises(ResultInvalid):
+        verify_result(signed(AFFIRMING, key, kid="K"), jwks)
 
 
 def test_signing_keys_load_from_a_file(tmp_path):
@@ -149,7 +150,7 @@ def test_in_a_key_directory_the_newest_signs_and_older_keys_stay_for_the_jwks(tm
     loaded = ear.load_signing_keys(str(tmp_path))
     assert [kid for kid, _ in loaded] == [new_kid, old_kid]
     rotated = ear.jwks((kid, private_key.public_key()) for kid, private_key in loaded)
-    assert ear.verify_result(token, rotated)["node"] == "node-001"
+    assert verify_result(token, rotated)["node"] == "node-001"
 
 
 def test_a_key_is_never_generated_over_an_existing_file(tmp_path):
@@ -168,7 +169,7 @@ def test_a_result_signed_in_the_readers_future_still_verifies(key, keys):
         kid=ear.key_id(key.public_key()),
         now=datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=5),  # a reader's clock behind
     )
-    assert ear.verify_result(token, keys)["node"] == "node-001"
+    assert verify_result(token, keys)["node"] == "node-001"
 
 
 def test_unusable_signing_key_settings_are_errors(tmp_path):

@@ -6,6 +6,7 @@ import datetime
 import os
 
 import pytest
+from gpufleet_client.offline_verification import verify_result
 
 from attestation import ear, services
 from attestation.verifier import Verdict
@@ -43,7 +44,7 @@ def test_a_key_added_to_the_key_directory_signs_next_and_joins_the_jwks_without_
     assert kid == new_kid
     assert served_kids() == [new_kid, old_kid]
     for token in (before_rotation, after_rotation):
-        assert ear.verify_result(token, services.public_keys())["node"] == "node-001"
+        assert verify_result(token, services.public_keys())["node"] == "node-001"
 
 
 def test_a_key_removed_from_the_directory_leaves_the_jwks(settings, tmp_path):

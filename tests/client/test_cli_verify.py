@@ -1,5 +1,5 @@
 """`gpufleet verify NODE`: the node's signed result and the JWKS fetched from the live control
-plane, verified here with attestation's own checks (the statuses of `python -m attestation.verify`)."""
+plane, verified here with the client's offline verifier (the one `python -m attestation.verify` runs, same statuses)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from gpufleet_client.offline_verification import verify_result
 
 from attestation import ear, services
 from attestation.verifier import Failure, Verdict
@@ -132,7 +133,7 @@ def test_json_prints_the_servers_answer_and_keeps_the_offline_status(anonymous, 
     assert completed.returncode == 3
     answer = json.loads(completed.stdout)
     assert answer["token"] == token and answer["verified"] is True
-    assert answer["claims"] == ear.verify_result(token, services.public_keys())
+    assert answer["claims"] == verify_result(token, services.public_keys())
 
 
 def test_the_same_result_gets_the_same_status_from_attestation_verify(anonymous, fleet, signing_key, tmp_path):
