@@ -10,7 +10,7 @@ prerequisites:
 	@bin/install-prerequisites
 
 # The virtualenv, with the running system's pins and the tests' (requirements-dev.txt).
-$(VENV)/.installed: requirements.txt requirements-dev.txt | prerequisites
+$(VENV)/.installed: requirements.txt requirements-dev.txt client/pyproject.toml client/requirements.txt | prerequisites
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet pip==26.3
 	$(PY) -m pip install --quiet -r requirements-dev.txt
