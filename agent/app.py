@@ -6,6 +6,8 @@
     GET|POST /gpu-wipe              the GPU memory wipe: its state / start it (202)
     GET|POST /gpu-reset {"gpu": n}  a GPU reset: its state / start it (202)
     GET|POST /diagnostics {"level": 1..4}  a diagnostics run: its state and results / start it (202)
+    DELETE   /diagnostics           cancel a running diagnostics run (202, state "cancelled"); a run
+                                    not running is given as it stands (202 too); 501 if the backend cannot
 
 Errors are JSON {"detail": ...}: 401 without the token, 503 while the node cannot answer
 (powered off, booting), 409 while the operation asked for is already running.
@@ -164,6 +166,13 @@ async def start_diagnostics(request: web.Request, served: Served) -> web.Respons
     return web.json_response(_diagnostics(await _call(served, served.backend.start_diagnostics, level)), status=202)
 
 
+async def cancel_diagnostics(request: web.Request, served: Served) -> web.Response:
+    cancel = getattr(served.backend, "cancel_diagnostics", None)
+    if cancel is None:
+        raise Refused("this agent's backend cannot cancel diagnostics", 501)
+    return web.json_response(_diagnostics(await _call(served, cancel)), status=202)
+
+
 def add_routes(router: web.UrlDispatcher, find: Find, prefix: str = "") -> None:
     """The agent's routes under `prefix`; `find` names the node a request is for (None: 404)."""
     router.add_get(f"{prefix}/metrics", _route(find, get_metrics, metrics_only=True), allow_head=False)
@@ -175,6 +184,7 @@ def add_routes(router: web.UrlDispatcher, find: Find, prefix: str = "") -> None:
     router.add_post(f"{prefix}/gpu-reset", _route(find, start_gpu_reset))
     router.add_get(f"{prefix}/diagnostics", _route(find, get_diagnostics), allow_head=False)
     router.add_post(f"{prefix}/diagnostics", _route(find, start_diagnostics))
+    router.add_delete(f"{prefix}/diagnostics", _route(find, cancel_diagnostics))
 
 
 @web.middleware

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 IDLE, RUNNING, SUCCEEDED, FAILED = "idle", "running", "succeeded", "failed"
+CANCELLED = "cancelled"  # a diagnostics run stopped on request (DELETE /diagnostics)
 
 
 class Unavailable(Exception):
@@ -82,7 +83,7 @@ class GPUStatus:
 class Operation:
     """A long operation's progress: a GPU memory wipe, a GPU reset or a diagnostics run."""
 
-    state: str = IDLE  # idle, running, succeeded or failed
+    state: str = IDLE  # idle, running, succeeded, failed or (diagnostics) cancelled
     started_at: float | None = None  # Unix time
     finished_at: float | None = None
     detail: str = ""
@@ -118,3 +119,7 @@ class Backend(Protocol):
     def diagnostics(self) -> Operation: ...
 
     def start_diagnostics(self, level: int) -> Operation: ...
+
+    # Optional: `cancel_diagnostics() -> Operation` stops a running diagnostics run (its state turns
+    # "cancelled") and gives the run as it then stands; a backend without it answers DELETE
+    # /diagnostics with 501.

@@ -9,6 +9,13 @@ wipe, GPU resets, diagnostics) is decided here.
 Long operations are kept as timestamps on the hardware ({"start", "end", "ok", ...}) and their
 state derived when read, as bmcsim keeps its own, so a restarted simulator resumes them and a
 time scale of 0 makes them instant.
+
+A GPU reset that is to succeed clears, when it starts, the faults the hardware says a GPU reset
+clears (`SimulatedHardware.reset_gpu`); while it runs the GPU reports unhealthy, as a GPU off the
+bus does, so the GPU reads healthy again only once the reset has finished. A diagnostics run's
+results are decided when it starts: tests fail on a GPU with a fault, and a `diag_fail` fault
+fails its one test on its GPU. A running diagnostics run can be cancelled: it ends at once,
+"cancelled", without results.
 """
 
 from __future__ import annotations
@@ -19,13 +26,25 @@ import time
 import uuid
 from typing import Protocol
 
-from .backend import FAILED, GPU, IDLE, RUNNING, SUCCEEDED, GPUStatus, Operation, Reading, Refused, Unavailable
+from .backend import (
+    CANCELLED,
+    FAILED,
+    GPU,
+    IDLE,
+    RUNNING,
+    SUCCEEDED,
+    GPUStatus,
+    Operation,
+    Reading,
+    Refused,
+    Unavailable,
+)
 
 # Durations in seconds at time scale 1.
 GPU_WIPE_S = 10.0
 GPU_RESET_S = 5.0
 # DCGM's diagnostic levels take seconds, about 2 minutes, about 15 minutes and 1 to 2 hours.
-DIAGNOSTICS_S = {1: 10.0, 2: 120.0, 3: 900.0, 4: 3600.0}
+DIAGNOSTICS_S = {1: 10.0, 2: 120.0, 3: 900.0, 4: 5400.0}
 # The tests each DCGM level adds to the one below it.
 DIAGNOSTIC_TESTS = {
     1: ("software",),
@@ -33,8 +52,10 @@ DIAGNOSTIC_TESTS = {
     3: ("targeted_stress", "targeted_power", "diagnostic"),
     4: ("memory_bandwidth", "memtest", "pulse_test"),
 }
-# Faults that make a GPU unhealthy, beside an XID.
+# Faults that make a GPU unhealthy (and fail its diagnostics but `software`).
 GPU_FAULTS = ("xid", "ecc_dbe", "row_remap_failure")
+# A fault that fails one diagnostic test on one GPU and leaves its health alone: {"kind", "gpu", "test"}.
+DIAG_FAIL = "diag_fail"
 FB_TOTAL_MIB = 81559.0
 FB_RESERVED_MIB = 522.0
 
@@ -57,7 +78,11 @@ class SimulatedHardware(Protocol):
     def gpu_identities(self) -> list[GPU]: ...
 
     def gpu_faults(self) -> list[dict]:
-        """Injected GPU faults: {"kind": "xid", "gpu", "xid"}, {"kind": "ecc_dbe" or "row_remap_failure", "gpu"}."""
+        """Injected GPU faults: {"kind": "xid", "gpu", "xid"}, {"kind": "ecc_dbe" or "row_remap_failure",
+        "gpu"}, {"kind": "diag_fail", "gpu", "test"}; others are ignored."""
+
+    def reset_gpu(self, gpu: int) -> None:
+        """A reset of `gpu` has started and is to succeed: the faults a GPU reset clears go now."""
 
     def xid_counts(self) -> dict[int, dict[int, int]]:
         """GPU -> XID -> times reported since the node came up."""
@@ -78,6 +103,8 @@ def operation_state(record: dict | None, now: float) -> str:
         return IDLE
     if now < record["end"]:
         return RUNNING
+    if record.get("cancelled"):
+        return CANCELLED
     return SUCCEEDED if record["ok"] else FAILED
 
 
@@ -108,6 +135,8 @@ class SimBackend:
         now = self._now()
         faults = self.hardware.gpu_faults()
         counts = self.hardware.xid_counts()
+        reset = self.hardware.operations.get("gpu_reset")
+        resetting = reset["gpu"] if operation_state(reset, now) == RUNNING else None
         statuses = []
         for gpu in self.hardware.gpu_identities():
             own = [f for f in faults if f["gpu"] == gpu.index]
@@ -116,7 +145,7 @@ class SimBackend:
                 GPUStatus(
                     gpu=gpu,
                     reading=_idle_reading(gpu.index, now, own),
-                    healthy=not any(f["kind"] in GPU_FAULTS for f in own),
+                    healthy=gpu.index != resetting and not any(f["kind"] in GPU_FAULTS for f in own),
                     last_xid=xids[-1] if xids else 0,
                     xid_counts=dict(counts.get(gpu.index, {})),
                 )
@@ -137,7 +166,7 @@ class SimBackend:
         return Operation(
             state=status,
             started_at=record["start"],
-            finished_at=record["end"] if status in (SUCCEEDED, FAILED) else None,
+            finished_at=record["end"] if status in (SUCCEEDED, FAILED, CANCELLED) else None,
             gpu=record.get("gpu"),
             level=record.get("level"),
             results=tuple(record.get("results", ())) if status == SUCCEEDED else (),
@@ -164,7 +193,11 @@ class SimBackend:
         indexes = [g.index for g in self.hardware.gpu_identities()]
         if gpu not in indexes:
             raise Refused(f"'gpu' must be one of {', '.join(map(str, indexes))}", status=400)
-        return self._start("gpu_reset", GPU_RESET_S, "a GPU reset", gpu=gpu)
+        operation = self._start("gpu_reset", GPU_RESET_S, "a GPU reset", gpu=gpu)
+        record = self.hardware.operations["gpu_reset"]
+        if record["ok"] and math.isfinite(record["end"]):  # a reset that fails or hangs clears nothing
+            self.hardware.reset_gpu(gpu)
+        return operation
 
     def diagnostics(self) -> Operation:
         return self._operation("diagnostics", self._now())
@@ -173,19 +206,35 @@ class SimBackend:
         if level not in DIAGNOSTICS_S:
             raise Refused("'level' must be 1, 2, 3 or 4", status=400)
         # The GPUs' faults at the start decide the results, so they read the same however late.
-        faulty = {f["gpu"] for f in self.hardware.gpu_faults() if f["kind"] in GPU_FAULTS}
+        faults = self.hardware.gpu_faults()
+        faulty = {f["gpu"] for f in faults if f["kind"] in GPU_FAULTS}
+        failing = {(f["gpu"], f["test"]) for f in faults if f["kind"] == DIAG_FAIL}
         results = [
-            {
-                "test": test,
-                "gpu": gpu.index,
-                "passed": gpu.index not in faulty or test == "software",
-                "detail": "" if gpu.index not in faulty or test == "software" else f"GPU {gpu.index} has a fault",
-            }
+            _result(test, gpu.index, gpu.index in faulty and test != "software", (gpu.index, test) in failing)
             for tier in range(1, level + 1)
             for test in DIAGNOSTIC_TESTS[tier]
             for gpu in self.hardware.gpu_identities()
         ]
         return self._start("diagnostics", DIAGNOSTICS_S[level], "a diagnostics run", level=level, results=results)
+
+    def cancel_diagnostics(self) -> Operation:
+        """Stop a running diagnostics run now ("cancelled"); any other run is given as it stands."""
+        now = self._now()
+        record = self.hardware.operations.get("diagnostics")
+        if operation_state(record, now) == RUNNING:
+            self.hardware.operations["diagnostics"] = {**record, "end": now, "ok": False, "cancelled": True}
+            self.hardware.changed()
+        return self._operation("diagnostics", now)
+
+
+def _result(test: str, gpu: int, faulty: bool, injected: bool) -> dict:
+    if injected:
+        detail = f"{test} failed on GPU {gpu}"
+    elif faulty:
+        detail = f"GPU {gpu} has a fault"
+    else:
+        detail = ""
+    return {"test": test, "gpu": gpu, "passed": not detail, "detail": detail}
 
 
 def _idle_reading(index: int, now: float, faults: list[dict]) -> Reading:
@@ -250,6 +299,9 @@ class StandaloneNode:
 
     def gpu_faults(self) -> list[dict]:
         return []
+
+    def reset_gpu(self, gpu: int) -> None:
+        pass
 
     def xid_counts(self) -> dict[int, dict[int, int]]:
         return {}

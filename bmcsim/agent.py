@@ -2,8 +2,10 @@
 simulated hardware of this node, through its `sim` backend.
 
 The agent answers only while its node is powered on and booted, and not while `agent_down` is
-set. It needs the node's bearer token (core.topology.agent_token, handed out with the
-inventory); Prometheus reads /metrics with the fleet's metrics token instead.
+set. A GPU reset through the agent that is to succeed clears that GPU's faults whose `clears` is
+"gpu_reset" (bmcsim/faults.py); reboots and power cycles clear theirs in bmcsim/state.py.
+It needs the node's bearer token (core.topology.agent_token, handed out with the inventory);
+Prometheus reads /metrics with the fleet's metrics token instead.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class SimulatedNode:
 
     def gpu_faults(self) -> list[dict]:
         return self.node.gpu_faults()
+
+    def reset_gpu(self, gpu: int) -> None:
+        if self.node.clear_gpu_faults("gpu_reset", gpu):
+            self.changed()
 
     def xid_counts(self) -> dict[int, dict[int, int]]:
         return {int(g): {int(x): n for x, n in per.items()} for g, per in self.node.xid_counts.items()}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 
-from agent.sim import kill_running, operation_state
+from agent.sim import GPU_FAULTS, kill_running, operation_state
 from core.topology import NodeSpec
 
 from . import guest, releases
@@ -33,6 +33,9 @@ BOOT_MODES = ("UEFI", "Legacy")
 RAID_TYPES = ("RAID0", "RAID1")
 RESET_TYPES = ("On", "ForceOn", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle", "Nmi")
 INDICATOR_LEDS = ("Lit", "Blinking", "Off")
+# What ends a GPU fault (its "clears"), weakest first; each also ends what a weaker one does:
+# a reboot resets the GPUs too, and a power cycle reboots. A fault without "clears" is "never".
+CLEARS = ("gpu_reset", "reboot", "power_cycle", "never")
 TASKS_KEPT = 16
 CONSOLE_LINES_KEPT = 500
 
@@ -142,6 +145,7 @@ class NodeState:
                 self._halt(reset_type, now, scale, os_running)
                 self.power_on, self.transition_end = False, now + GRACEFUL_OFF_S * scale
         elif reset_type in ("GracefulRestart", "ForceRestart", "PowerCycle"):
+            self.clear_gpu_faults("power_cycle" if reset_type == "PowerCycle" else "reboot")
             self._boot(reset_type, now, scale, os_running)
         elif reset_type == "Nmi":
             if self.power_on:
@@ -153,8 +157,10 @@ class NodeState:
         return guest.Timeline(now, scale, POWER_ON_S, POWER_ON_S + BOOT_S)
 
     def _halt(self, reset_type: str, now: float, scale: float, os_running: bool) -> None:
-        """Power off: the tenant OS, if it ran, is gone; what the console was still to print never is."""
+        """Power off: the tenant OS, if it ran, is gone; what the console was still to print never is.
+        The GPUs lose power, so the faults a power cycle clears go."""
         self.last_reset_at = now
+        self.clear_gpu_faults("power_cycle")
         self._cut_console(now)
         self.guest = None
         self.console_write(self._timeline(now, scale).dated(guest.reset_script(reset_type, os_running, GRACEFUL_OFF_S)))
@@ -235,7 +241,21 @@ class NodeState:
         return [f for f in self.faults if "gpu" in f]
 
     def gpu_unhealthy(self, gpu: int) -> bool:
-        return any(f["gpu"] == gpu for f in self.gpu_faults())
+        return any(f["gpu"] == gpu and f["kind"] in GPU_FAULTS for f in self.gpu_faults())
+
+    def clear_gpu_faults(self, action: str, gpu: int | None = None) -> int:
+        """`action` (one of CLEARS but "never") happened to `gpu`, or to every GPU: the GPU faults
+        it clears go. Returns how many went."""
+        strength = CLEARS.index(action)
+        kept = [
+            f
+            for f in self.faults
+            if "gpu" not in f
+            or (gpu is not None and f["gpu"] != gpu)
+            or CLEARS.index(f.get("clears", "never")) > strength
+        ]
+        cleared, self.faults = len(self.faults) - len(kept), kept
+        return cleared
 
     # Long operations: secure erase and firmware update (Redfish tasks), and the agent's.
 
