@@ -87,7 +87,12 @@ class TenantAdmin(admin.ModelAdmin):
         revoked, _ = Token.objects.filter(user__tenant__in=queryset).delete()
         self.message_user(request, f"Revoked {revoked} API token(s)", messages.SUCCESS)
 
-    @admin.action(description="Download the usage of selected tenants, last month and this month so far (CSV)")
+    has_export_usage_permission = has_permission("reservations.export_usage")
+
+    @admin.action(
+        description="Download the usage of selected tenants, last month and this month so far (CSV)",
+        permissions=["export_usage"],
+    )
     def export_usage_csv(self, request, queryset):
         now = timezone.now()
         this_month = usage.calendar_month(now)

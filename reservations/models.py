@@ -58,7 +58,10 @@ class Tenant(models.Model):
     class Meta:
         ordering = ["name"]
         # The admin's action; `change` would also let an operator edit the tenant.
-        permissions = [("revoke_tenant_tokens", "Can revoke a tenant's API tokens")]
+        permissions = [
+            ("revoke_tenant_tokens", "Can revoke a tenant's API tokens"),
+            ("export_usage", "Can download tenants' usage"),
+        ]
 
     def __str__(self):
         return self.name
