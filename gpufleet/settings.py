@@ -245,7 +245,11 @@ GPUFLEET_WEBHOOK_TOKEN = os.environ.get("GPUFLEET_WEBHOOK_TOKEN", DEVELOPMENT_WE
 REMEDIATION_CAP = int(os.environ.get("GPUFLEET_REMEDIATION_CAP", "5"))
 REMEDIATION_POD_CAP = int(os.environ.get("GPUFLEET_REMEDIATION_POD_CAP", "3"))
 REMEDIATION_WINDOW_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_WINDOW_SECONDS", "600"))
+# A repair's message lost (with Redis, or expired in a backlog) is sent again after this.
 REMEDIATION_RECHECK_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RECHECK_SECONDS", "30"))
+# How often a GPU reset under way is looked at, and how long it may take before it counts as failed.
+REMEDIATION_RESET_POLL_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RESET_POLL_SECONDS", "1"))
+REMEDIATION_RESET_TIMEOUT_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RESET_TIMEOUT_SECONDS", "60"))
 ALERT_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_ALERT_MAX_BODY_BYTES", str(1024 * 1024)))
 
 # Attestation: result-signing keys (a PEM file, or a directory of them: the newest signs, the

@@ -9,7 +9,15 @@ class RemediationStatus(models.TextChoices):
     APPLIED = "applied"  # the action was taken
     SUPPRESSED = "suppressed"  # over the blast-radius cap: recorded for an operator to decide
     NO_ACTION = "no_action"  # the rules call for nothing (application XID, resolved alert, ...)
-    PENDING = "pending"  # a GPU reset awaiting its recheck
+    PENDING = "pending"  # a repair (a GPU reset) under way
+    REPAIRED = "repaired"  # the repair made the node healthy again: it stays in service
+
+
+class RemediationStep(models.TextChoices):
+    """What was (or is being) done: a rung of the remediation ladder."""
+
+    GPU_RESET = "gpu_reset"
+    QUARANTINE = "quarantine"
 
 
 class Remediation(models.Model):
@@ -27,9 +35,11 @@ class Remediation(models.Model):
     status = models.CharField(max_length=16, choices=RemediationStatus.choices)
     at = models.DateTimeField(db_default=Now(), db_index=True)
     decided_by = models.CharField(max_length=128, blank=True, help_text="Who applied a suppressed one.")
+    step = models.CharField(max_length=16, choices=RemediationStep.choices, blank=True)
     # In the database rather than in a countdown message, which Redis would lose: the reconciler
-    # sends each recheck when it is due (remediation.services.take_due_rechecks).
-    recheck_due_at = models.DateTimeField(null=True, blank=True, help_text="When the GPU's recheck is due.")
+    # sends the repair's next look when it is due (remediation.services.take_due_repairs).
+    recheck_due_at = models.DateTimeField(null=True, blank=True, help_text="When the repair is looked at next.")
+    step_started_at = models.DateTimeField(null=True, blank=True, help_text="When the agent began the GPU reset.")
 
     class Meta:
         ordering = ["-at", "-id"]
@@ -45,9 +55,15 @@ class Remediation(models.Model):
                 condition=~Q(status=RemediationStatus.PENDING) | Q(recheck_due_at__isnull=False),
                 name="remediation_pending_has_recheck_due",
             ),
+            models.CheckConstraint(condition=Q(step__in=["", *RemediationStep.values]), name="remediation_step_known"),
+            models.CheckConstraint(
+                condition=~Q(status__in=[RemediationStatus.PENDING, RemediationStatus.REPAIRED])
+                | Q(step=RemediationStep.GPU_RESET),
+                name="remediation_repair_is_a_reset",
+            ),
         ]
         indexes = [
-            # The reconciler's sweep for the rechecks that are due.
+            # The reconciler's sweep for the repairs that are due.
             models.Index(
                 fields=["recheck_due_at"],
                 name="remediation_recheck_due_idx",
@@ -64,6 +80,8 @@ class IncidentStep(models.TextChoices):
     WEBHOOK_RECEIVED = "webhook_received"
     QUARANTINED = "quarantined"
     SUPPRESSED = "suppressed"
+    GPU_RESET = "gpu_reset"  # the agent began resetting the GPU
+    REPAIRED = "repaired"  # healthy again after it
 
 
 class IncidentEvent(models.Model):

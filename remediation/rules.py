@@ -40,7 +40,7 @@ import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 
 from core import validation as v
@@ -49,9 +49,21 @@ from core.parsing import InvalidInput, check_text
 
 class Action(enum.StrEnum):
     QUARANTINE = "quarantine"
-    # Schedules a recheck of the GPU; "reset_gpu" is the `action` label of the alert rules and the API's value.
-    RECHECK_GPU = "reset_gpu"
+    # Resets the GPU through the node's agent; quarantines if it is not healthy after (`after_reset`).
+    RESET_GPU = "reset_gpu"
     NONE = "none"
+
+
+@dataclass(frozen=True)
+class RepeatOffender:
+    """A node remediated `count` times within `window` is quarantined for an operator (and likely an
+    RMA), whatever its fault's rule says: a GPU that needs a reset every other day is failing."""
+
+    count: int
+    window: timedelta
+
+
+REPEAT_OFFENDER = RepeatOffender(count=3, window=timedelta(days=7))
 
 
 @dataclass(frozen=True)
@@ -85,8 +97,8 @@ class XidRule:
 # GPU's memory, bus, NVLink or firmware (PMU, GSP) takes the node out of service until an operator
 # has looked, because the next tenant must not land on it, even where NVIDIA's immediate action
 # (RESET_GPU, RESTART_APP, IGNORE) would let the current job carry on. Hangs that a reset clears
-# get RECHECK_GPU: the GPU's health is asked again later (`after_recheck`), and a GPU still
-# unhealthy is quarantined. Application faults get no action.
+# get RESET_GPU: the node's agent resets the GPU, and a GPU still unhealthy after it
+# (`after_reset`) is quarantined. Application faults get no action.
 XIDS: Mapping[int, XidRule] = MappingProxyType(
     {
         # Node-level hardware faults: quarantine.
@@ -109,14 +121,14 @@ XIDS: Mapping[int, XidRule] = MappingProxyType(
         149: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink NETIR error"),
         150: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink MSE error"),
         # GPU hangs and recoverable events that NVIDIA resolves with a GPU reset.
-        46: XidRule("RESET_GPU", Action.RECHECK_GPU, "GPU stopped processing (timeout)"),
-        109: XidRule("RESET_GPU", Action.RECHECK_GPU, "context switch timeout"),
-        110: XidRule("RESET_GPU", Action.RECHECK_GPU, "security fault"),
-        136: XidRule("RESET_GPU", Action.RECHECK_GPU, "NVLink link training failed"),
-        143: XidRule("RESET_GPU", Action.RECHECK_GPU, "GPU initialisation error"),
-        155: XidRule("RESET_GPU", Action.RECHECK_GPU, "NVLink software-defined error"),
-        156: XidRule("RESET_GPU", Action.RECHECK_GPU, "resource retirement pending a reset"),
-        158: XidRule("RESET_GPU", Action.RECHECK_GPU, "GPU fatal timeout"),
+        46: XidRule("RESET_GPU", Action.RESET_GPU, "GPU stopped processing (timeout)"),
+        109: XidRule("RESET_GPU", Action.RESET_GPU, "context switch timeout"),
+        110: XidRule("RESET_GPU", Action.RESET_GPU, "security fault"),
+        136: XidRule("RESET_GPU", Action.RESET_GPU, "NVLink link training failed"),
+        143: XidRule("RESET_GPU", Action.RESET_GPU, "GPU initialisation error"),
+        155: XidRule("RESET_GPU", Action.RESET_GPU, "NVLink software-defined error"),
+        156: XidRule("RESET_GPU", Action.RESET_GPU, "resource retirement pending a reset"),
+        158: XidRule("RESET_GPU", Action.RESET_GPU, "GPU fatal timeout"),
         # Application-level: the tenant's job failed, the GPU is fine.
         8: XidRule("RESTART_APP", Action.NONE, "GPU stopped processing an application's work"),
         13: XidRule("RESTART_APP", Action.NONE, "graphics engine exception (application error)"),
@@ -142,7 +154,7 @@ ALERTS: Mapping[str, AlertRule] = MappingProxyType(
         "NodeAgentDown": AlertRule(Action.QUARANTINE, "node agent unreachable: its GPUs' health cannot be observed"),
         "GPUUncorrectableECC": AlertRule(Action.QUARANTINE, "uncorrectable (double-bit) ECC errors"),
         "GPURowRemapFailure": AlertRule(Action.QUARANTINE, "row remapping failed: no spare memory rows left"),
-        "GPUUnhealthy": AlertRule(Action.RECHECK_GPU, "the node agent reports the GPU unhealthy"),
+        "GPUUnhealthy": AlertRule(Action.RESET_GPU, "the node agent reports the GPU unhealthy"),
         # The GPU throttles and shuts itself down to protect itself; the usual cause is cooling,
         # which taking one node out does not fix. Operators are told, nothing is done.
         "GPUOverTemperature": AlertRule(Action.NONE, "GPU over temperature"),
@@ -152,7 +164,7 @@ ALERTS: Mapping[str, AlertRule] = MappingProxyType(
 # The two XID alerts, each selecting the XIDs of one action (`xids_with`). `decide` takes the action
 # from the XID table, not from the alert's name, so the table stays the one source of truth.
 XID_ALERTS: Mapping[str, Action] = MappingProxyType(
-    {"GPUFatalXid": Action.QUARANTINE, "GPUResetRequiredXid": Action.RECHECK_GPU}
+    {"GPUFatalXid": Action.QUARANTINE, "GPUResetRequiredXid": Action.RESET_GPU}
 )
 
 
@@ -183,20 +195,37 @@ def decide(alert: Alert) -> Decision:
         action, reason = rule.action, f"{alert.name}{on_gpu}: {rule.reason}"
     else:
         return Decision(Action.NONE, node, gpu, f"no rule for alert {alert.name}")
-    if action is Action.RECHECK_GPU and gpu is None:
-        # A recheck needs a GPU to aim at; without one only the whole node can be taken out.
+    if action is Action.RESET_GPU and gpu is None:
+        # A reset needs a GPU to aim at; without one only the whole node can be taken out.
         return Decision(Action.QUARANTINE, node, None, f"{reason} (no gpu label, so no GPU to reset)")
     return Decision(action, node, gpu, reason)
 
 
-def after_recheck(decision: Decision, *, healthy: bool) -> Decision:
-    """The recheck of a RECHECK_GPU decision: done if the GPU is healthy again, else escalate to quarantine."""
-    if decision.action is not Action.RECHECK_GPU:
-        raise ValueError(f"after_recheck applies to {Action.RECHECK_GPU} decisions, not {decision.action}")
+def after_reset(decision: Decision, *, healthy: bool, why: str = "") -> Decision:
+    """The outcome of a RESET_GPU decision: done if the GPU is healthy again, else escalate to
+    quarantine; `why` says what went wrong with the reset, if something did."""
+    if decision.action is not Action.RESET_GPU:
+        raise ValueError(f"after_reset applies to {Action.RESET_GPU} decisions, not {decision.action}")
     if healthy:
         return Decision(Action.NONE, decision.node, decision.gpu, f"{decision.reason}; healthy after a GPU reset")
+    after = f"; {why}" if why else ""
     return Decision(
-        Action.QUARANTINE, decision.node, decision.gpu, f"{decision.reason}; still unhealthy after a GPU reset"
+        Action.QUARANTINE, decision.node, decision.gpu, f"{decision.reason}; still unhealthy after a GPU reset{after}"
+    )
+
+
+def repeat_offense(decision: Decision, *, earlier: int, rule: RepeatOffender = REPEAT_OFFENDER) -> Decision:
+    """`decision` as it stands, or a quarantine if its node was remediated `earlier` times within the
+    rule's window and this one makes `rule.count`."""
+    if decision.action is Action.NONE or earlier + 1 < rule.count:
+        return decision
+    days = rule.window / timedelta(days=1)
+    suspect = f"GPU {decision.gpu}" if decision.gpu is not None else "the node"
+    return Decision(
+        Action.QUARANTINE,
+        decision.node,
+        decision.gpu,
+        f"repeat_offender: remediation {earlier + 1} in {days:g} days, suggested RMA of {suspect}; {decision.reason}",
     )
 
 

@@ -16,7 +16,7 @@ from fleet import lifecycle
 from fleet.models import AuditEvent, Node, NodeState
 from fleet.services import ConcurrentTransition, transition
 from remediation import rules
-from remediation.models import IncidentEvent, IncidentStep, Remediation, RemediationStatus
+from remediation.models import IncidentEvent, IncidentStep, Remediation, RemediationStatus, RemediationStep
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ def _receive(alert: rules.Alert) -> Remediation:
     try:
         with transaction.atomic():
             node = Node.objects.filter(name=decision.node).select_related("rack").first() if decision.node else None
+            if node is not None:
+                decision = rules.repeat_offense(decision, earlier=_remediations_acted_on(node, received_at))
             remediation = Remediation.objects.create(
                 fingerprint=alert.fingerprint,
                 starts_at=alert.starts_at,
@@ -68,12 +70,14 @@ def _receive(alert: rules.Alert) -> Remediation:
                 # e.g. GPUUnhealthy minutes after the XID that quarantined it: already out of service.
                 remediation.reason = f"{decision.reason}; {node.name} is already quarantined"
             elif decision.action is rules.Action.QUARANTINE:
+                remediation.step = RemediationStep.QUARANTINE
                 _quarantine_within_cap(remediation, node)
-            elif decision.action is rules.Action.RECHECK_GPU:
+            elif decision.action is rules.Action.RESET_GPU:
                 remediation.status = RemediationStatus.PENDING
-                # The reconciler sends the recheck when it is due (take_due_rechecks).
-                remediation.recheck_due_at = received_at + timedelta(seconds=settings.REMEDIATION_RECHECK_SECONDS)
-            remediation.save(update_fields=["status", "reason", "recheck_due_at"])
+                remediation.step = RemediationStep.GPU_RESET
+                # Due at once: the reconciler has a worker start the reset (take_due_repairs).
+                remediation.recheck_due_at = received_at
+            remediation.save(update_fields=["status", "reason", "step", "recheck_due_at"])
     except IntegrityError:
         # The same notification, received by another process at the same moment: its answer stands.
         return Remediation.objects.get(
@@ -82,14 +86,24 @@ def _receive(alert: rules.Alert) -> Remediation:
     return remediation
 
 
-def take_due_rechecks(*, limit: int) -> list[int]:
-    """The pending remediations whose recheck is due, each due again one recheck period later;
-    the caller sends their rechecks.
+def _remediations_acted_on(node: Node, now: datetime) -> int:
+    """How many times the node was remediated (reset or quarantined by the rules) within the
+    repeat-offender window: suppressed alerts and those calling for nothing do not count."""
+    return Remediation.objects.filter(
+        node=node,
+        at__gte=now - rules.REPEAT_OFFENDER.window,
+        status__in=[RemediationStatus.APPLIED, RemediationStatus.PENDING, RemediationStatus.REPAIRED],
+    ).count()
+
+
+def take_due_repairs(*, limit: int) -> list[int]:
+    """The pending repairs whose next look is due, each due again one recheck period later; the
+    caller has a worker look at each (start the GPU reset, or see how it went).
 
     The due time is in the database, not in a countdown message: Redis loses those when it
     restarts, and a worker holding one when the broker restarts dies (kombu's Redis transport).
-    Because each recheck taken is due again later, one lost with Redis, or dropped on expiry in
-    a backlog, is sent again; a recheck that was made is not pending any more."""
+    Because each repair taken is due again later, a message lost with Redis, or dropped on expiry
+    in a backlog, is sent again; a repair that has ended is not pending any more."""
     period = timedelta(seconds=settings.REMEDIATION_RECHECK_SECONDS)
     with transaction.atomic():
         due = list(
@@ -152,20 +166,52 @@ def apply_suppressed(*, remediation_id: int, operator: str) -> Remediation:
     return remediation
 
 
-def recheck_gpu(*, remediation_id: int, healthy: bool) -> Remediation:
-    """After a GPU reset: healthy again closes the alert; otherwise escalate to a (capped) quarantine."""
+def gpu_reset_started(*, remediation_id: int) -> bool:
+    """The agent took the reset: look at it again in REMEDIATION_RESET_POLL_SECONDS. False if
+    another worker started it first (compare-and-set on the start), or the repair has ended."""
+    started = Remediation.objects.filter(
+        pk=remediation_id, status=RemediationStatus.PENDING, step_started_at__isnull=True
+    ).update(step_started_at=Now(), recheck_due_at=Now() + _poll())
+    if started:
+        IncidentEvent.objects.create(remediation_id=remediation_id, step=IncidentStep.GPU_RESET, at=timezone.now())
+    return bool(started)
+
+
+def gpu_reset_running(*, remediation_id: int) -> None:
+    """Still resetting: look again in REMEDIATION_RESET_POLL_SECONDS."""
+    Remediation.objects.filter(pk=remediation_id, status=RemediationStatus.PENDING).update(
+        recheck_due_at=Now() + _poll()
+    )
+
+
+def _poll() -> timedelta:
+    return timedelta(seconds=settings.REMEDIATION_RESET_POLL_SECONDS)
+
+
+def gpu_reset_overdue(remediation: Remediation) -> bool:
+    """The reset began longer ago than REMEDIATION_RESET_TIMEOUT_SECONDS."""
+    started = remediation.step_started_at
+    timeout = timedelta(seconds=settings.REMEDIATION_RESET_TIMEOUT_SECONDS)
+    return started is not None and timezone.now() - started > timeout
+
+
+def gpu_reset_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remediation:
+    """After the GPU reset: healthy again, the node stays in service (repaired); otherwise escalate
+    to a (capped) quarantine. `why` says what went wrong with the reset, if something did."""
     with transaction.atomic():
         remediation = (
             Remediation.objects.select_for_update(of=("self",)).select_related("node__rack").get(pk=remediation_id)
         )
         if remediation.status != RemediationStatus.PENDING:
             return remediation
-        pending = rules.Decision(rules.Action.RECHECK_GPU, remediation.node.name, remediation.gpu, remediation.reason)
-        decision = rules.after_recheck(pending, healthy=healthy)
+        pending = rules.Decision(rules.Action.RESET_GPU, remediation.node.name, remediation.gpu, remediation.reason)
+        decision = rules.after_reset(pending, healthy=healthy, why=why)
         remediation.reason = decision.reason
         if decision.action is rules.Action.QUARANTINE:
+            remediation.step = RemediationStep.QUARANTINE
             _quarantine_within_cap(remediation, remediation.node)
         else:
-            remediation.status = RemediationStatus.NO_ACTION
-        remediation.save(update_fields=["status", "reason"])
+            remediation.status = RemediationStatus.REPAIRED
+            IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.REPAIRED, at=timezone.now())
+        remediation.save(update_fields=["status", "reason", "step"])
     return remediation

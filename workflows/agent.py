@@ -1,4 +1,4 @@
-"""A client for a node's in-band agent (inventory, GPU memory wipe, attestation evidence).
+"""A client for a node's in-band agent (inventory, GPU memory wipe and reset, attestation evidence).
 
 Every call carries the node's agent token; the agent answers 401 without it.
 
@@ -62,6 +62,13 @@ class AgentClient:
 
     def gpu_wipe_state(self) -> str:
         return str(self._call("GET", "gpu-wipe").get("state", ""))
+
+    def start_gpu_reset(self, index: int) -> dict:
+        return self._call("POST", "gpu-reset", json={"gpu": index})
+
+    def gpu_reset(self) -> dict:
+        """The last GPU reset: {"state": idle|running|succeeded|failed, "gpu", "detail", ...}."""
+        return self._call("GET", "gpu-reset")
 
     def gpu_healthy(self, index: int) -> bool:
         """What the agent's gpu_agent_gpu_healthy says of one GPU (False if it says nothing)."""

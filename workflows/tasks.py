@@ -10,10 +10,8 @@ from django.conf import settings
 from fleet import services as fleet_services
 from fleet.selectors import nodes_owing_work
 from remediation import services as remediation_services
-from remediation.models import Remediation
 from reservations import services as reservation_services
-from workflows import node_workflows, triggers, webhooks
-from workflows.agent import AgentUnavailable
+from workflows import node_workflows, repairs, triggers, webhooks
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -95,23 +93,14 @@ def reconcile_reservations() -> dict:
 
 
 @shared_task(ignore_result=True)
-def recheck_gpu(remediation_id: int) -> str:
-    """Recheck a GPU the rules sent to reset: an agent that cannot tell counts as unhealthy."""
-    remediation = Remediation.objects.select_related("node").get(pk=remediation_id)
-    agent = node_workflows.agent_client(remediation.node)
-    try:
-        healthy = agent.gpu_healthy(remediation.gpu)
-    except AgentUnavailable:
-        healthy = False
-    finally:
-        agent.close()
-    return remediation_services.recheck_gpu(remediation_id=remediation_id, healthy=healthy).status
+def repair_gpu(remediation_id: int) -> str:
+    return repairs.look_at_gpu_reset(remediation_id)
 
 
 @shared_task(ignore_result=True)
 def reconcile_remediations(limit: int = 500) -> dict:
-    """Send the GPU rechecks that are due."""
-    due = remediation_services.take_due_rechecks(limit=limit)
+    """Send the looks at GPU repairs that are due."""
+    due = remediation_services.take_due_repairs(limit=limit)
     for remediation_id in due:
-        recheck_gpu.apply_async(args=[remediation_id], expires=settings.REMEDIATION_RECHECK_SECONDS)
-    return {"rechecks_sent": len(due)}
+        repair_gpu.apply_async(args=[remediation_id], expires=settings.REMEDIATION_RECHECK_SECONDS)
+    return {"repairs_looked_at": len(due)}

@@ -194,6 +194,7 @@ class RemediationRow:
     gpu: int | None
     alert: str
     action: str
+    step: str  # the rung taken: gpu_reset or quarantine
     reason: str
 
 
@@ -208,6 +209,7 @@ def _remediation_row(remediation: Remediation, disclosure: Disclosure) -> Remedi
         gpu=remediation.gpu,
         alert=remediation.alert,
         action=remediation.action,
+        step=remediation.step,
         reason=disclosure.text(remediation.reason),
     )
 
@@ -279,8 +281,8 @@ class Incident:
 
 
 def _remediation_incidents(remediations: list[Remediation], disclosure: Disclosure) -> list[Incident]:
-    """Alert firing -> webhook received -> quarantined or suppressed, then the replacement placed
-    and active, from the reservation's history after the quarantine."""
+    """Alert firing -> webhook received -> (GPU reset ->) repaired, quarantined or suppressed, then
+    the replacement placed and active, from the reservation's history after the quarantine."""
     history = defaultdict(list)
     reservation_ids = {r.reservation_id for r in remediations if r.reservation_id}
     for event in ReservationHistory.objects.filter(
@@ -378,7 +380,14 @@ def _attestation_incidents(results: list[AttestationResult], disclosure: Disclos
 
 def _automatic_remediations():
     return (
-        Remediation.objects.filter(status__in=[RemediationStatus.APPLIED, RemediationStatus.SUPPRESSED])
+        Remediation.objects.filter(
+            status__in=[
+                RemediationStatus.APPLIED,
+                RemediationStatus.SUPPRESSED,
+                RemediationStatus.PENDING,
+                RemediationStatus.REPAIRED,
+            ]
+        )
         .select_related("node")
         .prefetch_related("timeline")
         .order_by("-at", "-id")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -19,9 +20,11 @@ from remediation.rules import (
     Decision,
     PayloadError,
     RefusedAlert,
-    after_recheck,
+    RepeatOffender,
+    after_reset,
     decide,
     parse_webhook,
+    repeat_offense,
     xids_with,
 )
 
@@ -65,10 +68,10 @@ def test_xid_79_reason_names_the_fault():
     assert decision == Decision(Action.QUARANTINE, "node-001", 3, "XID 79 on GPU 3: GPU has fallen off the bus")
 
 
-@pytest.mark.parametrize("xid", sorted(xids_with(Action.RECHECK_GPU)))
+@pytest.mark.parametrize("xid", sorted(xids_with(Action.RESET_GPU)))
 def test_reset_xid_resets_the_gpu(xid):
     decision = decide(alert("GPUResetRequiredXid", node="node-002", gpu="6", xid=str(xid)))
-    assert (decision.action, decision.node, decision.gpu) == (Action.RECHECK_GPU, "node-002", 6)
+    assert (decision.action, decision.node, decision.gpu) == (Action.RESET_GPU, "node-002", 6)
 
 
 @pytest.mark.parametrize("xid", [13, 31, 43])
@@ -115,7 +118,7 @@ def test_gpu_label_that_is_not_an_index_is_ignored():
         ("NodeAgentDown", Action.QUARANTINE),
         ("GPUUncorrectableECC", Action.QUARANTINE),
         ("GPURowRemapFailure", Action.QUARANTINE),
-        ("GPUUnhealthy", Action.RECHECK_GPU),
+        ("GPUUnhealthy", Action.RESET_GPU),
         ("GPUOverTemperature", Action.NONE),
     ],
 )
@@ -153,25 +156,38 @@ def test_alert_without_a_node_calls_for_nothing(node):
     assert "no node label" in decision.reason
 
 
-# after_recheck: the recheck.
+# after_reset: the GPU reset's outcome.
 
 
 def test_gpu_healthy_after_reset_needs_nothing_more():
     reset = decide(alert("GPUResetRequiredXid", node="node-001", gpu="5", xid="109"))
-    decision = after_recheck(reset, healthy=True)
+    decision = after_reset(reset, healthy=True)
     assert (decision.action, decision.node, decision.gpu) == (Action.NONE, "node-001", 5)
 
 
 def test_gpu_still_unhealthy_after_reset_escalates_to_quarantine():
     reset = decide(alert("GPUUnhealthy", node="node-001", gpu="5"))
-    decision = after_recheck(reset, healthy=False)
+    decision = after_reset(reset, healthy=False)
     assert (decision.action, decision.node, decision.gpu) == (Action.QUARANTINE, "node-001", 5)
     assert decision.reason.endswith("still unhealthy after a GPU reset")
 
 
-def test_after_recheck_refuses_a_decision_that_was_not_a_recheck():
+def test_after_reset_refuses_a_decision_that_was_not_a_reset():
     with pytest.raises(ValueError, match="reset_gpu"):
-        after_recheck(decide(alert(node="node-001", gpu="3", xid="79")), healthy=True)
+        after_reset(decide(alert(node="node-001", gpu="3", xid="79")), healthy=True)
+
+
+def test_the_third_remediation_within_the_window_quarantines_as_a_repeat_offender():
+    reset = decide(alert("GPUResetRequiredXid", node="node-001", gpu="5", xid="109"))
+    assert repeat_offense(reset, earlier=1) == reset
+    third = repeat_offense(reset, earlier=2)
+    assert (third.action, third.gpu) == (Action.QUARANTINE, 5)
+    assert third.reason.startswith("repeat_offender: remediation 3 in 7 days, suggested RMA of GPU 5; XID 109")
+    nothing = decide(alert("GPUFatalXid", node="node-001", gpu="5", xid="13"))
+    assert repeat_offense(nothing, earlier=9) == nothing  # an application's fault is no offence
+    assert repeat_offense(reset, earlier=0, rule=RepeatOffender(count=1, window=timedelta(hours=1))).action is (
+        Action.QUARANTINE
+    )
 
 
 # parse_webhook: what Alertmanager sends.

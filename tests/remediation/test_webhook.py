@@ -166,11 +166,11 @@ def test_a_gpu_that_stays_unhealthy_after_a_reset_is_quarantined(available_fleet
     from remediation.rules import Action, xids_with
 
     node = available_fleet[0]
-    reset_xid = min(xids_with(Action.RECHECK_GPU))
+    reset_xid = min(xids_with(Action.RESET_GPU))
     send(payload(alert(node.name, xid=reset_xid, name="GPUResetRequiredXid")))
     remediation = Remediation.objects.get()
     assert (remediation.status, remediation.action) == ("pending", "reset_gpu")
-    assert services.recheck_gpu(remediation_id=remediation.pk, healthy=False).status == "applied"
+    assert services.gpu_reset_finished(remediation_id=remediation.pk, healthy=False).status == "applied"
     assert Node.objects.get(pk=node.pk).state == "quarantined"
 
 
@@ -179,9 +179,9 @@ def test_a_gpu_healthy_after_a_reset_stays_in_service(available_fleet):
     from remediation.rules import Action, xids_with
 
     node = available_fleet[0]
-    send(payload(alert(node.name, xid=min(xids_with(Action.RECHECK_GPU)), name="GPUResetRequiredXid")))
+    send(payload(alert(node.name, xid=min(xids_with(Action.RESET_GPU)), name="GPUResetRequiredXid")))
     remediation = Remediation.objects.get()
-    assert services.recheck_gpu(remediation_id=remediation.pk, healthy=True).status == "no_action"
+    assert services.gpu_reset_finished(remediation_id=remediation.pk, healthy=True).status == "repaired"
     assert Node.objects.get(pk=node.pk).state == "available"
 
 
