@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from ipaddress import ip_address
 
@@ -203,3 +204,24 @@ def answers_tls(url: str, ca_file: str, cert: tuple[str, str]) -> bool:
         return requests.get(url, verify=ca_file, cert=cert, timeout=2).status_code == 401
     except requests.RequestException:
         return False
+
+
+def test_delete_cancels_a_running_diagnostics_run_at_once(agent):
+    """At time scale 1 a level-3 run lasts 15 minutes: DELETE /diagnostics stops it at once, and a new one may start."""
+    _, url = agent
+    assert call(url, "DELETE", "diagnostics", token=None).status_code == 401
+    call(url, "DELETE", "diagnostics")  # whatever another test left running
+
+    started = call(url, "POST", "diagnostics", json={"level": 3})
+    assert started.status_code == 202 and started.json()["state"] == "running"
+    asked = time.monotonic()
+    cancelled = call(url, "DELETE", "diagnostics")
+    assert time.monotonic() - asked < 1.0
+    assert cancelled.status_code == 202
+    body = cancelled.json()
+    assert body["state"] == "cancelled" and body["level"] == 3 and body["results"] == []
+    assert body["finished_at"] - body["started_at"] < 60
+    assert call(url, "GET", "diagnostics").json() == body
+
+    assert call(url, "POST", "diagnostics", json={"level": 1}).json()["state"] == "running"
+    assert call(url, "DELETE", "diagnostics").json()["state"] == "cancelled"

@@ -7,31 +7,19 @@ from io import StringIO
 
 from django.core.management import call_command
 
-from fleet.models import Node, Pod
+from fleet.models import Node
 from remediation import rules, services
 from remediation.models import Remediation
-from reservations import services as reservations
-from reservations.models import Reservation, Tenant
 from tests.support.factories import alert, make_available, payload
 from tests.support.processes import wait_for
+from tests.support.tenancy import active_under_watch, state_of
 
 RESET_XID = 109  # context switch timeout: NVIDIA's immediate action is a GPU reset
 assert rules.XIDS[RESET_XID].action is rules.Action.RESET_GPU
 
 
-def state_of(reservation: Reservation) -> str:
-    return Reservation.objects.values_list("state", flat=True).get(pk=reservation.pk)
-
-
 def test_a_transient_xid_is_repaired_by_a_gpu_reset_and_a_stuck_one_is_quarantined_and_replaced(bmcsim, control_plane):
-    monitoring = control_plane.start_stack()
-    nodes = Node.objects.count()
-    wait_for("every node available", lambda: Node.objects.filter(state="available").count() == nodes, 180)
-    reservation = reservations.create_reservation(
-        tenant=Tenant.objects.create(name="acme"), node_count=4, pod=Pod.objects.get(name="p2"), actor="test"
-    )
-    wait_for("the reservation active", lambda: state_of(reservation) == "active", timeout=120)
-    wait_for("Prometheus scraping every agent", lambda: monitoring.active_targets() == nodes, timeout=60)
+    reservation = active_under_watch(control_plane)
     first, second = Node.objects.filter(reservation=reservation).order_by("name")[:2]
 
     injected = time.monotonic()

@@ -13,10 +13,11 @@ from fleet import leases
 from fleet.models import AuditEvent, Node
 from fleet.services import transition
 from reservations import services as reservations
-from reservations.models import Reservation, Tenant
+from reservations.models import Tenant
 from tests.support.bmcsim import start_bmcsim
 from tests.support.factories import make_available
 from tests.support.processes import wait_for
+from tests.support.tenancy import state_of
 from workflows import node_workflows as workflows
 
 WORKER_SLOTS = 2  # the control plane's two solo workers
@@ -35,10 +36,6 @@ def fault(bmcsim, node: Node, kind: str) -> None:
 def send_to_wiping(node: Node) -> None:
     transition(node_id=node.pk, event="operator_quarantine", actor="test", reason="test wipe")
     transition(node_id=node.pk, event="operator_return", actor="test")
-
-
-def state_of(reservation: Reservation) -> str:
-    return Reservation.objects.values_list("state", flat=True).get(pk=reservation.pk)
 
 
 def waiting_on_gpu_wipe(node: Node) -> bool:

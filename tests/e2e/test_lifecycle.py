@@ -11,9 +11,10 @@ from console.invariants import check_all
 from fleet.models import AuditEvent, Node, Pod
 from fleet.services import transition
 from reservations import services as reservations
-from reservations.models import Reservation, Tenant
+from reservations.models import Tenant
 from tests.support.processes import wait_for
 from tests.support.stack import verify_offline
+from tests.support.tenancy import state_of
 
 
 def seed(bmcsim) -> list[Node]:
@@ -26,10 +27,6 @@ def start(control_plane) -> None:
     control_plane.start_worker("w1")
     control_plane.start_worker("w2")
     control_plane.start_beat()
-
-
-def state_of(reservation: Reservation) -> str:
-    return Reservation.objects.values_list("state", flat=True).get(pk=reservation.pk)
 
 
 def all_in(nodes, state: str) -> bool:

@@ -10,28 +10,16 @@ from io import StringIO
 import requests
 from django.core.management import call_command
 
-from fleet.models import Node, Pod
+from fleet.models import Node
 from remediation.models import Remediation
-from reservations import services as reservations
-from reservations.models import Reservation, Tenant
 from tests.support.factories import alert, payload
 from tests.support.processes import wait_for
 from tests.support.stack import WEBHOOK_TOKEN
-
-
-def state_of(reservation: Reservation) -> str:
-    return Reservation.objects.values_list("state", flat=True).get(pk=reservation.pk)
+from tests.support.tenancy import active_under_watch, state_of
 
 
 def test_xid_79_under_a_tenant_is_quarantined_and_replaced_with_no_operator(bmcsim, control_plane, tmp_path):
-    monitoring = control_plane.start_stack()
-    nodes = Node.objects.count()
-    wait_for("every node available", lambda: Node.objects.filter(state="available").count() == nodes, 180)
-    reservation = reservations.create_reservation(
-        tenant=Tenant.objects.create(name="acme"), node_count=4, pod=Pod.objects.get(name="p2"), actor="test"
-    )
-    wait_for("the reservation active", lambda: state_of(reservation) == "active", timeout=120)
-    wait_for("Prometheus scraping every agent", lambda: monitoring.active_targets() == nodes, timeout=60)
+    reservation = active_under_watch(control_plane)
     victim = Node.objects.filter(reservation=reservation).order_by("name").first()
 
     injected = time.monotonic()
