@@ -46,7 +46,7 @@ def _receive(alert: rules.Alert) -> Remediation:
         with transaction.atomic():
             node = Node.objects.filter(name=decision.node).select_related("rack").first() if decision.node else None
             if node is not None:
-                decision = rules.repeat_offense(decision, earlier=_remediations_acted_on(node, received_at))
+                decision = rules.repeat_offense(decision, earlier=remediations_acted_on(node, received_at))
             remediation = Remediation.objects.create(
                 fingerprint=alert.fingerprint,
                 starts_at=alert.starts_at,
@@ -86,7 +86,7 @@ def _receive(alert: rules.Alert) -> Remediation:
     return remediation
 
 
-def _remediations_acted_on(node: Node, now: datetime) -> int:
+def remediations_acted_on(node: Node, now: datetime) -> int:
     """How many times the node was remediated (reset or quarantined by the rules) within the
     repeat-offender window: suppressed alerts and those calling for nothing do not count."""
     return Remediation.objects.filter(

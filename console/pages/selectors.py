@@ -19,6 +19,8 @@ from attestation.models import AttestationResult
 from console.pages.disclosure import Disclosure
 from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, Node
+from remediation import rules
+from remediation import services as remediation_services
 from remediation.models import IncidentStep, Remediation, RemediationStatus
 from reservations.models import LIVE_STATES, Reservation, ReservationEventKind, Tenant, Webhook, WebhookDelivery
 from reservations.models import ReservationEvent as ReservationHistory
@@ -223,6 +225,8 @@ class NodePage:
     timeline: list[TimelineRow]
     attestation: AttestationResult | None
     remediations: list[RemediationRow]
+    remediated_recently: int  # within the repeat-offender window
+    repeat_offender: rules.RepeatOffender = rules.REPEAT_OFFENDER
     timeline_limit: int = NODE_TIMELINE_LIMIT
 
 
@@ -251,6 +255,7 @@ def node_page(name: str, *, disclosure: Disclosure) -> NodePage | None:
         remediations=[
             _remediation_row(remediation, disclosure) for remediation in node.remediations.order_by("-at", "-id")[:10]
         ],
+        remediated_recently=remediation_services.remediations_acted_on(node, timezone.now()),
     )
 
 

@@ -208,6 +208,15 @@ def test_remediations_lists_applied_and_suppressed_newest_first(client, xid_inci
     assert "XID 79 on GPU 3" in html and "GPUFatalXid" in html
 
 
+def test_a_node_page_counts_its_remediations_toward_the_repeat_offender_rule(client, xid_incident):
+    _, _, victim = xid_incident
+    html = client.get(f"/nodes/{victim.name}").content.decode()
+    (said,) = re.findall(r"<p class=\"muted\" data-repeat-offender>(.*?)</p>", html)
+    assert said == (
+        "Remediated 1 time in the last 7 days: at 3, a node is quarantined as a repeat offender and an RMA suggested."
+    )
+
+
 def test_public_pages_have_no_form_that_posts(client, xid_incident):
     applied, _, _ = xid_incident
     for url in [*PUBLIC_PAGES, f"/incidents/remediation-{applied.pk}/replay"]:
