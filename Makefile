@@ -44,10 +44,13 @@ demo: database
 	SIM_TIME_SCALE=$${SIM_TIME_SCALE:-1} $(VENV)/bin/honcho start
 
 # The layers first (.importlinter: every contract kept, or no test runs), then every test.
+# Two processes for most of the suite (the machines have 2 cores), then the end-to-end tests, which
+# start whole control planes of their own, one at a time.
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --ignore=tests/e2e --ignore=tests/test_soak.py
+	$(VENV)/bin/pytest tests/e2e tests/test_soak.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

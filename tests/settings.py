@@ -6,6 +6,11 @@ import uuid
 from gpufleet.settings import *  # noqa: F403
 
 REDIS_URL = os.environ.get("GPUFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Under pytest -n each process (gw0, gw1, ...) gets a broker database of its own, the ones below the
+# run's: a test that empties its broker must not empty another process's.
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    server, number = REDIS_URL.rsplit("/", 1)
+    REDIS_URL = f"{server}/{(int(number) - 1 - int(worker.removeprefix('gw'))) % 16}"
 CELERY_BROKER_URL = REDIS_URL
 # Two test runs on one machine (a developer's and a fresh clone's) each get their own database.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("GPUFLEET_TEST_DATABASE", "test_gpufleet")}  # noqa: F405
