@@ -59,14 +59,23 @@ def moment(text: str) -> datetime:
     return value if value.tzinfo is not None else value.astimezone()
 
 
-def hours(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of hours")
-    return value
+def positive_number(unit: str) -> Callable[[str], float]:
+    """An argparse type: a finite number above zero, of `unit` (named in the error)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of {unit}")
+        return value
+
+    return parse
+
+
+hours = positive_number("hours")
+wait_seconds = positive_number("seconds")
 
 
 def positive_int(text: str) -> int:
@@ -76,16 +85,6 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return value
-
-
-def wait_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
     return value
 
 
