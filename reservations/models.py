@@ -87,6 +87,13 @@ class Quota(models.Model):
 MAX_USER_DATA_BYTES = 16 * 1024
 
 
+def user_data_too_large(text: str) -> str | None:
+    """Why `text` cannot be a reservation's user data (the API and the tenant's page say it alike);
+    None if it can. The CHECK reservation_user_data_bounded holds the same limit."""
+    size = len(text.encode())
+    return f"at most {MAX_USER_DATA_BYTES} bytes; this is {size}" if size > MAX_USER_DATA_BYTES else None
+
+
 class SSHKey(models.Model):
     """A tenant's OpenSSH public key, which its reservations put on their nodes."""
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from core.parsing import InvalidInput, parse_int
 from fleet.models import Image, Pod
 from reservations.api.serializers import MAX_NODES_PER_RESERVATION
-from reservations.models import MAX_USER_DATA_BYTES, SSHKey, Tenant
+from reservations.models import MAX_USER_DATA_BYTES, SSHKey, Tenant, user_data_too_large
 from reservations.offers import Offer
 
 # Past the longest maximum duration an operator would set; bounds the date arithmetic too.
@@ -96,9 +96,8 @@ class ReserveForm(PageForm):
     def clean_user_data(self) -> str:
         # A browser sends a textarea's line breaks as CRLF: a script's "#!/bin/sh\r" would not run.
         text = self.cleaned_data["user_data"].replace("\r\n", "\n")
-        size = len(text.encode())
-        if size > MAX_USER_DATA_BYTES:
-            raise ValidationError(f"at most {MAX_USER_DATA_BYTES} bytes; this is {size}")
+        if refusal := user_data_too_large(text):
+            raise ValidationError(refusal)
         return text
 
     def clean(self):

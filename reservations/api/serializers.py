@@ -14,6 +14,7 @@ from reservations.models import (
     Webhook,
     WebhookDelivery,
     WebhookEvent,
+    user_data_too_large,
 )
 
 MAX_NODES_PER_RESERVATION = 10_000
@@ -79,9 +80,8 @@ class ReservationRequestSerializer(StrictInputSerializer):
         self.fields["ssh_keys"].child_relation.queryset = SSHKey.objects.filter(tenant=self.context.get("tenant"))
 
     def validate_user_data(self, value: str) -> str:
-        size = len(value.encode())
-        if size > MAX_USER_DATA_BYTES:
-            raise serializers.ValidationError(f"at most {MAX_USER_DATA_BYTES} bytes; this is {size}")
+        if refusal := user_data_too_large(value):
+            raise serializers.ValidationError(refusal)
         return value
 
 
@@ -273,14 +273,18 @@ class QuotaSerializer(serializers.Serializer):
 USAGE_WINDOW_DAYS = 400  # a year and a bit: a window any invoice needs, and a bound on the work
 
 
-class UsageRequestSerializer(StrictInputSerializer):
-    from_ = serializers.DateTimeField(required=False, help_text="Default: the start of this calendar month (UTC).")
-    to = serializers.DateTimeField(required=False, help_text="Default and at most: now.")
+class FromFieldMixin:
+    """Declares `from_` and names it `from`: a Python keyword, as a query parameter and a key."""
 
     def get_fields(self):
         fields = super().get_fields()
-        fields["from"] = fields.pop("from_")  # a Python keyword, as a query parameter
+        fields["from"] = fields.pop("from_")
         return fields
+
+
+class UsageRequestSerializer(FromFieldMixin, StrictInputSerializer):
+    from_ = serializers.DateTimeField(required=False, help_text="Default: the start of this calendar month (UTC).")
+    to = serializers.DateTimeField(required=False, help_text="Default and at most: now.")
 
     def validate(self, attrs):
         now = timezone.now()
@@ -313,14 +317,9 @@ class MonthUsageSerializer(UsageFiguresSerializer):
     month = serializers.CharField(help_text="YYYY-MM, UTC.")
 
 
-class UsageSerializer(serializers.Serializer):
+class UsageSerializer(FromFieldMixin, serializers.Serializer):
     from_ = serializers.DateTimeField()
     to = serializers.DateTimeField()
     results = ReservationUsageSerializer(many=True)
     total = UsageFiguresSerializer()
     months = MonthUsageSerializer(many=True)
-
-    def get_fields(self):
-        fields = super().get_fields()
-        fields["from"] = fields.pop("from_")
-        return fields
