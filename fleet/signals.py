@@ -10,3 +10,8 @@ node_transitioned = Signal()
 # Sent by fleet.services.request_power_action once it is audited, with node_id, action
 # ("reboot" or "power-cycle") and reservation_id: the BMC is asked on commit (workflows).
 power_action_requested = Signal()
+
+# Sent by remediation.services inside its transaction when a rung of a remediation ladder is
+# decided for a node that serves a reservation (or when the rules only want its tenant told),
+# with node_id, reservation_id, gpu, step (a rung, or None), reason and acts_at.
+node_remediation_planned = Signal()

@@ -3,9 +3,11 @@
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import check_password
-from django.core.checks import Info, Tags, Warning, register
+from django.core.checks import Error, Info, Tags, Warning, register
 from django.db import DatabaseError
 from django.db.models import Q
+
+from remediation.rules import LADDERS
 
 
 @register(Tags.security, deploy=True)
@@ -57,5 +59,20 @@ def default_operator_password(app_configs, **kwargs):
             f"Operator account(s) {', '.join(sorted(weak))} log in with the demo's default password.",
             hint="Set a strong password (manage.py changepassword NAME), or deactivate the account.",
             id="gpufleet.W003",
+        )
+    ]
+
+
+@register()
+def shadow_rules_exist(app_configs, **kwargs):
+    """A misspelt shadow rule would leave the rule it meant enforcing."""
+    unknown = sorted(set(settings.REMEDIATION_SHADOW_RULES) - set(LADDERS))
+    if not unknown:
+        return []
+    return [
+        Error(
+            f"GPUFLEET_REMEDIATION_SHADOW_RULES names no ladder: {', '.join(unknown)}.",
+            hint=f"Ladders: {', '.join(LADDERS)}.",
+            id="gpufleet.E001",
         )
     ]

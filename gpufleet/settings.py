@@ -250,6 +250,13 @@ REMEDIATION_RECHECK_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RECHECK
 # How often a GPU reset under way is looked at, and how long it may take before it counts as failed.
 REMEDIATION_RESET_POLL_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RESET_POLL_SECONDS", "1"))
 REMEDIATION_RESET_TIMEOUT_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RESET_TIMEOUT_SECONDS", "60"))
+# How long a reboot or power cycle may take to bring the node's agent back: a server with eight
+# GPUs can take ten minutes to pass its firmware's checks.
+REMEDIATION_REBOOT_TIMEOUT_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_REBOOT_TIMEOUT_SECONDS", "900"))
+# Ladders (remediation.rules.LADDERS) that only record what they would do: comma-separated names.
+REMEDIATION_SHADOW_RULES = [
+    name.strip() for name in os.environ.get("GPUFLEET_REMEDIATION_SHADOW_RULES", "").split(",") if name.strip()
+]
 ALERT_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_ALERT_MAX_BODY_BYTES", str(1024 * 1024)))
 
 # Attestation: result-signing keys (a PEM file, or a directory of them: the newest signs, the

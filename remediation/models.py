@@ -9,15 +9,25 @@ class RemediationStatus(models.TextChoices):
     APPLIED = "applied"  # the action was taken
     SUPPRESSED = "suppressed"  # over the blast-radius cap: recorded for an operator to decide
     NO_ACTION = "no_action"  # the rules call for nothing (application XID, resolved alert, ...)
-    PENDING = "pending"  # a repair (a GPU reset) under way
-    REPAIRED = "repaired"  # the repair made the node healthy again: it stays in service
+    PENDING = "pending"  # climbing the ladder's repair rungs (GPU reset, reboot, power cycle)
+    REPAIRED = "repaired"  # a repair made the GPU healthy again: the node stays in service
 
 
 class RemediationStep(models.TextChoices):
-    """What was (or is being) done: a rung of the remediation ladder."""
+    """What was (or is being) done: a rung of the remediation ladder (remediation.rules.Step)."""
 
     GPU_RESET = "gpu_reset"
+    REBOOT = "reboot"
+    POWER_CYCLE = "power_cycle"
     QUARANTINE = "quarantine"
+
+
+REPAIR_STEPS = [RemediationStep.GPU_RESET, RemediationStep.REBOOT, RemediationStep.POWER_CYCLE]
+
+
+class RemediationMode(models.TextChoices):
+    ENFORCE = "enforce"
+    SHADOW = "shadow"  # the rule's decision is recorded, nothing is done
 
 
 class Remediation(models.Model):
@@ -30,7 +40,7 @@ class Remediation(models.Model):
     gpu = models.PositiveSmallIntegerField(null=True, blank=True)
     # The reservation the node served when it was quarantined: its replacement ends the incident.
     reservation = models.ForeignKey("reservations.Reservation", null=True, blank=True, on_delete=models.PROTECT)
-    action = models.CharField(max_length=16)
+    action = models.CharField(max_length=16, help_text="The ladder the rules called for (remediation.rules.LADDERS).")
     reason = models.TextField()
     status = models.CharField(max_length=16, choices=RemediationStatus.choices)
     at = models.DateTimeField(db_default=Now(), db_index=True)
@@ -39,7 +49,11 @@ class Remediation(models.Model):
     # In the database rather than in a countdown message, which Redis would lose: the reconciler
     # sends the repair's next look when it is due (remediation.services.take_due_repairs).
     recheck_due_at = models.DateTimeField(null=True, blank=True, help_text="When the repair is looked at next.")
-    step_started_at = models.DateTimeField(null=True, blank=True, help_text="When the agent began the GPU reset.")
+    step_started_at = models.DateTimeField(null=True, blank=True, help_text="When the current rung was acted on.")
+    mode = models.CharField(max_length=8, choices=RemediationMode.choices, default=RemediationMode.ENFORCE)
+    # A reboot is proven by the BMC's LastResetTime moving past what it read before asking for it.
+    reset_before = models.CharField(max_length=64, blank=True, help_text="The BMC's LastResetTime before the rung.")
+    forced_at = models.DateTimeField(null=True, blank=True, help_text="When a reboot the OS ignored was forced.")
 
     class Meta:
         ordering = ["-at", "-id"]
@@ -58,8 +72,14 @@ class Remediation(models.Model):
             models.CheckConstraint(condition=Q(step__in=["", *RemediationStep.values]), name="remediation_step_known"),
             models.CheckConstraint(
                 condition=~Q(status__in=[RemediationStatus.PENDING, RemediationStatus.REPAIRED])
-                | Q(step=RemediationStep.GPU_RESET),
-                name="remediation_repair_is_a_reset",
+                | Q(step__in=REPAIR_STEPS),
+                name="remediation_repair_is_a_repair_step",
+            ),
+            models.CheckConstraint(condition=Q(mode__in=RemediationMode.values), name="remediation_mode_known"),
+            # A shadow rule acts on nothing, so it can neither hold a repair open nor quarantine.
+            models.CheckConstraint(
+                condition=~Q(mode=RemediationMode.SHADOW) | Q(status=RemediationStatus.NO_ACTION),
+                name="remediation_shadow_acts_on_nothing",
             ),
         ]
         indexes = [
@@ -80,8 +100,14 @@ class IncidentStep(models.TextChoices):
     WEBHOOK_RECEIVED = "webhook_received"
     QUARANTINED = "quarantined"
     SUPPRESSED = "suppressed"
+    TENANT_NOTIFIED = "tenant_notified"  # the node's tenant was told what will be done, and when
     GPU_RESET = "gpu_reset"  # the agent began resetting the GPU
-    REPAIRED = "repaired"  # healthy again after it
+    REBOOT = "reboot"  # the BMC was asked to restart the node
+    REBOOT_FORCED = "reboot_forced"  # the OS ignored the graceful restart: forced
+    POWER_CYCLE = "power_cycle"  # the BMC was asked to power cycle the node
+    ESCALATED = "escalated"  # the rung did not make the GPU healthy: the next one
+    REPAIRED = "repaired"  # healthy again after a rung
+    SHADOW = "shadow"  # a shadow rule's decision: nothing was done
 
 
 class IncidentEvent(models.Model):

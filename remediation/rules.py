@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
 
@@ -47,11 +47,73 @@ from core import validation as v
 from core.parsing import InvalidInput, check_text
 
 
-class Action(enum.StrEnum):
-    QUARANTINE = "quarantine"
-    # Resets the GPU through the node's agent; quarantines if it is not healthy after (`after_reset`).
-    RESET_GPU = "reset_gpu"
-    NONE = "none"
+class Step(enum.StrEnum):
+    """A rung of a remediation ladder, weakest first."""
+
+    GPU_RESET = "gpu_reset"  # through the node's agent: the tenant keeps the node and its other GPUs
+    REBOOT = "reboot"  # Redfish GracefulRestart, ForceRestart if the OS ignores it
+    POWER_CYCLE = "power_cycle"  # Redfish PowerCycle: the GPUs lose power
+    QUARANTINE = "quarantine"  # out of service for an operator; a tenant gets a replacement
+
+
+# The rungs that take the whole node, and so the tenant's work on every GPU, for a while.
+NODE_STEPS = frozenset({Step.REBOOT, Step.POWER_CYCLE})
+# The rungs that need a GPU to aim at.
+GPU_STEPS = frozenset({Step.GPU_RESET})
+
+
+class Mode(enum.StrEnum):
+    ENFORCE = "enforce"
+    # Decided and recorded, never acted on: how a new rule earns the operators' trust.
+    SHADOW = "shadow"
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """What a class of fault calls for: rungs climbed in order until the GPU is healthy again.
+
+    A GPU still unhealthy after the last repair rung is quarantined, whether or not the ladder
+    names that rung: a known-faulty GPU is never left in service."""
+
+    steps: tuple[Step, ...]  # () calls for no action
+    notify_tenant: bool = False  # tell the node's tenant (webhook node.remediation) before each rung
+    # How long a rung that takes the node (NODE_STEPS) waits, once the tenant is told, for the
+    # tenant to let go of it; 0 acts at once.
+    drain: timedelta = timedelta(0)
+    mode: Mode = Mode.ENFORCE
+
+    def after(self, step: Step) -> Step:
+        """The rung to climb when `step` did not make the GPU healthy."""
+        later = self.steps[self.steps.index(step) + 1 :] if step in self.steps else ()
+        return later[0] if later else Step.QUARANTINE
+
+
+# The ladders, by name; the XID table and the alert rules name one each. Recorded on every
+# remediation (its `action`), so renaming one orphans its history: add a new name instead.
+LADDERS: Mapping[str, Ladder] = MappingProxyType(
+    {
+        # Informational: the driver cleaned up after an application, nothing is wrong.
+        "none": Ladder(()),
+        # The tenant's own job failed on a healthy GPU: they hear of it, nothing else is done.
+        "application": Ladder((), notify_tenant=True),
+        # A hung GPU: a reset usually clears it; a reboot takes every GPU of the node from the
+        # tenant, so they get a quarter of an hour to checkpoint first.
+        "gpu_hang": Ladder(
+            (Step.GPU_RESET, Step.REBOOT, Step.QUARANTINE), notify_tenant=True, drain=timedelta(minutes=15)
+        ),
+        # Memory errors the driver contained (or remapped) pending a reset; the handoff's GPU memory
+        # wipe and the repeat-offender rule catch memory that keeps failing.
+        "gpu_memory": Ladder(
+            (Step.GPU_RESET, Step.REBOOT, Step.QUARANTINE), notify_tenant=True, drain=timedelta(minutes=15)
+        ),
+        # The GPU is lost to the host (off the bus, NVLink down, GSP dead): the tenant's work on it
+        # is already gone, so the node is rebooted at once, then power cycled.
+        "gpu_lost": Ladder((Step.REBOOT, Step.POWER_CYCLE, Step.QUARANTINE), notify_tenant=True),
+        # Hardware that no reset repairs (spare memory rows exhausted, escaped ECC, NVLink5 faults):
+        # out of service for an operator and likely an RMA.
+        "hardware_failed": Ladder((Step.QUARANTINE,), notify_tenant=True),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -78,155 +140,176 @@ class Alert:
 
 @dataclass(frozen=True)
 class Decision:
-    action: Action
+    rule: str  # the ladder's name in LADDERS
+    step: Step | None  # the rung to climb now; None when nothing is (or is left) to do
     node: str | None
     gpu: int | None
     reason: str  # e.g. "XID 79 on GPU 3: GPU has fallen off the bus"
+    mode: Mode = Mode.ENFORCE
+
+    @property
+    def ladder(self) -> Ladder:
+        return LADDERS[self.rule]
 
 
 @dataclass(frozen=True)
 class XidRule:
     nvidia_action: str  # NVIDIA's "Resolution Bucket (Immediate Action)"
-    action: Action
+    ladder: str
     what: str
 
 
 # Source: NVIDIA, "Xid Errors", Xid catalog for Ampere and newer GPUs, column "Resolution Bucket
 # (Immediate Action)": https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html
-# Our action departs from NVIDIA's where a multi-tenant cloud must be stricter: a fault of the
-# GPU's memory, bus, NVLink or firmware (PMU, GSP) takes the node out of service until an operator
-# has looked, because the next tenant must not land on it, even where NVIDIA's immediate action
-# (RESET_GPU, RESTART_APP, IGNORE) would let the current job carry on. Hangs that a reset clears
-# get RESET_GPU: the node's agent resets the GPU, and a GPU still unhealthy after it
-# (`after_reset`) is quarantined. Application faults get no action.
+# Our ladders climb from NVIDIA's immediate action (RESET_GPU, RESTART_BM) and end, where it does
+# not help, in quarantine: a GPU still faulty after its repairs never serves the next tenant.
+# Faults no reset repairs skip to quarantine.
 XIDS: Mapping[int, XidRule] = MappingProxyType(
     {
-        # Node-level hardware faults: quarantine.
-        48: XidRule("WORKFLOW_XID_48", Action.QUARANTINE, "double-bit ECC error"),
-        62: XidRule("RESET_GPU", Action.QUARANTINE, "internal micro-controller (PMU) halted"),
-        64: XidRule("RESET_GPU", Action.QUARANTINE, "ECC page retirement or row remapping failed"),
-        74: XidRule("WORKFLOW_NVLINK_ERR", Action.QUARANTINE, "NVLink error"),
-        79: XidRule("RESTART_BM", Action.QUARANTINE, "GPU has fallen off the bus"),
-        92: XidRule("IGNORE", Action.QUARANTINE, "excessive single-bit ECC errors: memory is degrading"),
-        94: XidRule("RESTART_APP", Action.QUARANTINE, "contained uncorrectable ECC error"),
-        95: XidRule("RESET_GPU", Action.QUARANTINE, "uncontained uncorrectable ECC error"),
-        119: XidRule("RESET_GPU", Action.QUARANTINE, "GSP RPC timeout"),
-        120: XidRule("RESET_GPU", Action.QUARANTINE, "GSP error"),
-        140: XidRule("RESET_GPU", Action.QUARANTINE, "unrecoverable ECC error escaped containment"),
-        144: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink SAW error"),
-        145: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink RLW error"),
-        146: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink TLW error"),
-        147: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink TREX error"),
-        148: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink NVLPW control error"),
-        149: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink NETIR error"),
-        150: XidRule("WORKFLOW_NVLINK5_ERR", Action.QUARANTINE, "NVLink MSE error"),
+        # Memory errors contained, or remapped, pending a reset.
+        48: XidRule("WORKFLOW_XID_48", "gpu_memory", "double-bit ECC error"),
+        63: XidRule("IGNORE", "gpu_memory", "ECC page retired or row remapped: takes effect at a GPU reset"),
+        64: XidRule("RESET_GPU", "gpu_memory", "ECC page retirement or row remapping failed"),
+        94: XidRule("RESTART_APP", "gpu_memory", "contained uncorrectable ECC error"),
+        95: XidRule("RESET_GPU", "gpu_memory", "uncontained uncorrectable ECC error"),
+        # Lost to the host: a reboot, then a power cycle, brings most back.
+        62: XidRule("RESET_GPU", "gpu_lost", "internal micro-controller (PMU) halted"),
+        74: XidRule("WORKFLOW_NVLINK_ERR", "gpu_lost", "NVLink error"),
+        79: XidRule("RESTART_BM", "gpu_lost", "GPU has fallen off the bus"),
+        119: XidRule("RESET_GPU", "gpu_lost", "GSP RPC timeout"),
+        120: XidRule("RESET_GPU", "gpu_lost", "GSP error"),
+        # No reset repairs these.
+        92: XidRule("IGNORE", "hardware_failed", "excessive single-bit ECC errors: memory is degrading"),
+        140: XidRule("RESET_GPU", "hardware_failed", "unrecoverable ECC error escaped containment"),
+        144: XidRule("WORKFLOW_NVLINK5_ERR", "hardware_failed", "NVLink SAW error"),
+        145: XidRule("WORKFLOW_NVLINK5_ERR", "hardware_failed", "NVLink RLW error"),
+        146: XidRule("WORKFLOW_NVLINK5_ERR", "hardware_failed", "NVLink TLW error"),
+        147: XidRule("WORKFLOW_NVLINK5_ERR", "hardware_failed", "NVLink TREX error"),
+        148: XidRule("WORKFLOW_NVLINK5_ERR", "hardware_failed", "NVLink NVLPW control error"),
+        149: XidRule("WORKFLOW_NVLINK5_ERR", "hardware_failed", "NVLink NETIR error"),
+        150: XidRule("WORKFLOW_NVLINK5_ERR", "hardware_failed", "NVLink MSE error"),
         # GPU hangs and recoverable events that NVIDIA resolves with a GPU reset.
-        46: XidRule("RESET_GPU", Action.RESET_GPU, "GPU stopped processing (timeout)"),
-        109: XidRule("RESET_GPU", Action.RESET_GPU, "context switch timeout"),
-        110: XidRule("RESET_GPU", Action.RESET_GPU, "security fault"),
-        136: XidRule("RESET_GPU", Action.RESET_GPU, "NVLink link training failed"),
-        143: XidRule("RESET_GPU", Action.RESET_GPU, "GPU initialisation error"),
-        155: XidRule("RESET_GPU", Action.RESET_GPU, "NVLink software-defined error"),
-        156: XidRule("RESET_GPU", Action.RESET_GPU, "resource retirement pending a reset"),
-        158: XidRule("RESET_GPU", Action.RESET_GPU, "GPU fatal timeout"),
-        # Application-level: the tenant's job failed, the GPU is fine.
-        8: XidRule("RESTART_APP", Action.NONE, "GPU stopped processing an application's work"),
-        13: XidRule("RESTART_APP", Action.NONE, "graphics engine exception (application error)"),
-        31: XidRule("RESTART_APP", Action.NONE, "GPU memory page fault (application error)"),
-        32: XidRule("RESTART_APP", Action.NONE, "invalid or corrupted push buffer stream"),
-        43: XidRule("IGNORE", Action.NONE, "GPU stopped processing an application's channel"),
-        45: XidRule("WORKFLOW_XID_45", Action.NONE, "preemptive cleanup after an application stopped"),
-        63: XidRule("IGNORE", Action.NONE, "ECC page retired or row remapped successfully"),
-        69: XidRule("RESTART_APP", Action.NONE, "graphics engine class error (application error)"),
+        46: XidRule("RESET_GPU", "gpu_hang", "GPU stopped processing (timeout)"),
+        109: XidRule("RESET_GPU", "gpu_hang", "context switch timeout"),
+        110: XidRule("RESET_GPU", "gpu_hang", "security fault"),
+        136: XidRule("RESET_GPU", "gpu_hang", "NVLink link training failed"),
+        143: XidRule("RESET_GPU", "gpu_hang", "GPU initialisation error"),
+        155: XidRule("RESET_GPU", "gpu_hang", "NVLink software-defined error"),
+        156: XidRule("RESET_GPU", "gpu_hang", "resource retirement pending a reset"),
+        158: XidRule("RESET_GPU", "gpu_hang", "GPU fatal timeout"),
+        # Application-level: the tenant's job failed, the GPU is fine; the tenant is told.
+        8: XidRule("RESTART_APP", "application", "GPU stopped processing an application's work"),
+        13: XidRule("RESTART_APP", "application", "graphics engine exception (application error)"),
+        31: XidRule("RESTART_APP", "application", "GPU memory page fault (application error)"),
+        32: XidRule("RESTART_APP", "application", "invalid or corrupted push buffer stream"),
+        69: XidRule("RESTART_APP", "application", "graphics engine class error (application error)"),
+        # Informational.
+        43: XidRule("IGNORE", "none", "GPU stopped processing an application's channel"),
+        45: XidRule("WORKFLOW_XID_45", "none", "preemptive cleanup after an application stopped"),
     }
 )
 
 
 @dataclass(frozen=True)
 class AlertRule:
-    action: Action
+    ladder: str
     reason: str
 
 
-# The alerts of deploy/prometheus/rules/gpu.yml other than the two XID alerts.
+# The alerts of deploy/prometheus/rules/gpu.yml other than the XID alerts.
 ALERTS: Mapping[str, AlertRule] = MappingProxyType(
     {
-        "NodeAgentDown": AlertRule(Action.QUARANTINE, "node agent unreachable: its GPUs' health cannot be observed"),
-        "GPUUncorrectableECC": AlertRule(Action.QUARANTINE, "uncorrectable (double-bit) ECC errors"),
-        "GPURowRemapFailure": AlertRule(Action.QUARANTINE, "row remapping failed: no spare memory rows left"),
-        "GPUUnhealthy": AlertRule(Action.RESET_GPU, "the node agent reports the GPU unhealthy"),
+        # The agent runs on the tenant's machine, where root can stop it: not a reason to reboot it.
+        "NodeAgentDown": AlertRule("hardware_failed", "node agent unreachable: its GPUs' health cannot be observed"),
+        "GPUUncorrectableECC": AlertRule("gpu_memory", "uncorrectable (double-bit) ECC errors"),
+        "GPURowRemapFailure": AlertRule("hardware_failed", "row remapping failed: no spare memory rows left"),
+        "GPUUnhealthy": AlertRule("gpu_hang", "the node agent reports the GPU unhealthy"),
         # The GPU throttles and shuts itself down to protect itself; the usual cause is cooling,
         # which taking one node out does not fix. Operators are told, nothing is done.
-        "GPUOverTemperature": AlertRule(Action.NONE, "GPU over temperature"),
+        "GPUOverTemperature": AlertRule("none", "GPU over temperature"),
     }
 )
 
-# The two XID alerts, each selecting the XIDs of one action (`xids_with`). `decide` takes the action
-# from the XID table, not from the alert's name, so the table stays the one source of truth.
-XID_ALERTS: Mapping[str, Action] = MappingProxyType(
-    {"GPUFatalXid": Action.QUARANTINE, "GPUResetRequiredXid": Action.RESET_GPU}
+# The XID alerts, each selecting the XIDs whose ladder is one of its own (`xids_of`): a critical
+# one for the XIDs whose first rung takes the node, a warning for those a GPU reset may clear,
+# and one for the tenant's application faults. `decide` takes the ladder from the XID table, not
+# from the alert's name, so the table stays the one source of truth.
+XID_ALERTS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "GPUFatalXid": frozenset({"gpu_lost", "hardware_failed"}),
+        "GPUResetRequiredXid": frozenset({"gpu_hang", "gpu_memory"}),
+        "GPUApplicationXid": frozenset({"application"}),
+    }
 )
 
 
-def xids_with(action: Action) -> frozenset[int]:
-    """The XIDs whose rule is `action`: what the XID alerts of gpu.yml must select."""
-    return frozenset(xid for xid, rule in XIDS.items() if rule.action is action)
+def xids_of(alert_name: str) -> frozenset[int]:
+    """The XIDs the XID alert `alert_name` of gpu.yml must select."""
+    return frozenset(xid for xid, rule in XIDS.items() if rule.ladder in XID_ALERTS[alert_name])
 
 
-def decide(alert: Alert) -> Decision:
-    """The action an alert calls for. A resolved alert never returns a node: it calls for nothing."""
+def decide(alert: Alert, *, shadow: frozenset[str] = frozenset()) -> Decision:
+    """The ladder an alert calls for, and its first rung. A resolved alert never returns a node: it
+    calls for nothing. The ladders named in `shadow` run in shadow mode whatever LADDERS says."""
     node = alert.labels.get("node") or None
     gpu = _gpu_index(alert.labels.get("gpu"))
     on_gpu = f" on GPU {gpu}" if gpu is not None else ""
     if alert.status == "resolved":
-        return Decision(Action.NONE, node, gpu, f"{alert.name} resolved: resolved alerts return nothing to service")
+        return _nothing(node, gpu, f"{alert.name} resolved: resolved alerts return nothing to service")
     if node is None:
-        return Decision(Action.NONE, None, gpu, f"{alert.name} has no node label: nothing to act on")
+        return _nothing(None, gpu, f"{alert.name} has no node label: nothing to act on")
     if alert.name in XID_ALERTS:
         xid = _xid(alert.labels.get("xid"))
         if xid is None:
-            return Decision(Action.NONE, node, gpu, f"{alert.name} has no valid xid label")
+            return _nothing(node, gpu, f"{alert.name} has no valid xid label")
         rule = XIDS.get(xid)
         if rule is None:
-            return Decision(Action.NONE, node, gpu, f"XID {xid}{on_gpu}: not in the XID table, no automatic action")
-        action, reason = rule.action, f"XID {xid}{on_gpu}: {rule.what}"
+            return _nothing(node, gpu, f"XID {xid}{on_gpu}: not in the XID table, no automatic action")
+        name, reason = rule.ladder, f"XID {xid}{on_gpu}: {rule.what}"
     elif alert.name in ALERTS:
         rule = ALERTS[alert.name]
-        action, reason = rule.action, f"{alert.name}{on_gpu}: {rule.reason}"
+        name, reason = rule.ladder, f"{alert.name}{on_gpu}: {rule.reason}"
     else:
-        return Decision(Action.NONE, node, gpu, f"no rule for alert {alert.name}")
-    if action is Action.RESET_GPU and gpu is None:
-        # A reset needs a GPU to aim at; without one only the whole node can be taken out.
-        return Decision(Action.QUARANTINE, node, None, f"{reason} (no gpu label, so no GPU to reset)")
-    return Decision(action, node, gpu, reason)
+        return _nothing(node, gpu, f"no rule for alert {alert.name}")
+    ladder = LADDERS[name]
+    mode = Mode.SHADOW if name in shadow else ladder.mode
+    steps = ladder.steps
+    if gpu is None and steps and steps[0] in GPU_STEPS:
+        # A reset needs a GPU to aim at; without one the ladder starts at its first whole-node rung.
+        steps = tuple(step for step in steps if step not in GPU_STEPS) or (Step.QUARANTINE,)
+        reason = f"{reason} (no gpu label, so no GPU to reset)"
+    return Decision(name, steps[0] if steps else None, node, gpu, reason, mode)
 
 
-def after_reset(decision: Decision, *, healthy: bool, why: str = "") -> Decision:
-    """The outcome of a RESET_GPU decision: done if the GPU is healthy again, else escalate to
-    quarantine; `why` says what went wrong with the reset, if something did."""
-    if decision.action is not Action.RESET_GPU:
-        raise ValueError(f"after_reset applies to {Action.RESET_GPU} decisions, not {decision.action}")
+def _nothing(node: str | None, gpu: int | None, reason: str) -> Decision:
+    return Decision("none", None, node, gpu, reason)
+
+
+_DONE = {Step.GPU_RESET: "a GPU reset", Step.REBOOT: "a reboot", Step.POWER_CYCLE: "a power cycle"}
+
+
+def after_step(decision: Decision, *, healthy: bool, why: str = "") -> Decision:
+    """What follows a repair rung: nothing if the GPU is healthy again, else the ladder's next
+    rung; `why` says what went wrong with the rung, if something did."""
+    if decision.step not in _DONE:
+        raise ValueError(f"after_step follows a repair rung, not {decision.step}")
+    done = _DONE[decision.step]
     if healthy:
-        return Decision(Action.NONE, decision.node, decision.gpu, f"{decision.reason}; healthy after a GPU reset")
-    after = f"; {why}" if why else ""
-    return Decision(
-        Action.QUARANTINE, decision.node, decision.gpu, f"{decision.reason}; still unhealthy after a GPU reset{after}"
-    )
+        return replace(decision, step=None, reason=f"{decision.reason}; healthy after {done}")
+    after = f": {why}" if why else ""
+    reason = f"{decision.reason}; still unhealthy after {done}{after}"
+    return replace(decision, step=decision.ladder.after(decision.step), reason=reason)
 
 
 def repeat_offense(decision: Decision, *, earlier: int, rule: RepeatOffender = REPEAT_OFFENDER) -> Decision:
     """`decision` as it stands, or a quarantine if its node was remediated `earlier` times within the
     rule's window and this one makes `rule.count`."""
-    if decision.action is Action.NONE or earlier + 1 < rule.count:
+    if decision.step is None or earlier + 1 < rule.count:
         return decision
     days = rule.window / timedelta(days=1)
     suspect = f"GPU {decision.gpu}" if decision.gpu is not None else "the node"
-    return Decision(
-        Action.QUARANTINE,
-        decision.node,
-        decision.gpu,
-        f"repeat_offender: remediation {earlier + 1} in {days:g} days, suggested RMA of {suspect}; {decision.reason}",
-    )
+    offense = f"repeat_offender: remediation {earlier + 1} in {days:g} days, suggested RMA of {suspect}"
+    return replace(decision, step=Step.QUARANTINE, reason=f"{offense}; {decision.reason}")
 
 
 def _gpu_index(value: str | None) -> int | None:

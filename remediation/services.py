@@ -15,6 +15,7 @@ from django.utils import timezone
 from fleet import lifecycle
 from fleet.models import AuditEvent, Node, NodeState
 from fleet.services import ConcurrentTransition, transition
+from fleet.signals import node_remediation_planned
 from remediation import rules
 from remediation.models import IncidentEvent, IncidentStep, Remediation, RemediationStatus, RemediationStep
 
@@ -40,7 +41,7 @@ def receive_alerts(alerts: list[rules.Alert]) -> list[Remediation]:
 
 
 def _receive(alert: rules.Alert) -> Remediation:
-    decision = rules.decide(alert)
+    decision = rules.decide(alert, shadow=frozenset(settings.REMEDIATION_SHADOW_RULES))
     received_at = timezone.now()
     try:
         with transaction.atomic():
@@ -55,28 +56,16 @@ def _receive(alert: rules.Alert) -> Remediation:
                 labels=dict(alert.labels),
                 node=node,
                 gpu=decision.gpu,
-                action=decision.action.value,
+                action=decision.rule,
                 reason=decision.reason,
                 status=RemediationStatus.NO_ACTION,
                 reservation_id=node.reservation_id if node else None,
+                mode=decision.mode.value,
             )
             firing_at = _parse_time(alert.starts_at) or received_at
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.ALERT_FIRING, at=firing_at)
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.WEBHOOK_RECEIVED, at=received_at)
-            if node is None:
-                if decision.action is not rules.Action.NONE:
-                    remediation.reason = f"{decision.reason}; no enrolled node {decision.node!r}"
-            elif node.state == NodeState.QUARANTINED and decision.action is not rules.Action.NONE:
-                # e.g. GPUUnhealthy minutes after the XID that quarantined it: already out of service.
-                remediation.reason = f"{decision.reason}; {node.name} is already quarantined"
-            elif decision.action is rules.Action.QUARANTINE:
-                remediation.step = RemediationStep.QUARANTINE
-                _quarantine_within_cap(remediation, node)
-            elif decision.action is rules.Action.RESET_GPU:
-                remediation.status = RemediationStatus.PENDING
-                remediation.step = RemediationStep.GPU_RESET
-                # Due at once: the reconciler has a worker start the reset (take_due_repairs).
-                remediation.recheck_due_at = received_at
+            _act_on(remediation, decision, node)
             remediation.save(update_fields=["status", "reason", "step", "recheck_due_at"])
     except IntegrityError:
         # The same notification, received by another process at the same moment: its answer stands.
@@ -84,6 +73,78 @@ def _receive(alert: rules.Alert) -> Remediation:
             fingerprint=alert.fingerprint, starts_at=alert.starts_at, alert_status=alert.status
         )
     return remediation
+
+
+def _act_on(remediation: Remediation, decision: rules.Decision, node: Node | None) -> None:
+    if node is None:
+        if decision.step is not None:
+            remediation.reason = f"{decision.reason}; no enrolled node {decision.node!r}"
+        return
+    if decision.step is None:
+        if decision.ladder.notify_tenant and decision.mode is rules.Mode.ENFORCE:
+            _tell_tenant(remediation, node, step=None, acts_at=None)
+        return
+    remediation.step = decision.step.value
+    if decision.mode is rules.Mode.SHADOW:
+        remediation.reason = f"shadow: would {decision.step.value.replace('_', ' ')}; {decision.reason}"
+        IncidentEvent.objects.create(
+            remediation=remediation, step=IncidentStep.SHADOW, at=timezone.now(), detail=decision.step.value
+        )
+        return
+    if node.state == NodeState.QUARANTINED:
+        # e.g. GPUUnhealthy minutes after the XID that quarantined it: already out of service.
+        remediation.step = ""
+        remediation.reason = f"{decision.reason}; {node.name} is already quarantined"
+        return
+    repairing = Remediation.objects.filter(node=node, status=RemediationStatus.PENDING).exclude(pk=remediation.pk)
+    if (under_way := repairing.values_list("pk", flat=True).first()) is not None:
+        # One ladder at a time per node: the same fault seen again (the agent's report and then
+        # Alertmanager's, or GPUUnhealthy behind an XID), or the agent down while it reboots.
+        remediation.step = ""
+        remediation.reason = f"{decision.reason}; {node.name} is already being repaired (remediation {under_way})"
+        return
+    _climb(remediation, decision.step, node)
+
+
+def _climb(remediation: Remediation, step: rules.Step, node: Node) -> None:
+    """Make `step` the remediation's current rung: quarantine now, or a repair that a worker
+    starts when it is due (at once, or when the tenant's drain time is up)."""
+    remediation.step = step.value
+    remediation.step_started_at = None
+    remediation.reset_before = ""
+    remediation.forced_at = None
+    if step is rules.Step.QUARANTINE:
+        remediation.recheck_due_at = None
+        _quarantine_within_cap(remediation, node)
+        return
+    now = timezone.now()
+    ladder = rules.LADDERS[remediation.action]
+    acts_at = now
+    if node.reservation_id is not None and ladder.notify_tenant:
+        if step in rules.NODE_STEPS:
+            acts_at = now + ladder.drain
+        _tell_tenant(remediation, node, step=step, acts_at=acts_at)
+    remediation.status = RemediationStatus.PENDING
+    # The reconciler has a worker start the rung once due (take_due_repairs).
+    remediation.recheck_due_at = acts_at
+
+
+def _tell_tenant(remediation: Remediation, node: Node, *, step: rules.Step | None, acts_at: datetime | None) -> None:
+    if node.reservation_id is None:
+        return
+    node_remediation_planned.send(
+        sender=Remediation,
+        node_id=node.pk,
+        reservation_id=node.reservation_id,
+        gpu=remediation.gpu,
+        step=step.value if step else None,
+        reason=remediation.reason,
+        acts_at=acts_at,
+    )
+    when = f"{step.value} at {acts_at.isoformat()}" if step else "told, nothing done"
+    IncidentEvent.objects.create(
+        remediation=remediation, step=IncidentStep.TENANT_NOTIFIED, at=timezone.now(), detail=when
+    )
 
 
 def remediations_acted_on(node: Node, now: datetime) -> int:
@@ -98,7 +159,7 @@ def remediations_acted_on(node: Node, now: datetime) -> int:
 
 def take_due_repairs(*, limit: int) -> list[int]:
     """The pending repairs whose next look is due, each due again one recheck period later; the
-    caller has a worker look at each (start the GPU reset, or see how it went).
+    caller has a worker look at each (start the rung, or see how it went).
 
     The due time is in the database, not in a countdown message: Redis loses those when it
     restarts, and a worker holding one when the broker restarts dies (kombu's Redis transport).
@@ -166,52 +227,91 @@ def apply_suppressed(*, remediation_id: int, operator: str) -> Remediation:
     return remediation
 
 
-def gpu_reset_started(*, remediation_id: int) -> bool:
-    """The agent took the reset: look at it again in REMEDIATION_RESET_POLL_SECONDS. False if
-    another worker started it first (compare-and-set on the start), or the repair has ended."""
-    started = Remediation.objects.filter(
+def step_started(*, remediation_id: int, reset_before: str = "") -> bool:
+    """The rung was acted on (the agent took the reset, the BMC the restart): look at it again in
+    REMEDIATION_RESET_POLL_SECONDS. False if another worker started it first (compare-and-set on
+    the start), or the repair has ended."""
+    remediation = Remediation.objects.filter(
         pk=remediation_id, status=RemediationStatus.PENDING, step_started_at__isnull=True
-    ).update(step_started_at=Now(), recheck_due_at=Now() + _poll())
+    )
+    step = remediation.values_list("step", flat=True).first()
+    started = remediation.update(step_started_at=Now(), recheck_due_at=Now() + _poll(), reset_before=reset_before)
     if started:
-        IncidentEvent.objects.create(remediation_id=remediation_id, step=IncidentStep.GPU_RESET, at=timezone.now())
+        IncidentEvent.objects.create(remediation_id=remediation_id, step=step, at=timezone.now())
     return bool(started)
 
 
-def gpu_reset_running(*, remediation_id: int) -> None:
-    """Still resetting: look again in REMEDIATION_RESET_POLL_SECONDS."""
+def step_running(*, remediation_id: int) -> None:
+    """Not done yet: look again in REMEDIATION_RESET_POLL_SECONDS."""
     Remediation.objects.filter(pk=remediation_id, status=RemediationStatus.PENDING).update(
         recheck_due_at=Now() + _poll()
     )
+
+
+def reboot_forced(*, remediation_id: int, grace: float) -> None:
+    """The OS ignored the graceful restart for `grace` seconds and the BMC was told to force it."""
+    if Remediation.objects.filter(pk=remediation_id, forced_at__isnull=True).update(forced_at=Now()):
+        IncidentEvent.objects.create(
+            remediation_id=remediation_id,
+            step=IncidentStep.REBOOT_FORCED,
+            at=timezone.now(),
+            detail=f"no restart within {grace:g}s",
+        )
 
 
 def _poll() -> timedelta:
     return timedelta(seconds=settings.REMEDIATION_RESET_POLL_SECONDS)
 
 
-def gpu_reset_overdue(remediation: Remediation) -> bool:
-    """The reset began longer ago than REMEDIATION_RESET_TIMEOUT_SECONDS."""
+def step_overdue(remediation: Remediation) -> bool:
+    """The rung began longer ago than its timeout: REMEDIATION_RESET_TIMEOUT_SECONDS for a GPU
+    reset, REMEDIATION_REBOOT_TIMEOUT_SECONDS for a rung that restarts the node."""
     started = remediation.step_started_at
-    timeout = timedelta(seconds=settings.REMEDIATION_RESET_TIMEOUT_SECONDS)
-    return started is not None and timezone.now() - started > timeout
+    if remediation.step == RemediationStep.GPU_RESET:
+        timeout = settings.REMEDIATION_RESET_TIMEOUT_SECONDS
+    else:
+        timeout = settings.REMEDIATION_REBOOT_TIMEOUT_SECONDS
+    return started is not None and timezone.now() - started > timedelta(seconds=timeout)
 
 
-def gpu_reset_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remediation:
-    """After the GPU reset: healthy again, the node stays in service (repaired); otherwise escalate
-    to a (capped) quarantine. `why` says what went wrong with the reset, if something did."""
+def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remediation:
+    """After a repair rung: healthy again, the node stays in service (repaired); otherwise the
+    ladder's next rung, ending in a (capped) quarantine. `why` says what went wrong, if known."""
     with transaction.atomic():
         remediation = (
             Remediation.objects.select_for_update(of=("self",)).select_related("node__rack").get(pk=remediation_id)
         )
         if remediation.status != RemediationStatus.PENDING:
             return remediation
-        pending = rules.Decision(rules.Action.RESET_GPU, remediation.node.name, remediation.gpu, remediation.reason)
-        decision = rules.after_reset(pending, healthy=healthy, why=why)
+        current = rules.Decision(
+            remediation.action, rules.Step(remediation.step), remediation.node.name, remediation.gpu, remediation.reason
+        )
+        decision = rules.after_step(current, healthy=healthy, why=why)
         remediation.reason = decision.reason
-        if decision.action is rules.Action.QUARANTINE:
-            remediation.step = RemediationStep.QUARANTINE
-            _quarantine_within_cap(remediation, remediation.node)
-        else:
+        if decision.step is None:
             remediation.status = RemediationStatus.REPAIRED
+            remediation.recheck_due_at = None
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.REPAIRED, at=timezone.now())
-        remediation.save(update_fields=["status", "reason", "step"])
+        else:
+            IncidentEvent.objects.create(
+                remediation=remediation, step=IncidentStep.ESCALATED, at=timezone.now(), detail=decision.step.value
+            )
+            _climb(remediation, decision.step, remediation.node)
+        remediation.save(
+            update_fields=["status", "reason", "step", "recheck_due_at", "step_started_at", "reset_before", "forced_at"]
+        )
+    return remediation
+
+
+def node_moved_on(*, remediation_id: int) -> Remediation:
+    """The node left service while its repair waited (quarantined by an operator or another
+    alert): nothing is left to repair here."""
+    with transaction.atomic():
+        remediation = Remediation.objects.select_for_update(of=("self",)).select_related("node").get(pk=remediation_id)
+        if remediation.status == RemediationStatus.PENDING:
+            remediation.status = RemediationStatus.NO_ACTION
+            remediation.recheck_due_at = None
+            node = remediation.node
+            remediation.reason = f"{remediation.reason}; {node.name} is {node.state}: left as it is"
+            remediation.save(update_fields=["status", "recheck_due_at", "reason"])
     return remediation

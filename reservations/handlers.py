@@ -6,7 +6,7 @@ from django.dispatch import receiver
 
 from fleet import lifecycle
 from fleet.models import Node
-from fleet.signals import node_transitioned
+from fleet.signals import node_remediation_planned, node_transitioned
 from reservations import services, webhooks
 from reservations.models import Reservation, WebhookEvent
 from reservations.signals import reservation_lost_node
@@ -30,3 +30,19 @@ def follow_node(sender, *, node_id, event, actor, to_state, reservation_id, **kw
         reason = f"{node.name} lost ({event.value})"
         if services.let_node_go(node_id=node_id, reservation_id=reservation_id, reason=reason, actor=actor):
             reservation_lost_node.send(sender=services, reservation_id=reservation_id)
+
+
+@receiver(node_remediation_planned, dispatch_uid="reservations.tell_tenant_of_remediation")
+def tell_tenant_of_remediation(sender, *, node_id, reservation_id, gpu, step, reason, acts_at, **kwargs):
+    reservation = Reservation.objects.filter(pk=reservation_id).first()
+    if reservation is None:
+        return
+    webhooks.notify(
+        reservation,
+        WebhookEvent.NODE_REMEDIATION,
+        node=Node.objects.values_list("name", flat=True).get(pk=node_id),
+        gpu=gpu,
+        step=step,
+        reason=reason,
+        acts_at=acts_at.isoformat() if acts_at else None,
+    )

@@ -247,6 +247,9 @@ class WebhookEvent(models.TextChoices):
     RESERVATION_ENDING = "reservation.ending"
     RESERVATION_RELEASED = "reservation.released"
     NODE_QUARANTINED = "node.quarantined"
+    # A rung of the remediation ladder ahead for one of its nodes (a GPU reset, a reboot, and when),
+    # or a fault of the tenant's own application that calls for nothing.
+    NODE_REMEDIATION = "node.remediation"
 
 
 class Webhook(models.Model):

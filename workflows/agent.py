@@ -70,8 +70,9 @@ class AgentClient:
         """The last GPU reset: {"state": idle|running|succeeded|failed, "gpu", "detail", ...}."""
         return self._call("GET", "gpu-reset")
 
-    def gpu_healthy(self, index: int) -> bool:
-        """What the agent's gpu_agent_gpu_healthy says of one GPU (False if it says nothing)."""
+    def gpu_healthy(self, index: int | None) -> bool:
+        """What the agent's gpu_agent_gpu_healthy says of one GPU, or with None of every GPU
+        (False if it says nothing)."""
         self.calls += 1
         try:
             response = self.session.get(f"{self.base}/metrics", timeout=self.timeout)
@@ -79,11 +80,13 @@ class AgentClient:
             raise AgentUnavailable(f"{self.node}: agent metrics: {type(error).__name__}") from error
         if response.status_code != 200:
             raise AgentUnavailable(f"{self.node}: agent metrics: {response.status_code}")
-        for family in text_string_to_metric_families(response.text):
-            for sample in family.samples:
-                if sample.name == "gpu_agent_gpu_healthy" and sample.labels.get("gpu") == str(index):
-                    return sample.value == 1
-        return False
+        readings = [
+            sample.value == 1
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples
+            if sample.name == "gpu_agent_gpu_healthy" and (index is None or sample.labels.get("gpu") == str(index))
+        ]
+        return bool(readings) and all(readings)
 
     def evidence(self, nonce: bytes) -> dict:
         return self._call("POST", "evidence", json={"nonce": nonce.hex()})

@@ -94,12 +94,13 @@ def reconcile_reservations() -> dict:
 
 @shared_task(ignore_result=True)
 def repair_gpu(remediation_id: int) -> str:
-    return repairs.look_at_gpu_reset(remediation_id)
+    """One look at a repair rung: a GPU reset, a reboot or a power cycle."""
+    return repairs.look_at_repair(remediation_id)
 
 
 @shared_task(ignore_result=True)
 def reconcile_remediations(limit: int = 500) -> dict:
-    """Send the looks at GPU repairs that are due."""
+    """Send the looks at repairs that are due."""
     due = remediation_services.take_due_repairs(limit=limit)
     for remediation_id in due:
         repair_gpu.apply_async(args=[remediation_id], expires=settings.REMEDIATION_RECHECK_SECONDS)

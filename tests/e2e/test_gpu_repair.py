@@ -1,6 +1,7 @@
-"""GPU resets that repair, with no operator: agent metrics -> Prometheus -> Alertmanager -> webhook
--> the agent resets the GPU -> the node stays with its tenant if the GPU is healthy again, and is
-quarantined and replaced if not; and a repair that no message was ever sent for is still made."""
+"""The remediation ladders, with no operator: agent metrics -> Prometheus -> Alertmanager -> webhook
+-> a GPU reset through the agent, or a reboot and then a power cycle through the BMC -> the node
+stays with its tenant once the GPU is healthy again, and is quarantined and replaced if no rung
+helps; and a repair that no message was ever sent for is still made."""
 
 import time
 from io import StringIO
@@ -10,46 +11,99 @@ from django.core.management import call_command
 from fleet.models import Node
 from remediation import rules, services
 from remediation.models import Remediation
+from reservations.models import Webhook, WebhookDelivery
 from tests.support.factories import alert, make_available, payload
 from tests.support.processes import wait_for
 from tests.support.tenancy import active_under_watch, state_of
 
 RESET_XID = 109  # context switch timeout: NVIDIA's immediate action is a GPU reset
-assert rules.XIDS[RESET_XID].action is rules.Action.RESET_GPU
+LOST_XID = 79  # fallen off the bus: NVIDIA's immediate action is a reboot
+assert rules.LADDERS[rules.XIDS[RESET_XID].ladder].steps[0] is rules.Step.GPU_RESET
+assert rules.LADDERS[rules.XIDS[LOST_XID].ladder].steps[:2] == (rules.Step.REBOOT, rules.Step.POWER_CYCLE)
 
 
-def test_a_transient_xid_is_repaired_by_a_gpu_reset_and_a_stuck_one_is_quarantined_and_replaced(bmcsim, control_plane):
+def inject(bmcsim, node: Node, *, gpu: int, xid: int, clears: str) -> float:
+    fault = {"node": node.name, "kind": "xid", "gpu": gpu, "xid": xid, "clears": clears}
+    assert bmcsim.post("/bmcsim/v1/faults", json=fault).status_code == 201
+    return time.monotonic()
+
+
+def ended(node: Node) -> Remediation:
+    wait_for(
+        f"{node.name}'s remediation to end",
+        lambda: Remediation.objects.filter(node=node, alert_status="firing").exclude(status="pending").exists(),
+        timeout=90,
+    )
+    return Remediation.objects.get(node=node, alert_status="firing")
+
+
+def timeline(remediation: Remediation) -> list[str]:
+    return [e.step for e in remediation.timeline.all()]
+
+
+def rung_seconds(remediation: Remediation) -> str:
+    """Each step's time after the alert began, as the audit shows it."""
+    events = list(remediation.timeline.all())
+    return ", ".join(f"{e.step} +{(e.at - events[0].at).total_seconds():.1f}s" for e in events[1:])
+
+
+def test_each_rung_of_the_ladder_repairs_what_it_can_and_a_dead_gpu_is_quarantined_and_replaced(bmcsim, control_plane):
     reservation = active_under_watch(control_plane)
-    first, second = Node.objects.filter(reservation=reservation).order_by("name")[:2]
+    Webhook.objects.create(
+        tenant=reservation.tenant, url="https://hooks.acme.test/gpu", events=["node.remediation"], secret="whsec_x"
+    )
+    transient, rebooted, cycled, dead = Node.objects.filter(reservation=reservation).order_by("name")
 
-    injected = time.monotonic()
-    transient = {"node": first.name, "kind": "xid", "gpu": 2, "xid": RESET_XID, "clears": "gpu_reset"}
-    assert bmcsim.post("/bmcsim/v1/faults", json=transient).status_code == 201
-    wait_for("the repair", lambda: Remediation.objects.filter(node=first, status="repaired").exists(), timeout=60)
+    injected = inject(bmcsim, transient, gpu=2, xid=RESET_XID, clears="gpu_reset")
+    repaired = ended(transient)
     print(f"\nXID {RESET_XID} -> repaired by a GPU reset in {time.monotonic() - injected:.1f} s")
-    repaired = Remediation.objects.get(node=first, alert_status="firing")
-    assert (repaired.action, repaired.step, repaired.gpu) == ("reset_gpu", "gpu_reset", 2)
+    assert (repaired.status, repaired.action, repaired.step, repaired.gpu) == ("repaired", "gpu_hang", "gpu_reset", 2)
     assert repaired.reason.endswith("healthy after a GPU reset")
-    assert [e.step for e in repaired.timeline.all()] == ["alert_firing", "webhook_received", "gpu_reset", "repaired"]
-    first.refresh_from_db()
-    assert (first.state, first.reservation_id) == ("active", reservation.pk)  # still the tenant's
-    assert state_of(reservation) == "active"
+    assert timeline(repaired) == ["alert_firing", "webhook_received", "tenant_notified", "gpu_reset", "repaired"]
 
-    stuck = {"node": second.name, "kind": "xid", "gpu": 5, "xid": RESET_XID, "clears": "reboot"}
-    assert bmcsim.post("/bmcsim/v1/faults", json=stuck).status_code == 201
-    wait_for("quarantine", lambda: Node.objects.get(pk=second.pk).state == "quarantined", timeout=60)
-    wait_for("the replacement active", lambda: state_of(reservation) == "active", timeout=120)
-    escalated = Remediation.objects.get(node=second, alert_status="firing")
-    assert (escalated.status, escalated.step) == ("applied", "quarantine")
-    assert escalated.reason.endswith("still unhealthy after a GPU reset")
-    assert [e.step for e in escalated.timeline.all()] == [
+    injected = inject(bmcsim, rebooted, gpu=4, xid=LOST_XID, clears="reboot")
+    repaired = ended(rebooted)
+    print(f"XID {LOST_XID} -> repaired by a reboot in {time.monotonic() - injected:.1f} s ({rung_seconds(repaired)})")
+    assert (repaired.status, repaired.action, repaired.step) == ("repaired", "gpu_lost", "reboot")
+    assert timeline(repaired) == ["alert_firing", "webhook_received", "tenant_notified", "reboot", "repaired"]
+
+    injected = inject(bmcsim, cycled, gpu=1, xid=LOST_XID, clears="power_cycle")
+    repaired = ended(cycled)
+    print(f"XID {LOST_XID} -> repaired by a power cycle in {time.monotonic() - injected:.1f} s")
+    assert (repaired.status, repaired.step) == ("repaired", "power_cycle")
+    assert repaired.reason.endswith("still unhealthy after a reboot; healthy after a power cycle")
+    assert timeline(repaired) == [
         "alert_firing",
         "webhook_received",
-        "gpu_reset",
-        "quarantined",
+        "tenant_notified",
+        "reboot",
+        "escalated",
+        "tenant_notified",
+        "power_cycle",
+        "repaired",
     ]
+    for node in (transient, rebooted, cycled):
+        node.refresh_from_db()
+        assert (node.state, node.reservation_id) == ("active", reservation.pk)  # still the tenant's
+    assert state_of(reservation) == "active"
+    told = WebhookDelivery.objects.filter(event="node.remediation").order_by("id")
+    assert [(d.payload["data"]["node"], d.payload["data"]["step"]) for d in told] == [
+        (transient.name, "gpu_reset"),
+        (rebooted.name, "reboot"),
+        (cycled.name, "reboot"),
+        (cycled.name, "power_cycle"),
+    ]
+
+    injected = inject(bmcsim, dead, gpu=5, xid=LOST_XID, clears="never")
+    wait_for("quarantine", lambda: Node.objects.get(pk=dead.pk).state == "quarantined", timeout=90)
+    print(f"XID {LOST_XID} on a dead GPU -> quarantined in {time.monotonic() - injected:.1f} s")
+    wait_for("the replacement active", lambda: state_of(reservation) == "active", timeout=120)
+    escalated = Remediation.objects.get(node=dead, alert_status="firing")
+    assert (escalated.status, escalated.step) == ("applied", "quarantine")
+    assert escalated.reason.endswith("still unhealthy after a reboot; still unhealthy after a power cycle")
+    assert timeline(escalated)[-4:] == ["tenant_notified", "power_cycle", "escalated", "quarantined"]
     serving = Node.objects.filter(reservation=reservation)
-    assert serving.count() == 4 and second not in serving and first in serving
+    assert serving.count() == 4 and dead not in serving and transient in serving
 
 
 def test_a_repair_whose_message_was_never_enqueued_is_made_by_the_reconciler(bmcsim, control_plane, settings):

@@ -35,7 +35,18 @@ def test_xid_79_under_a_tenant_is_quarantined_and_replaced_with_no_operator(bmcs
     assert victim.quarantine_reason.startswith("hardware_fault: XID 79 on GPU 3")
     remediation = Remediation.objects.get(node=victim, status="applied")
     assert remediation.reservation == reservation
-    assert [e.step for e in remediation.timeline.all()] == ["alert_firing", "webhook_received", "quarantined"]
+    # A GPU lost to the node is rebooted, then power cycled, before it is given up on.
+    assert [e.step for e in remediation.timeline.all()] == [
+        "alert_firing",
+        "webhook_received",
+        "tenant_notified",
+        "reboot",
+        "escalated",
+        "tenant_notified",
+        "power_cycle",
+        "escalated",
+        "quarantined",
+    ]
     serving = Node.objects.filter(reservation=reservation)
     assert serving.count() == 4 and victim not in serving
     assert {n.rack.pod.name for n in serving} == {"p2"}

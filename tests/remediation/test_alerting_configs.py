@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from remediation.rules import ALERTS, XID_ALERTS, XIDS, Action, decide, parse_webhook, xids_with
+from remediation.rules import ALERTS, XID_ALERTS, XIDS, Step, decide, parse_webhook, xids_of
 from tests.support import REPO_ROOT
 from tests.support.bmcsim import start_bmcsim
 from tests.support.ports import free_port
@@ -82,16 +82,18 @@ def test_every_alert_has_a_rule_and_every_rule_an_alert():
     assert set(alert_rules()) == set(ALERTS) | set(XID_ALERTS)
 
 
-@pytest.mark.parametrize(("name", "action"), XID_ALERTS.items())
-def test_xid_alerts_select_exactly_the_xids_of_their_action(name, action):
+@pytest.mark.parametrize("name", XID_ALERTS)
+def test_xid_alerts_select_exactly_the_xids_of_their_ladders(name):
     selectors = re.findall(r'xid=~"([^"]*)"', alert_rules()[name])
     assert selectors
     for selector in selectors:
-        assert {int(xid) for xid in selector.split("|")} == xids_with(action)
+        assert {int(xid) for xid in selector.split("|")} == xids_of(name)
 
 
-def test_gpu_fatal_xid_covers_the_fatal_xids_of_the_issue():
-    assert {48, 62, 64, 74, 79, 92, 94, 95, 119, 120} <= xids_with(XID_ALERTS["GPUFatalXid"])
+def test_every_xid_that_calls_for_something_has_an_alert():
+    alerted = frozenset().union(*(xids_of(name) for name in XID_ALERTS))
+    assert {xid for xid, rule in XIDS.items() if rule.ladder != "none"} == alerted
+    assert {48, 62, 64, 74, 79, 92, 94, 95, 119, 120, 13, 31} <= alerted
 
 
 def test_no_xid_alert_reads_the_last_xid_gauge():
@@ -99,10 +101,11 @@ def test_no_xid_alert_reads_the_last_xid_gauge():
         assert "DCGM_FI_DEV_XID_ERRORS" not in alert_rules()[name]
 
 
-def test_each_alerts_action_label_is_the_action_rules_py_takes():
-    actions = {name: rule.action for name, rule in ALERTS.items()} | dict(XID_ALERTS)
+def test_each_alerts_ladder_label_names_the_ladders_rules_py_takes():
+    ladders = {name: rule.ladder for name, rule in ALERTS.items()}
+    ladders |= {name: ",".join(sorted(names)) for name, names in XID_ALERTS.items()}
     for name, rule_text in alert_rules().items():
-        assert re.search(r"^\s*action: (\S+)$", rule_text, flags=re.MULTILINE).group(1) == actions[name], name
+        assert re.search(r"^\s*ladder: (\S+)$", rule_text, flags=re.MULTILINE).group(1) == ladders[name], name
 
 
 def test_xid_table_cites_nvidias_action_for_every_xid():
@@ -229,9 +232,9 @@ def inject_xid(bmcsim_url: str, node: str, gpu: int, xid: int) -> None:
     assert answer.status_code in (200, 201), answer.text
 
 
-def test_xid_79_through_prometheus_and_alertmanager_reaches_the_webhook_and_quarantines(pipeline):
+def test_xid_79_through_prometheus_and_alertmanager_reaches_the_webhook_and_reboots(pipeline):
     bmcsim_url, recorder = pipeline
-    inject_xid(bmcsim_url, "node-002", 1, 13)  # an application error: must not be sent
+    inject_xid(bmcsim_url, "node-002", 1, 43)  # informational: must not be sent
     injected = time.monotonic()
     inject_xid(bmcsim_url, "node-001", 3, 79)
 
@@ -249,12 +252,12 @@ def test_xid_79_through_prometheus_and_alertmanager_reaches_the_webhook_and_quar
         "xid": "79",
     }
     decision = decide(alert)
-    assert (decision.action, decision.node, decision.gpu) == (Action.QUARANTINE, "node-001", 3)
+    assert (decision.step, decision.node, decision.gpu) == (Step.REBOOT, "node-001", 3)
 
-    time.sleep(3)  # several evaluation and group intervals: the XID 13 alert would have come by now
+    time.sleep(3)  # several evaluation and group intervals: the XID 43 alert would have come by now
     while not recorder.posts.empty():
         for other in parse_webhook(recorder.posts.get()[2]):
-            assert other.labels.get("xid") != "13"
+            assert other.labels.get("xid") != "43"
 
 
 @pytest.mark.parametrize(
@@ -270,4 +273,5 @@ def test_memory_faults_read_from_dcgm_exporters_fields_reach_the_webhook(pipelin
     [alert] = parse_webhook(payload)
     assert (alert.name, alert.labels["node"], alert.labels["gpu"]) == (alert_name, "node-002", "5")
     decision = decide(alert)
-    assert (decision.action, decision.node, decision.gpu) == (Action.QUARANTINE, "node-002", 5)
+    first_rung = {"GPUUncorrectableECC": Step.GPU_RESET, "GPURowRemapFailure": Step.QUARANTINE}[alert_name]
+    assert (decision.step, decision.node, decision.gpu) == (first_rung, "node-002", 5)

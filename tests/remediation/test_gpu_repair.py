@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from fleet.models import AuditEvent, Node
@@ -29,7 +30,7 @@ def repairs_queued(broker) -> list[int]:
 
 
 def reset_gpu_alert(node: Node, n: int = 0) -> dict:
-    return alert(node.name, xid=min(rules.xids_with(rules.Action.RESET_GPU)), name="GPUResetRequiredXid", n=n)
+    return alert(node.name, xid=109, name="GPUResetRequiredXid", n=n)
 
 
 def receive(*alerts) -> list[Remediation]:
@@ -62,21 +63,24 @@ def test_a_repair_lost_with_a_redis_flush_is_sent_again_by_the_reconciler(broker
     assert tasks.reconcile_remediations() == {"repairs_looked_at": 1}
     assert repairs_queued(broker) == [pending.pk]
 
-    # What a worker does with the message: this node's agent does not answer, so the reset did not help.
-    assert tasks.repair_gpu(pending.pk) == "applied"
-    assert Node.objects.get(pk=node.pk).state == "quarantined"
+    # What a worker does with the message: this node's agent does not answer, so the reset did not
+    # help, and the ladder's next rung is due at once (the node serves no tenant to warn).
+    assert tasks.repair_gpu(pending.pk) == "pending"
     remediation = Remediation.objects.get(pk=pending.pk)
-    assert remediation.step == "quarantine" and "the agent could not reset it" in remediation.reason
+    assert remediation.step == "reboot" and "the agent could not reset it" in remediation.reason
+    assert remediation.recheck_due_at <= timezone.now()
+    assert services.step_finished(remediation_id=pending.pk, healthy=False).step == "quarantine"
+    assert Node.objects.get(pk=node.pk).state == "quarantined"
     time_passes_until_the_repair_is_due()
     assert tasks.reconcile_remediations() == {"repairs_looked_at": 0}
-    assert services.gpu_reset_finished(remediation_id=pending.pk, healthy=True).status == "applied"  # done once
+    assert services.step_finished(remediation_id=pending.pk, healthy=True).status == "applied"  # done once
 
 
 def test_the_third_remediation_of_a_node_in_a_week_quarantines_it_as_a_repeat_offender(available_fleet):
     node = available_fleet[0]
     for n in range(2):
         (remediation,) = receive(reset_gpu_alert(node, n=n))
-        assert services.gpu_reset_finished(remediation_id=remediation.pk, healthy=True).status == "repaired"
+        assert services.step_finished(remediation_id=remediation.pk, healthy=True).status == "repaired"
     (third,) = receive(reset_gpu_alert(node, n=2))  # its reset would succeed too
     assert (third.status, third.step) == ("applied", "quarantine")
     node.refresh_from_db()

@@ -12,20 +12,24 @@ from hypothesis import strategies as st
 
 from remediation.rules import (
     ALERTS,
+    LADDERS,
     MAX_ALERT_NAME,
     MAX_ALERTS,
+    NODE_STEPS,
+    XID_ALERTS,
     XIDS,
-    Action,
     Alert,
     Decision,
+    Mode,
     PayloadError,
     RefusedAlert,
     RepeatOffender,
-    after_reset,
+    Step,
+    after_step,
     decide,
     parse_webhook,
     repeat_offense,
-    xids_with,
+    xids_of,
 )
 
 # Captured from prometheus-alertmanager 0.25 posting to a webhook receiver with this project's config.
@@ -52,42 +56,91 @@ def alert(name: str = "GPUFatalXid", status: str = "firing", **labels: str) -> A
     )
 
 
+# The ladders.
+
+
+def test_every_ladder_climbs_from_weaker_rungs_to_stronger_ones():
+    order = list(Step)
+    for name, ladder in LADDERS.items():
+        assert [order.index(step) for step in ladder.steps] == sorted(order.index(step) for step in ladder.steps), name
+        assert len(set(ladder.steps)) == len(ladder.steps), name
+
+
+def test_every_ladder_that_acts_ends_in_quarantine():
+    for name, ladder in LADDERS.items():
+        assert not ladder.steps or ladder.steps[-1] is Step.QUARANTINE, name
+
+
+def test_a_failed_last_repair_rung_quarantines_even_where_the_ladder_stops_short():
+    from remediation.rules import Ladder
+
+    assert Ladder((Step.GPU_RESET,)).after(Step.GPU_RESET) is Step.QUARANTINE
+    assert LADDERS["gpu_lost"].after(Step.REBOOT) is Step.POWER_CYCLE
+    assert LADDERS["gpu_lost"].after(Step.POWER_CYCLE) is Step.QUARANTINE
+
+
+def test_only_ladders_that_warn_the_tenant_wait_for_a_drain():
+    for name, ladder in LADDERS.items():
+        if ladder.drain:
+            assert ladder.notify_tenant and set(ladder.steps) & NODE_STEPS, name
+
+
 # decide: XIDs.
 
 
-@pytest.mark.parametrize("xid", [48, 62, 64, 74, 79, 92, 94, 95, 119, 120])
-def test_fatal_xid_quarantines_the_node(xid):
+@pytest.mark.parametrize(
+    ("xid", "ladder", "first"),
+    [
+        (109, "gpu_hang", Step.GPU_RESET),
+        (46, "gpu_hang", Step.GPU_RESET),
+        (48, "gpu_memory", Step.GPU_RESET),
+        (63, "gpu_memory", Step.GPU_RESET),
+        (64, "gpu_memory", Step.GPU_RESET),
+        (94, "gpu_memory", Step.GPU_RESET),
+        (95, "gpu_memory", Step.GPU_RESET),
+        (79, "gpu_lost", Step.REBOOT),
+        (74, "gpu_lost", Step.REBOOT),
+        (119, "gpu_lost", Step.REBOOT),
+        (120, "gpu_lost", Step.REBOOT),
+        (140, "hardware_failed", Step.QUARANTINE),
+        (13, "application", None),
+        (31, "application", None),
+        (43, "none", None),
+        (45, "none", None),
+    ],
+)
+def test_each_xid_climbs_its_fault_classs_ladder(xid, ladder, first):
     decision = decide(alert(node="node-001", gpu="3", xid=str(xid)))
-    assert decision.action is Action.QUARANTINE
-    assert (decision.node, decision.gpu) == ("node-001", 3)
+    assert (decision.rule, decision.step, decision.node, decision.gpu) == (ladder, first, "node-001", 3)
     assert decision.reason.startswith(f"XID {xid} on GPU 3: ")
+    assert decision.mode is Mode.ENFORCE
 
 
 def test_xid_79_reason_names_the_fault():
     decision = decide(alert(node="node-001", gpu="3", xid="79"))
-    assert decision == Decision(Action.QUARANTINE, "node-001", 3, "XID 79 on GPU 3: GPU has fallen off the bus")
+    assert decision == Decision("gpu_lost", Step.REBOOT, "node-001", 3, "XID 79 on GPU 3: GPU has fallen off the bus")
 
 
-@pytest.mark.parametrize("xid", sorted(xids_with(Action.RESET_GPU)))
-def test_reset_xid_resets_the_gpu(xid):
-    decision = decide(alert("GPUResetRequiredXid", node="node-002", gpu="6", xid=str(xid)))
-    assert (decision.action, decision.node, decision.gpu) == (Action.RESET_GPU, "node-002", 6)
+def test_application_faults_tell_the_tenant_and_do_nothing_else():
+    decision = decide(alert("GPUApplicationXid", node="node-001", gpu="1", xid="13"))
+    assert decision.step is None and decision.ladder.notify_tenant
 
 
-@pytest.mark.parametrize("xid", [13, 31, 43])
-def test_application_xid_calls_for_nothing(xid):
-    assert decide(alert(node="node-001", gpu="1", xid=str(xid))).action is Action.NONE
-
-
-def test_every_xid_nvidia_resets_is_reset_or_quarantined():
+def test_every_xid_nvidia_resets_or_reboots_for_is_repaired_or_quarantined():
     for xid, rule in XIDS.items():
         if rule.nvidia_action in ("RESET_GPU", "RESTART_BM"):
-            assert rule.action is not Action.NONE, xid
+            assert LADDERS[rule.ladder].steps, xid
+
+
+def test_every_xid_alert_selects_xids_and_no_xid_is_selected_twice():
+    selected = [xids_of(name) for name in XID_ALERTS]
+    assert all(selected)
+    assert sum(map(len, selected)) == len(frozenset().union(*selected))
 
 
 def test_unknown_xid_calls_for_nothing_and_says_so():
     decision = decide(alert(node="node-001", gpu="0", xid="9999"))
-    assert decision.action is Action.NONE
+    assert decision.step is None
     assert "not in the XID table" in decision.reason
 
 
@@ -95,13 +148,13 @@ def test_unknown_xid_calls_for_nothing_and_says_so():
 def test_xid_alert_without_a_valid_xid_calls_for_nothing(xid):
     labels = {"node": "node-001", "gpu": "0"} | ({} if xid is None else {"xid": xid})
     decision = decide(alert(**labels))
-    assert decision.action is Action.NONE
+    assert decision.step is None
     assert "xid" in decision.reason
 
 
-def test_reset_without_a_gpu_label_quarantines_the_node():
+def test_reset_without_a_gpu_label_starts_at_the_first_whole_node_rung():
     decision = decide(alert("GPUResetRequiredXid", node="node-001", xid="46"))
-    assert (decision.action, decision.gpu) == (Action.QUARANTINE, None)
+    assert (decision.step, decision.gpu) == (Step.REBOOT, None)
     assert "no GPU to reset" in decision.reason
 
 
@@ -109,31 +162,39 @@ def test_gpu_label_that_is_not_an_index_is_ignored():
     assert decide(alert(node="node-001", gpu="GPU-1234", xid="79")).gpu is None
 
 
+def test_a_ladder_named_in_shadow_is_decided_in_shadow_mode():
+    decision = decide(alert(node="node-001", gpu="3", xid="79"), shadow=frozenset({"gpu_lost"}))
+    assert (decision.rule, decision.step, decision.mode) == ("gpu_lost", Step.REBOOT, Mode.SHADOW)
+    assert decide(alert(node="node-001", gpu="3", xid="109"), shadow=frozenset({"gpu_lost"})).mode is Mode.ENFORCE
+
+
 # decide: the other alerts.
 
 
 @pytest.mark.parametrize(
-    ("name", "action"),
+    ("name", "step"),
     [
-        ("NodeAgentDown", Action.QUARANTINE),
-        ("GPUUncorrectableECC", Action.QUARANTINE),
-        ("GPURowRemapFailure", Action.QUARANTINE),
-        ("GPUUnhealthy", Action.RESET_GPU),
-        ("GPUOverTemperature", Action.NONE),
+        ("NodeAgentDown", Step.QUARANTINE),
+        ("GPUUncorrectableECC", Step.GPU_RESET),
+        ("GPURowRemapFailure", Step.QUARANTINE),
+        ("GPUUnhealthy", Step.GPU_RESET),
+        ("GPUOverTemperature", None),
     ],
 )
-def test_non_xid_alert_rules(name, action):
-    assert decide(alert(name, node="node-004", gpu="2")).action is action
+def test_non_xid_alert_rules(name, step):
+    assert decide(alert(name, node="node-004", gpu="2")).step is step
 
 
 def test_node_agent_down_quarantines_without_a_gpu():
     decision = decide(alert("NodeAgentDown", node="node-004"))
-    assert decision == Decision(Action.QUARANTINE, "node-004", None, f"NodeAgentDown: {ALERTS['NodeAgentDown'].reason}")
+    assert decision == Decision(
+        "hardware_failed", Step.QUARANTINE, "node-004", None, f"NodeAgentDown: {ALERTS['NodeAgentDown'].reason}"
+    )
 
 
 def test_unknown_alert_calls_for_nothing():
     decision = decide(alert("DiskFull", node="node-001"))
-    assert decision.action is Action.NONE
+    assert decision.step is None
     assert "no rule for alert DiskFull" in decision.reason
 
 
@@ -143,7 +204,7 @@ def test_unknown_alert_calls_for_nothing():
 @pytest.mark.parametrize("name", ["GPUFatalXid", "NodeAgentDown", "GPUUnhealthy", "GPUResetRequiredXid"])
 def test_resolved_alert_never_acts(name):
     decision = decide(alert(name, status="resolved", node="node-001", gpu="3", xid="79"))
-    assert decision.action is Action.NONE
+    assert decision.step is None
     assert decision.node == "node-001"
     assert "resolved" in decision.reason
 
@@ -152,41 +213,47 @@ def test_resolved_alert_never_acts(name):
 def test_alert_without_a_node_calls_for_nothing(node):
     labels = {"gpu": "3", "xid": "79"} | ({} if node is None else {"node": node})
     decision = decide(alert(**labels))
-    assert (decision.action, decision.node) == (Action.NONE, None)
+    assert (decision.step, decision.node) == (None, None)
     assert "no node label" in decision.reason
 
 
-# after_reset: the GPU reset's outcome.
+# after_step: a repair rung's outcome.
 
 
-def test_gpu_healthy_after_reset_needs_nothing_more():
+def test_gpu_healthy_after_a_rung_needs_nothing_more():
     reset = decide(alert("GPUResetRequiredXid", node="node-001", gpu="5", xid="109"))
-    decision = after_reset(reset, healthy=True)
-    assert (decision.action, decision.node, decision.gpu) == (Action.NONE, "node-001", 5)
+    decision = after_step(reset, healthy=True)
+    assert (decision.step, decision.node, decision.gpu) == (None, "node-001", 5)
+    assert decision.reason.endswith("healthy after a GPU reset")
 
 
-def test_gpu_still_unhealthy_after_reset_escalates_to_quarantine():
-    reset = decide(alert("GPUUnhealthy", node="node-001", gpu="5"))
-    decision = after_reset(reset, healthy=False)
-    assert (decision.action, decision.node, decision.gpu) == (Action.QUARANTINE, "node-001", 5)
-    assert decision.reason.endswith("still unhealthy after a GPU reset")
+def test_gpu_still_unhealthy_climbs_the_next_rung_up_to_quarantine():
+    decision = decide(alert(node="node-001", gpu="5", xid="79"))
+    climbed = []
+    while decision.step is not Step.QUARANTINE:
+        decision = after_step(decision, healthy=False, why="no luck")
+        climbed.append(decision.step)
+    assert climbed == [Step.POWER_CYCLE, Step.QUARANTINE]
+    assert decision.reason.endswith(
+        "still unhealthy after a reboot: no luck; still unhealthy after a power cycle: no luck"
+    )
 
 
-def test_after_reset_refuses_a_decision_that_was_not_a_reset():
-    with pytest.raises(ValueError, match="reset_gpu"):
-        after_reset(decide(alert(node="node-001", gpu="3", xid="79")), healthy=True)
+def test_after_step_refuses_a_decision_that_is_not_a_repair():
+    with pytest.raises(ValueError, match="repair rung"):
+        after_step(decide(alert("GPURowRemapFailure", node="node-001", gpu="3")), healthy=True)
 
 
 def test_the_third_remediation_within_the_window_quarantines_as_a_repeat_offender():
     reset = decide(alert("GPUResetRequiredXid", node="node-001", gpu="5", xid="109"))
     assert repeat_offense(reset, earlier=1) == reset
     third = repeat_offense(reset, earlier=2)
-    assert (third.action, third.gpu) == (Action.QUARANTINE, 5)
+    assert (third.step, third.gpu) == (Step.QUARANTINE, 5)
     assert third.reason.startswith("repeat_offender: remediation 3 in 7 days, suggested RMA of GPU 5; XID 109")
-    nothing = decide(alert("GPUFatalXid", node="node-001", gpu="5", xid="13"))
+    nothing = decide(alert("GPUApplicationXid", node="node-001", gpu="5", xid="13"))
     assert repeat_offense(nothing, earlier=9) == nothing  # an application's fault is no offence
-    assert repeat_offense(reset, earlier=0, rule=RepeatOffender(count=1, window=timedelta(hours=1))).action is (
-        Action.QUARANTINE
+    assert repeat_offense(reset, earlier=0, rule=RepeatOffender(count=1, window=timedelta(hours=1))).step is (
+        Step.QUARANTINE
     )
 
 
@@ -201,7 +268,7 @@ def test_real_alertmanager_payload_parses():
     assert parsed.annotations == {"summary": "XID 79"}
     assert parsed.fingerprint == "472c046017b52349"
     assert parsed.starts_at == "2026-11-29T17:08:42.969761594Z"
-    assert decide(parsed).action is Action.QUARANTINE
+    assert decide(parsed).step is Step.REBOOT
 
 
 def test_parsed_labels_cannot_be_changed():

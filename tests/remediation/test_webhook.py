@@ -102,9 +102,9 @@ def test_a_fatal_xid_quarantines_the_node_with_the_reason(available_fleet):
     assert answer.status_code == 200, answer.content
     node.refresh_from_db()
     assert node.state == "quarantined" and node.quarantine_reason.startswith("hardware_fault: ")
-    assert "79" in node.quarantine_reason
+    assert "XID 140" in node.quarantine_reason
     remediation = Remediation.objects.get()
-    assert (remediation.status, remediation.action, remediation.node) == ("applied", "quarantine", node)
+    assert (remediation.status, remediation.action, remediation.node) == ("applied", "hardware_failed", node)
     assert [e.step for e in remediation.timeline.all()] == ["alert_firing", "webhook_received", "quarantined"]
     listing = APIClient().get("/v1/remediations").json()["results"]
     assert listing[0]["node"] == node.name and listing[0]["status"] == "applied"
@@ -129,7 +129,7 @@ def test_a_resolved_alert_never_returns_a_node(available_fleet):
 
 def test_an_application_xid_changes_nothing(available_fleet):
     node = available_fleet[0]
-    send(payload(alert(node.name, xid=13, name="GPUFatalXid")))
+    send(payload(alert(node.name, xid=13, name="GPUApplicationXid")))
     assert Node.objects.get(pk=node.pk).state == "available"
     assert Remediation.objects.get().status == "no_action"
 
@@ -161,27 +161,27 @@ def test_a_quarantine_under_a_reservation_degrades_it(available_fleet, alices_re
     assert Remediation.objects.get().reservation == alices_reservation
 
 
-def test_a_gpu_that_stays_unhealthy_after_a_reset_is_quarantined(available_fleet):
+def test_a_gpu_that_stays_unhealthy_climbs_the_ladder_to_quarantine(available_fleet):
     from remediation import services
-    from remediation.rules import Action, xids_with
 
     node = available_fleet[0]
-    reset_xid = min(xids_with(Action.RESET_GPU))
-    send(payload(alert(node.name, xid=reset_xid, name="GPUResetRequiredXid")))
+    send(payload(alert(node.name, xid=109, name="GPUResetRequiredXid")))
     remediation = Remediation.objects.get()
-    assert (remediation.status, remediation.action) == ("pending", "reset_gpu")
-    assert services.gpu_reset_finished(remediation_id=remediation.pk, healthy=False).status == "applied"
+    assert (remediation.status, remediation.action, remediation.step) == ("pending", "gpu_hang", "gpu_reset")
+    assert services.step_finished(remediation_id=remediation.pk, healthy=False).step == "reboot"
+    assert services.step_finished(remediation_id=remediation.pk, healthy=False).status == "applied"
     assert Node.objects.get(pk=node.pk).state == "quarantined"
+    steps = list(remediation.timeline.values_list("step", "detail"))
+    assert ("escalated", "reboot") in steps and ("escalated", "quarantine") in steps
 
 
 def test_a_gpu_healthy_after_a_reset_stays_in_service(available_fleet):
     from remediation import services
-    from remediation.rules import Action, xids_with
 
     node = available_fleet[0]
-    send(payload(alert(node.name, xid=min(xids_with(Action.RESET_GPU)), name="GPUResetRequiredXid")))
+    send(payload(alert(node.name, xid=109, name="GPUResetRequiredXid")))
     remediation = Remediation.objects.get()
-    assert services.gpu_reset_finished(remediation_id=remediation.pk, healthy=True).status == "repaired"
+    assert services.step_finished(remediation_id=remediation.pk, healthy=True).status == "repaired"
     assert Node.objects.get(pk=node.pk).state == "available"
 
 

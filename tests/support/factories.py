@@ -48,7 +48,11 @@ def make_available(nodes: list[Node]) -> list[Node]:
     return [drive(node, "inspection_started", "inspection_passed", "attestation_passed") for node in nodes]
 
 
-def alert(node: str, *, xid: int = 79, gpu: int = 3, status: str = "firing", name: str = "GPUFatalXid", n: int = 0):
+# An XID whose ladder quarantines at once (escaped ECC: no reset repairs it); XID 79's starts with a reboot.
+QUARANTINING_XID = 140
+
+
+def alert(node: str, *, xid=QUARANTINING_XID, gpu: int = 3, status: str = "firing", name="GPUFatalXid", n: int = 0):
     """One alert as Alertmanager's webhook carries it."""
     return {
         "status": status,
@@ -85,7 +89,7 @@ def bring_up(reservation):
 
 
 def xid_under_a_tenant(tenant, victim_index: int = 0):
-    """A 2-node reservation comes up, XID 79 quarantines one of its nodes, a replacement comes up.
+    """A 2-node reservation comes up, an XID quarantines one of its nodes, a replacement comes up.
 
     Returns (remediation, reservation, victim). Each step commits on its own, as in production,
     so the timeline's times are distinct.

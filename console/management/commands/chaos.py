@@ -52,7 +52,7 @@ class Command(BaseCommand):
 
         victim = Node.objects.filter(reservation=reservation, state="active").order_by("name").first()
         self.fault({"node": victim.name, "kind": "xid", "gpu": 3, "xid": 79})
-        self.say(f"incident 1: XID 79 on GPU 3 of {victim.name}")
+        self.say(f"incident 1: XID 79 on GPU 3 of {victim.name}: a reboot, then a power cycle, cannot bring it back")
         self.wait(f"{victim.name} quarantined", lambda: self.node_state(victim) == "quarantined")
         self.wait("acme's reservation healed", lambda: self.state(reservation) == ReservationState.ACTIVE)
         self.say(f"incident 1 over: {victim.name} quarantined, acme back to {ACME_NODES} active nodes")

@@ -205,7 +205,7 @@ def test_remediations_lists_applied_and_suppressed_newest_first(client, xid_inci
     html = client.get("/remediations").content.decode()
     rows = re.findall(r'data-remediation="(\d+)">\s*<td>.*?</td>\s*<td class="outcome-(\w+)">', html, re.S)
     assert rows == [(str(suppressed.pk), "suppressed"), (str(applied.pk), "applied")]
-    assert "XID 79 on GPU 3" in html and "GPUFatalXid" in html
+    assert "XID 140 on GPU 3" in html and "GPUFatalXid" in html
 
 
 def test_a_node_page_counts_its_remediations_toward_the_repeat_offender_rule(client, xid_incident):

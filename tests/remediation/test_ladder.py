@@ -1,0 +1,143 @@
+"""The remediation ladder in the database: a tenant is warned and given its drain time before a
+rung that takes its node, one ladder runs per node at a time, a repair left behind by a node
+that moved on ends, and a shadow rule records its decision and changes nothing else."""
+
+from datetime import timedelta
+
+import pytest
+from django.apps import apps
+from django.core import management
+from django.core.management.base import SystemCheckError
+from django.utils import timezone
+
+from fleet.models import Node
+from remediation import rules, services
+from remediation.models import IncidentEvent, Remediation
+from reservations.models import Reservation, Webhook, WebhookDelivery
+from tests.support.factories import alert, drive, payload
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def receive(*alerts) -> list[Remediation]:
+    return services.receive_alerts(rules.parse_webhook(payload(*alerts)))
+
+
+@pytest.fixture
+def tenants_node(available_fleet, alices_reservation) -> Node:
+    Reservation.objects.filter(pk=alices_reservation.pk).update(state="active")
+    Webhook.objects.create(
+        tenant=alices_reservation.tenant, url="https://hooks.example.test/", events=["node.remediation"], secret="s"
+    )
+    return drive(available_fleet[0], "provision_requested", "provision_succeeded", reservation=alices_reservation)
+
+
+def test_a_reboot_under_a_tenant_waits_for_the_drain_time_after_telling_the_tenant(tenants_node):
+    (remediation,) = receive(alert(tenants_node.name, xid=109, name="GPUResetRequiredXid"))
+    told = WebhookDelivery.objects.get(event="node.remediation")
+    assert told.payload["data"] | {"acts_at": None} == {
+        "reservation": tenants_node.reservation_id,
+        "node": tenants_node.name,
+        "gpu": 3,
+        "step": "gpu_reset",
+        "reason": "XID 109 on GPU 3: context switch timeout",
+        "acts_at": None,
+    }
+    assert remediation.recheck_due_at <= timezone.now()  # a GPU reset leaves the other GPUs alone: at once
+
+    before = timezone.now()
+    climbed = services.step_finished(remediation_id=remediation.pk, healthy=False, why="the reset failed")
+    assert (climbed.status, climbed.step) == ("pending", "reboot")
+    drain = rules.LADDERS["gpu_hang"].drain
+    assert before + drain <= climbed.recheck_due_at <= timezone.now() + drain
+    (_, reboot) = WebhookDelivery.objects.filter(event="node.remediation").order_by("id")
+    assert reboot.payload["data"]["step"] == "reboot"
+    assert reboot.payload["data"]["acts_at"] == climbed.recheck_due_at.isoformat()
+    assert services.take_due_repairs(limit=10) == []  # not before the drain time is up
+
+
+def test_a_lost_gpu_is_rebooted_at_once_even_under_a_tenant(tenants_node):
+    (remediation,) = receive(alert(tenants_node.name, xid=79))
+    assert (remediation.status, remediation.step) == ("pending", "reboot")
+    assert services.take_due_repairs(limit=10) == [remediation.pk]
+    assert list(remediation.timeline.values_list("step", flat=True)) == [
+        "alert_firing",
+        "webhook_received",
+        "tenant_notified",
+    ]
+
+
+def test_an_application_fault_tells_the_tenant_and_does_nothing_else(tenants_node):
+    (remediation,) = receive(alert(tenants_node.name, xid=13, name="GPUApplicationXid"))
+    assert (remediation.status, remediation.step, remediation.action) == ("no_action", "", "application")
+    assert WebhookDelivery.objects.get(event="node.remediation").payload["data"]["step"] is None
+    assert Node.objects.get(pk=tenants_node.pk).state == "active"
+
+
+def test_one_ladder_at_a_time_per_node(available_fleet):
+    node = available_fleet[0]
+    (first,) = receive(alert(node.name, xid=79))
+    (again,) = receive(alert(node.name, name="GPUUnhealthy", n=1))
+    assert first.status == "pending"
+    assert (again.status, again.step) == ("no_action", "")
+    assert f"already being repaired (remediation {first.pk})" in again.reason
+    assert services.step_finished(remediation_id=first.pk, healthy=True).status == "repaired"
+    (later,) = receive(alert(node.name, name="GPUUnhealthy", n=2))
+    assert later.status == "pending"  # the first ladder has ended
+
+
+def test_a_repair_whose_node_was_quarantined_meanwhile_ends_with_nothing_done(available_fleet):
+    from workflows import repairs
+
+    node = available_fleet[0]
+    (pending,) = receive(alert(node.name, xid=79))
+    drive(node, "operator_quarantine", reason="pulled for inspection")
+    assert repairs.look_at_repair(pending.pk) == "no_action"
+    pending.refresh_from_db()
+    assert pending.recheck_due_at is None and pending.reason.endswith("is quarantined: left as it is")
+
+
+def snapshot() -> dict[str, list[dict]]:
+    """Every row of every table but the remediation app's own."""
+    return {
+        model._meta.label: list(model.objects.order_by("pk").values())
+        for model in apps.get_models()
+        if model._meta.app_label != "remediation" and model._meta.managed
+    }
+
+
+def test_a_shadow_rule_records_what_it_would_do_and_changes_nothing_else(tenants_node, available_fleet, settings):
+    settings.REMEDIATION_SHADOW_RULES = ["gpu_lost", "hardware_failed", "gpu_hang", "application"]
+    before = snapshot()
+    remediations = receive(
+        alert(tenants_node.name, xid=79),  # would reboot its tenant's node
+        alert(available_fleet[1].name, n=1),  # would quarantine
+        alert(available_fleet[2].name, xid=109, name="GPUResetRequiredXid", n=2),  # would reset a GPU
+        alert(tenants_node.name, xid=13, name="GPUApplicationXid", n=3),  # would tell the tenant
+    )
+    assert snapshot() == before
+    assert [(r.mode, r.status, r.step) for r in remediations] == [
+        ("shadow", "no_action", "reboot"),
+        ("shadow", "no_action", "quarantine"),
+        ("shadow", "no_action", "gpu_reset"),
+        ("shadow", "no_action", ""),
+    ]
+    assert remediations[0].reason.startswith("shadow: would reboot; XID 79 on GPU 3")
+    assert IncidentEvent.objects.filter(step="shadow").count() == 3
+    assert services.take_due_repairs(limit=10) == []
+
+
+def test_shadow_mode_is_recorded_apart_from_what_was_enforced(available_fleet, settings):
+    settings.REMEDIATION_SHADOW_RULES = ["gpu_lost"]
+    (shadow,) = receive(alert(available_fleet[0].name, xid=79))
+    (enforced,) = receive(alert(available_fleet[1].name, n=1))
+    assert (shadow.mode, enforced.mode) == ("shadow", "enforce")
+    assert Node.objects.get(pk=available_fleet[1].pk).state == "quarantined"
+    # The shadow decision is no remediation of the node: it does not count towards a repeat offence.
+    assert services.remediations_acted_on(available_fleet[0], timezone.now() + timedelta(seconds=1)) == 0
+
+
+def test_a_shadow_rule_that_names_no_ladder_stops_the_control_plane(settings):
+    settings.REMEDIATION_SHADOW_RULES = ["gpu_lsot"]
+    with pytest.raises(SystemCheckError, match="gpu_lsot"):
+        management.call_command("check")
