@@ -13,6 +13,7 @@ from django.views import View
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from console.pages.selectors import Reliability, remediation_reliability
 from fleet.models import GPU, Node, NodeState
 from remediation.models import Remediation
 from reservations.models import Reservation, ReservationState
@@ -48,6 +49,47 @@ class FleetCollector:
         for action, status, count in Remediation.objects.values_list("action", "status").annotate(n=Count("id")):
             remediations.add_metric([action, status], count)
         yield remediations
+
+        yield from reliability_metrics(remediation_reliability())
+
+
+def reliability_metrics(figures: Reliability):
+    """Automatic remediation's MTTR, MTBI and counts by rung and outcome over the window: gauges,
+    absent when there is nothing to average (no incident ended, or none on a model)."""
+    window = f"the last {figures.window.days} days"
+    mean = GaugeMetricFamily(
+        "gpufleet_remediation_mttr_seconds",
+        "Mean time to repair: from an incident's alert firing to its node healthy again, or replaced "
+        f"when it served a tenant, over the incidents of {window} that have ended.",
+    )
+    median = GaugeMetricFamily(
+        "gpufleet_remediation_median_time_to_repair_seconds",
+        f"Median of the same times to repair as gpufleet_remediation_mttr_seconds, over {window}.",
+    )
+    if figures.repair.mean is not None:
+        mean.add_metric([], figures.repair.mean.total_seconds())
+        median.add_metric([], figures.repair.median.total_seconds())
+    yield mean
+    yield median
+
+    mtbi = GaugeMetricFamily(
+        "gpufleet_remediation_mtbi_seconds",
+        f"Mean time between incidents per GPU model: node-time (nodes of the model times {window}) "
+        "divided by the incidents on them in that time.",
+        labels=["gpu_model"],
+    )
+    for entry in figures.mtbi_per_gpu_model:
+        mtbi.add_metric([entry.gpu_model], entry.node_time_between_incidents.total_seconds())
+    yield mtbi
+
+    by_step = GaugeMetricFamily(
+        "gpufleet_remediations_by_step",
+        f"Remediations received in {window} (shadow rules' aside), by rung taken (none: no rung) and outcome.",
+        labels=["step", "status"],
+    )
+    for (step, status), count in sorted(figures.by_step_and_status.items()):
+        by_step.add_metric([step or "none", status], count)
+    yield by_step
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

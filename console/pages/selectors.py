@@ -9,8 +9,8 @@ the viewer's `disclosure` (console/pages/disclosure.py), which decides whom the 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import datetime, time, timedelta
 
 from django.db.models import Count, F, Prefetch, Q, QuerySet
 from django.utils import timezone
@@ -19,9 +19,10 @@ from attestation.models import AttestationResult
 from console.pages.disclosure import Disclosure
 from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, Node
-from remediation import rules
+from remediation import reliability, rules
+from remediation import selectors as remediation_selectors
 from remediation import services as remediation_services
-from remediation.models import IncidentStep, Remediation, RemediationStatus
+from remediation.models import IncidentStep, Remediation, RemediationMode, RemediationStatus
 from reservations.models import LIVE_STATES, Reservation, ReservationEventKind, Tenant, Webhook, WebhookDelivery
 from reservations.models import ReservationEvent as ReservationHistory
 from reservations.selectors import capacity_by_pod, quota_of, reservation_machines, reservation_nodes, usage_of
@@ -37,6 +38,8 @@ ATTENTION_LIMIT = 200
 NODE_TIMELINE_LIMIT = 200
 INCIDENT_LIMIT = 50
 REMEDIATION_LIMIT = 200
+RELIABILITY_WINDOW = timedelta(days=30)  # what MTTR, MTBI and the counts by rung and outcome look back on
+CHART_DAYS = 14  # the remediations page's chart of remediations per day
 RECENT_DELIVERIES = 10  # per webhook, on the tenant's page
 
 
@@ -196,7 +199,7 @@ class RemediationRow:
     gpu: int | None
     alert: str
     action: str
-    step: str  # the rung taken: gpu_reset or quarantine
+    step: str  # the rung taken (or, in shadow mode, that would have been): gpu_reset, reboot, power_cycle, quarantine
     reason: str
 
 
@@ -285,27 +288,38 @@ class Incident:
         return [step for step in self.steps if step.at is not None]
 
 
-def _remediation_incidents(remediations: list[Remediation], disclosure: Disclosure) -> list[Incident]:
-    """Alert firing -> webhook received -> (GPU reset ->) repaired, quarantined or suppressed, then
-    the replacement placed and active, from the reservation's history after the quarantine."""
+def _replacement_history(reservation_ids: set[int]) -> dict[int, list[ReservationHistory]]:
+    """Each reservation's replacements placed and its becoming active, oldest first."""
     history = defaultdict(list)
-    reservation_ids = {r.reservation_id for r in remediations if r.reservation_id}
     for event in ReservationHistory.objects.filter(
         reservation_id__in=reservation_ids,
         event__in=[ReservationEventKind.REPLACEMENT_PLACED, ReservationEventKind.ACTIVE],
     ).order_by("at", "id"):
         history[event.reservation_id].append(event)
+    return history
+
+
+def _replacement(
+    history: list[ReservationHistory], quarantined: datetime
+) -> tuple[ReservationHistory | None, ReservationHistory | None]:
+    """The first replacement placed after the quarantine, and the reservation active again after it."""
+    later = [e for e in history if e.at >= quarantined]
+    placed = next((e for e in later if e.event == ReservationEventKind.REPLACEMENT_PLACED), None)
+    active = placed and next((e for e in later if e.event == ReservationEventKind.ACTIVE and e.at >= placed.at), None)
+    return placed, active
+
+
+def _remediation_incidents(remediations: list[Remediation], disclosure: Disclosure) -> list[Incident]:
+    """Alert firing -> webhook received -> (GPU reset ->) repaired, quarantined or suppressed, then
+    the replacement placed and active, from the reservation's history after the quarantine."""
+    history = _replacement_history({r.reservation_id for r in remediations if r.reservation_id})
     incidents = []
     for remediation in remediations:
         steps = [Step(e.step, e.at, disclosure.text(e.detail)) for e in remediation.timeline.all()]
         involved = [remediation.node.name] if remediation.node else []
         quarantined = next((s.at for s in steps if s.name == IncidentStep.QUARANTINED), None)
         if quarantined and remediation.reservation_id:
-            later = [e for e in history[remediation.reservation_id] if e.at >= quarantined]
-            placed = next((e for e in later if e.event == ReservationEventKind.REPLACEMENT_PLACED), None)
-            active = placed and next(
-                (e for e in later if e.event == ReservationEventKind.ACTIVE and e.at >= placed.at), None
-            )
+            placed, active = _replacement(history[remediation.reservation_id], quarantined)
             steps.append(
                 Step("replacement_placed", placed and placed.at, disclosure.text(placed.detail) if placed else "")
             )
@@ -383,16 +397,18 @@ def _attestation_incidents(results: list[AttestationResult], disclosure: Disclos
     return incidents
 
 
+# What the incidents and remediations pages show: alerts acted on, or that would have been but for the cap.
+ACTED_ON = [
+    RemediationStatus.APPLIED,
+    RemediationStatus.SUPPRESSED,
+    RemediationStatus.PENDING,
+    RemediationStatus.REPAIRED,
+]
+
+
 def _automatic_remediations():
     return (
-        Remediation.objects.filter(
-            status__in=[
-                RemediationStatus.APPLIED,
-                RemediationStatus.SUPPRESSED,
-                RemediationStatus.PENDING,
-                RemediationStatus.REPAIRED,
-            ]
-        )
+        Remediation.objects.filter(status__in=ACTED_ON)
         .select_related("node")
         .prefetch_related("timeline")
         .order_by("-at", "-id")
@@ -515,6 +531,88 @@ def replay(key: str, step: int, *, disclosure: Disclosure) -> Replay | None:
 
 def remediations(limit: int = REMEDIATION_LIMIT, *, disclosure: Disclosure) -> list[RemediationRow]:
     return [_remediation_row(remediation, disclosure) for remediation in _automatic_remediations()[:limit]]
+
+
+@dataclass(frozen=True)
+class ShadowTally:
+    """How often a shadow ladder would have taken a rung in the window: the evidence for promoting it."""
+
+    ladder: str
+    step: str
+    decisions: int
+    nodes: int
+
+
+def shadow_decisions(limit: int = REMEDIATION_LIMIT, *, disclosure: Disclosure) -> list[RemediationRow]:
+    """What shadow ladders would have done (a rung; shadow decisions to do nothing are left out), newest first."""
+    found = (
+        Remediation.objects.filter(mode=RemediationMode.SHADOW)
+        .exclude(step="")
+        .select_related("node")
+        .order_by("-at", "-id")
+    )
+    return [_remediation_row(remediation, disclosure) for remediation in found[:limit]]
+
+
+def shadow_tallies() -> list[ShadowTally]:
+    since = timezone.now() - RELIABILITY_WINDOW
+    found = (
+        Remediation.objects.filter(mode=RemediationMode.SHADOW, at__gte=since)
+        .exclude(step="")
+        .values("action", "step")
+        .annotate(decisions=Count("id"), nodes=Count("node", distinct=True))
+        .order_by("action", "step")
+    )
+    return [ShadowTally(row["action"], row["step"], row["decisions"], row["nodes"]) for row in found]
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """Automatic remediation's figures over the window that ends now (remediation/reliability.py)."""
+
+    window: timedelta
+    repair: reliability.RepairTimes
+    mtbi_per_gpu_model: list[reliability.ModelMTBI]
+    mtbi_per_node: list[reliability.NodeMTBI]  # most frequent first
+    by_step_and_status: dict[tuple[str, str], int]
+
+
+def _with_replacement(
+    incident: reliability.IncidentTimes, history: dict[int, list[ReservationHistory]]
+) -> reliability.IncidentTimes:
+    """The incident with its replacement's coming up, if it was quarantined under a tenant and that happened."""
+    if incident.reservation is None or incident.quarantined_at is None:
+        return incident
+    _, active = _replacement(history[incident.reservation], incident.quarantined_at)
+    return replace(incident, replacement_up_at=active.at) if active else incident
+
+
+def remediation_reliability() -> Reliability:
+    """MTTR, MTBI and the counts by rung and outcome of the remediations received in the window.
+    It names nodes and GPU models only, which every viewer may see: it takes no disclosure.
+
+    Here rather than in remediation/selectors.py: a quarantine under a tenant ends when the
+    replacement is up, which the reservation's history tells (as on the incidents page)."""
+    window = RELIABILITY_WINDOW
+    since = timezone.now() - window
+    found = remediation_selectors.incidents_since(since)
+    history = _replacement_history({i.reservation for i in found if i.reservation and i.quarantined_at})
+    found = [_with_replacement(incident, history) for incident in found]
+    return Reliability(
+        window=window,
+        repair=reliability.repair_times(found),
+        mtbi_per_gpu_model=reliability.mtbi_per_gpu_model(found, remediation_selectors.nodes_per_gpu_model(), window),
+        mtbi_per_node=reliability.mtbi_per_node(found),
+        by_step_and_status=remediation_selectors.counts_by_step_and_status(since),
+    )
+
+
+def remediations_per_day() -> list[reliability.DayCounts]:
+    """The remediations the page lists, per day by outcome (in ACTED_ON's order), over the CHART_DAYS days to today."""
+    first_day = timezone.localdate() - timedelta(days=CHART_DAYS - 1)
+    since = datetime.combine(first_day, time.min, tzinfo=timezone.get_current_timezone())
+    counts = remediation_selectors.counts_per_day(since, ACTED_ON)
+    return reliability.per_day(counts, ACTED_ON, first_day, CHART_DAYS)
 
 
 def tenant_of(user) -> Tenant | None:

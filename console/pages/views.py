@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views import View
 
-from console.pages import forms, selectors, tiles
+from console.pages import figures, forms, selectors, tiles
 from console.pages.disclosure import EVERYTHING, PublicDisclosure
 from core.parsing import InvalidInput, parse_int
 from fleet.api.filtersets import NodeFilterSet
@@ -82,9 +82,14 @@ class IncidentReplayView(ReadOnlyPage):
 
 class RemediationsView(ReadOnlyPage):
     def get(self, request):
-        return render(
-            request, "fleet/remediations.html", {"remediations": selectors.remediations(disclosure=self.disclosure)}
-        )
+        context = {
+            "remediations": selectors.remediations(disclosure=self.disclosure),
+            "reliability": figures.reliability_text(selectors.remediation_reliability()),
+            "chart": figures.daily_chart(selectors.remediations_per_day(), selectors.ACTED_ON),
+            "shadow_tallies": selectors.shadow_tallies(),
+            "shadow_decisions": selectors.shadow_decisions(disclosure=self.disclosure),
+        }
+        return render(request, "fleet/remediations.html", context)
 
 
 # -- the tenant's pages: the private listener only, behind a login ------------------------

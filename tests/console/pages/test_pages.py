@@ -11,11 +11,13 @@ from fleet.models import Node
 from reservations import services as reservations
 from reservations.models import Tenant
 from tests.support.factories import (
+    alert,
     bring_up,
     drive,
     enrol_default_fleet,
     failed_attestation_after_a_tenant,
     make_available,
+    payload,
     signed_result,
     xid_under_a_tenant,
 )
@@ -206,6 +208,22 @@ def test_remediations_lists_applied_and_suppressed_newest_first(client, xid_inci
     rows = re.findall(r'data-remediation="(\d+)">\s*<td>.*?</td>\s*<td class="outcome-(\w+)">', html, re.S)
     assert rows == [(str(suppressed.pk), "suppressed"), (str(applied.pk), "applied")]
     assert "XID 140 on GPU 3" in html and "GPUFatalXid" in html
+
+
+def test_remediations_show_shadow_decisions_apart_from_what_was_done(client, xid_incident, settings):
+    from remediation import rules
+    from remediation import services as remediation_services
+
+    applied, _, _ = xid_incident
+    settings.REMEDIATION_SHADOW_RULES = ["gpu_lost"]
+    (shadow,) = remediation_services.receive_alerts(rules.parse_webhook(payload(alert("node-010", xid=79, gpu=1, n=7))))
+    html = client.get("/remediations").content.decode()
+    done = re.findall(r'data-remediation="(\d+)"', html)
+    assert str(shadow.pk) not in done and str(applied.pk) in done
+    assert re.findall(r'data-shadow="(\d+)"', html) == [str(shadow.pk)]
+    (tally,) = re.findall(r'<tr data-shadow-ladder="gpu_lost">(.*?)</tr>', html)
+    assert re.findall(r"<td>(.*?)</td>", tally) == ["gpu_lost", "reboot", "1", "1"]
+    assert "shadow: would reboot; XID 79 on GPU 1" in html
 
 
 def test_a_node_page_counts_its_remediations_toward_the_repeat_offender_rule(client, xid_incident):

@@ -1,0 +1,89 @@
+"""Reads of the remediation records for their reliability figures (remediation/reliability.py).
+
+Each function is one query whatever the number of nodes or records: times come from subqueries
+over the timeline, counts are aggregated in SQL. A shadow rule's records are left out everywhere:
+it decided, but did nothing. When a quarantined node's replacement came up is the reservations'
+to tell: console/pages/selectors.py adds it.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce, TruncDate
+
+from fleet.models import GPU
+from remediation.models import IncidentEvent, IncidentStep, Remediation, RemediationMode, RemediationStatus
+from remediation.reliability import IncidentTimes
+
+# What an incident is: a fault the control plane acted on (a suppressed one was left to an
+# operator until one applied it, and then it is applied).
+INCIDENT_STATUSES = [RemediationStatus.APPLIED, RemediationStatus.PENDING, RemediationStatus.REPAIRED]
+
+
+def _enforced() -> QuerySet[Remediation]:
+    return Remediation.objects.exclude(mode=RemediationMode.SHADOW)
+
+
+def _first(step: IncidentStep) -> Subquery:
+    """When the remediation's timeline first reached `step`."""
+    events = IncidentEvent.objects.filter(remediation=OuterRef("pk"), step=step).order_by("at")
+    return Subquery(events.values("at")[:1])
+
+
+def incidents_since(since: datetime) -> list[IncidentTimes]:
+    """The incidents received since `since`, with no replacement time: see the module's docstring.
+
+    The fault is the alert's firing time, or its receipt when the timeline lacks it. The GPU
+    model is the failing GPU's, or the node's first GPU's when the alert named no GPU."""
+    failing_gpu = GPU.objects.filter(node=OuterRef("node"), index=OuterRef("gpu"))
+    first_gpu = GPU.objects.filter(node=OuterRef("node")).order_by("index")
+    rows = (
+        _enforced()
+        .filter(at__gte=since, status__in=INCIDENT_STATUSES, node__isnull=False)
+        .annotate(
+            fault_at=Coalesce(_first(IncidentStep.ALERT_FIRING), F("at")),
+            quarantined_at=_first(IncidentStep.QUARANTINED),
+            repaired_at=_first(IncidentStep.REPAIRED),
+            gpu_model=Coalesce(
+                Subquery(failing_gpu.values("model")[:1]), Subquery(first_gpu.values("model")[:1]), Value("")
+            ),
+        )
+        .values_list("node__name", "gpu_model", "fault_at", "quarantined_at", "repaired_at", "reservation_id")
+    )
+    return [
+        IncidentTimes(
+            node=node,
+            gpu_model=model,
+            fault_at=fault_at,
+            quarantined_at=quarantined_at,
+            repaired_at=repaired_at,
+            reservation=reservation,
+        )
+        for node, model, fault_at, quarantined_at, repaired_at, reservation in rows
+    ]
+
+
+def nodes_per_gpu_model() -> dict[str, int]:
+    """How many nodes hold a GPU of each model (a node of mixed GPUs counts for each model)."""
+    return dict(GPU.objects.values_list("model").annotate(nodes=Count("node", distinct=True)).order_by())
+
+
+def counts_by_step_and_status(since: datetime) -> dict[tuple[str, str], int]:
+    """Remediations received since `since`, by rung taken ("" for none) and outcome."""
+    rows = _enforced().filter(at__gte=since).values_list("step", "status").annotate(n=Count("id")).order_by()
+    return {(step, status): count for step, status, count in rows}
+
+
+def counts_per_day(since: datetime, statuses: list[str]) -> list[tuple[date, str, int]]:
+    """Remediations received since `since` with one of `statuses`, by day (in the current time zone) and status."""
+    rows = (
+        _enforced()
+        .filter(at__gte=since, status__in=statuses)
+        .annotate(day=TruncDate("at"))
+        .values_list("day", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return list(rows)
