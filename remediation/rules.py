@@ -37,6 +37,7 @@ tests check that their XID lists and this table agree.
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -243,6 +244,36 @@ XID_ALERTS: Mapping[str, frozenset[str]] = MappingProxyType(
 )
 
 
+# What the node's agent reports the moment it sees an XID (POST /v1/agents/{node}/xids), read as
+# an alert of its own: the XID table decides it as it decides Prometheus' XID alerts.
+AGENT_XID_REPORT = "AgentXidReport"
+# How far apart an agent's report and Alertmanager's alert may be and still be one occurrence:
+# the XID alerts' increase() window, the longest an alert can follow the XID it fires for.
+SAME_OCCURRENCE = timedelta(minutes=5)
+# Clocks of the agent and of Prometheus may disagree by this much.
+CLOCK_SKEW = timedelta(seconds=30)
+
+
+def agent_report(*, node: str, gpu: int, xid: int, occurrence: int, seen_at: str) -> Alert:
+    """An agent's XID report as an alert. Its key (fingerprint, startsAt) is the occurrence: the
+    agent retries a report with the same occurrence and seen_at, which is then recorded once."""
+    seen_at = _timestamp(seen_at, "seen_at")
+    key = hashlib.sha256(f"{node}/{gpu}/{xid}/{occurrence}".encode()).hexdigest()[:16]
+    labels = {"node": node, "gpu": str(gpu), "xid": str(xid), "occurrence": str(occurrence), "source": "agent"}
+    return Alert(
+        name=AGENT_XID_REPORT,
+        status="firing",
+        labels=MappingProxyType({"alertname": AGENT_XID_REPORT, **labels}),
+        annotations=MappingProxyType({}),
+        fingerprint=key,
+        starts_at=seen_at,
+    )
+
+
+def is_xid_alert(name: str) -> bool:
+    return name in XID_ALERTS or name == AGENT_XID_REPORT
+
+
 def xids_of(alert_name: str) -> frozenset[int]:
     """The XIDs the XID alert `alert_name` of gpu.yml must select."""
     return frozenset(xid for xid, rule in XIDS.items() if rule.ladder in XID_ALERTS[alert_name])
@@ -258,7 +289,7 @@ def decide(alert: Alert, *, shadow: frozenset[str] = frozenset()) -> Decision:
         return _nothing(node, gpu, f"{alert.name} resolved: resolved alerts return nothing to service")
     if node is None:
         return _nothing(None, gpu, f"{alert.name} has no node label: nothing to act on")
-    if alert.name in XID_ALERTS:
+    if is_xid_alert(alert.name):
         xid = _xid(alert.labels.get("xid"))
         if xid is None:
             return _nothing(node, gpu, f"{alert.name} has no valid xid label")

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -17,7 +18,14 @@ from fleet.models import AuditEvent, Node, NodeState
 from fleet.services import ConcurrentTransition, transition
 from fleet.signals import node_remediation_planned
 from remediation import rules
-from remediation.models import IncidentEvent, IncidentStep, Remediation, RemediationStatus, RemediationStep
+from remediation.models import (
+    IncidentEvent,
+    IncidentStep,
+    Remediation,
+    RemediationMode,
+    RemediationStatus,
+    RemediationStep,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +45,26 @@ def _parse_time(text: str) -> datetime | None:
 
 def receive_alerts(alerts: list[rules.Alert]) -> list[Remediation]:
     """Act on each alert of a webhook, each in its own transaction; repeats are answered, not redone."""
-    return [_receive(alert) for alert in alerts]
+    return [_receive(alert)[0] for alert in alerts]
 
 
-def _receive(alert: rules.Alert) -> Remediation:
+def receive_agent_report(*, node: Node, gpu: int, xid: int, occurrence: int, seen_at: str) -> tuple[Remediation, bool]:
+    """Act on an XID the node's agent reported the moment it saw it; a repeat of the same
+    occurrence is answered with the first one's record. Raises validation.Invalid for a seen_at
+    that is no RFC 3339 time. Whether it was new is the second value."""
+    return _receive(rules.agent_report(node=node.name, gpu=gpu, xid=xid, occurrence=occurrence, seen_at=seen_at))
+
+
+def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
     decision = rules.decide(alert, shadow=frozenset(settings.REMEDIATION_SHADOW_RULES))
     received_at = timezone.now()
     try:
         with transaction.atomic():
-            node = Node.objects.filter(name=decision.node).select_related("rack").first() if decision.node else None
+            # The node's row lock comes first, here as wherever a ladder moves: one decision per
+            # node at a time sees what the last one did (the agent's report and Alertmanager's
+            # alert for one XID may arrive together, at two web processes).
+            found = Node.objects.select_for_update(of=("self",)).select_related("rack")
+            node = found.filter(name=decision.node).first() if decision.node else None
             if node is not None:
                 decision = rules.repeat_offense(decision, earlier=remediations_acted_on(node, received_at))
             remediation = Remediation.objects.create(
@@ -65,17 +84,18 @@ def _receive(alert: rules.Alert) -> Remediation:
             firing_at = _parse_time(alert.starts_at) or received_at
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.ALERT_FIRING, at=firing_at)
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.WEBHOOK_RECEIVED, at=received_at)
-            _act_on(remediation, decision, node)
+            _act_on(remediation, decision, node, firing_at)
             remediation.save(update_fields=["status", "reason", "step", "recheck_due_at"])
     except IntegrityError:
         # The same notification, received by another process at the same moment: its answer stands.
-        return Remediation.objects.get(
+        found = Remediation.objects.get(
             fingerprint=alert.fingerprint, starts_at=alert.starts_at, alert_status=alert.status
         )
-    return remediation
+        return found, False
+    return remediation, True
 
 
-def _act_on(remediation: Remediation, decision: rules.Decision, node: Node | None) -> None:
+def _act_on(remediation: Remediation, decision: rules.Decision, node: Node | None, firing_at: datetime) -> None:
     if node is None:
         if decision.step is not None:
             remediation.reason = f"{decision.reason}; no enrolled node {decision.node!r}"
@@ -96,6 +116,11 @@ def _act_on(remediation: Remediation, decision: rules.Decision, node: Node | Non
         remediation.step = ""
         remediation.reason = f"{decision.reason}; {node.name} is already quarantined"
         return
+    if (other := _same_occurrence_acted_on(remediation, node, firing_at)) is not None:
+        # The agent's report and Alertmanager's alert for one XID: the first to arrive acts.
+        remediation.step = ""
+        remediation.reason = f"{decision.reason}; already acted on by remediation {other.pk} ({other.alert})"
+        return
     repairing = Remediation.objects.filter(node=node, status=RemediationStatus.PENDING).exclude(pk=remediation.pk)
     if (under_way := repairing.values_list("pk", flat=True).first()) is not None:
         # One ladder at a time per node: the same fault seen again (the agent's report and then
@@ -104,6 +129,33 @@ def _act_on(remediation: Remediation, decision: rules.Decision, node: Node | Non
         remediation.reason = f"{decision.reason}; {node.name} is already being repaired (remediation {under_way})"
         return
     _climb(remediation, decision.step, node)
+
+
+def _same_occurrence_acted_on(remediation: Remediation, node: Node, firing_at: datetime) -> Remediation | None:
+    """The other path's record of the XID occurrence `remediation` is about, if it was acted on.
+
+    An agent reports an XID as it sees it; Alertmanager's alert for it begins when Prometheus
+    first scrapes it, up to the alert's 5-minute window later. So an alert is the occurrence an
+    agent reported within that window before it, and a (late) report the occurrence of an alert
+    that began at or after it was seen (clocks may disagree by rules.CLOCK_SKEW)."""
+    if not rules.is_xid_alert(remediation.alert) or "xid" not in remediation.labels:
+        return None
+    if remediation.alert == rules.AGENT_XID_REPORT:
+        began = (firing_at - rules.CLOCK_SKEW, firing_at + rules.SAME_OCCURRENCE)
+        other_path = ~Q(alert=rules.AGENT_XID_REPORT)
+    else:
+        began = (firing_at - rules.SAME_OCCURRENCE, firing_at + rules.CLOCK_SKEW)
+        other_path = Q(alert=rules.AGENT_XID_REPORT)
+    others = Remediation.objects.filter(
+        other_path,
+        node=node,
+        gpu=remediation.gpu,
+        labels__xid=remediation.labels["xid"],
+        mode=RemediationMode.ENFORCE,
+        timeline__step=IncidentStep.ALERT_FIRING,
+        timeline__at__range=began,
+    ).exclude(status=RemediationStatus.NO_ACTION)
+    return others.order_by("at", "pk").first()
 
 
 def _climb(remediation: Remediation, step: rules.Step, node: Node) -> None:
@@ -218,6 +270,7 @@ def _quarantine(remediation: Remediation, node: Node, *, actor: str) -> None:
 def apply_suppressed(*, remediation_id: int, operator: str) -> Remediation:
     """An operator decides to act on a suppressed alert: the quarantine is theirs, not counted as automatic."""
     with transaction.atomic():
+        _lock_node_of(remediation_id)
         remediation = Remediation.objects.select_for_update(of=("self",)).select_related("node").get(pk=remediation_id)
         if remediation.status != RemediationStatus.SUPPRESSED or remediation.node is None:
             return remediation
@@ -278,6 +331,7 @@ def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remed
     """After a repair rung: healthy again, the node stays in service (repaired); otherwise the
     ladder's next rung, ending in a (capped) quarantine. `why` says what went wrong, if known."""
     with transaction.atomic():
+        _lock_node_of(remediation_id)
         remediation = (
             Remediation.objects.select_for_update(of=("self",)).select_related("node__rack").get(pk=remediation_id)
         )
@@ -301,6 +355,13 @@ def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remed
             update_fields=["status", "reason", "step", "recheck_due_at", "step_started_at", "reset_before", "forced_at"]
         )
     return remediation
+
+
+def _lock_node_of(remediation_id: int) -> None:
+    """Locks in the order _receive takes them (the node, then the cap's advisory lock), so that a
+    ladder's next rung and a new alert for the same node wait for each other, never deadlock."""
+    node_id = Remediation.objects.values_list("node_id", flat=True).get(pk=remediation_id)
+    list(Node.objects.select_for_update().filter(pk=node_id).values_list("pk", flat=True))
 
 
 def node_moved_on(*, remediation_id: int) -> Remediation:

@@ -70,6 +70,7 @@ def test_no_route_shows_a_secret_to_a_tenant_or_an_operator(secrets, admin_clien
     tenant = Client(HTTP_AUTHORIZATION=f"Token {secrets['tenant token']}")
     values = {
         "name": active_node.name,
+        "node": active_node.name,
         "pk": str(active_node.reservation_id),
         "key": "none",
         "token": "none",

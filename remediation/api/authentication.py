@@ -1,4 +1,5 @@
-"""Alertmanager's bearer token on the webhook, and how the OpenAPI document declares it."""
+"""Alertmanager's bearer token on the webhook, a node agent's on its XID reports, and how the
+OpenAPI document declares them."""
 
 import hmac
 
@@ -7,6 +8,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import exceptions, permissions
 from rest_framework.authentication import BaseAuthentication
+
+from fleet.models import Node
 
 ALERTMANAGER = "alertmanager"
 
@@ -32,11 +35,45 @@ class IsAlertmanager(permissions.BasePermission):
         return request.auth == ALERTMANAGER
 
 
+class NodeAgentAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <the node's agent token>` on a route that names the node, compared in
+    constant time. The token authenticates that node's agent (`request.auth` is the Node) and no
+    other: it sits on the tenant's machine, so it may speak for that machine alone. An unknown
+    node is answered as a wrong token, so that the answer does not tell which nodes exist."""
+
+    def authenticate(self, request):
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        name = request.parser_context["kwargs"].get("node", "")
+        node = Node.objects.filter(name=name).exclude(agent_token="").first()
+        expected = node.agent_token if node else "\0" * 32
+        if not hmac.compare_digest(token.strip().encode(), expected.encode()) or node is None:
+            raise exceptions.AuthenticationFailed("a valid bearer token is required")
+        return None, node
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="node-agent"'
+
+
+class IsNodeAgent(permissions.BasePermission):
+    def has_permission(self, request, view):
+        return isinstance(request.auth, Node)
+
+
 class AlertmanagerAuthenticationScheme(OpenApiAuthenticationExtension):
     """Declares the bearer scheme in /v1/schema, so generated clients and fuzzers send the token."""
 
     target_class = AlertmanagerAuthentication
     name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Bearer")
+
+
+class NodeAgentAuthenticationScheme(OpenApiAuthenticationExtension):
+    target_class = NodeAgentAuthentication
+    name = "nodeAgentBearerAuth"
 
     def get_security_definition(self, auto_schema):
         return build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Bearer")

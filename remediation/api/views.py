@@ -13,7 +13,12 @@ from core.error_schema import ERROR
 from core.validation import Invalid
 from fleet.models import Node, NodeState
 from remediation import rules, services
-from remediation.api.authentication import AlertmanagerAuthentication, IsAlertmanager
+from remediation.api.authentication import (
+    AlertmanagerAuthentication,
+    IsAlertmanager,
+    IsNodeAgent,
+    NodeAgentAuthentication,
+)
 from remediation.models import Remediation
 from remediation.targets import scrape_target
 
@@ -145,6 +150,47 @@ class AlertmanagerWebhookView(APIView):
                 "refused": [{"index": r.index, "fingerprint": r.fingerprint, "detail": r.reason} for r in refused],
             },
             status=status.HTTP_207_MULTI_STATUS if refused else status.HTTP_200_OK,
+        )
+
+
+class AgentXidReportSerializer(serializers.Serializer):
+    gpu = StrictIntegerField(min_value=0, max_value=999)
+    xid = StrictIntegerField(min_value=1, max_value=65535)
+    occurrence = StrictIntegerField(
+        min_value=1, help_text="The agent's count of this XID on this GPU, this one included."
+    )
+    seen_at = serializers.CharField(help_text="RFC 3339: when the agent saw it; with `occurrence`, the report's key.")
+
+
+AGENT_XID_REPORT_RECEIVED = inline_serializer(
+    "AgentXidReportReceived",
+    {"remediation": serializers.IntegerField(), "status": serializers.CharField(), "step": serializers.CharField()},
+)
+
+
+class AgentXidReportView(APIView):
+    """POST /v1/agents/{node}/xids: the node's agent reports an XID the moment it sees it, with the
+    node's agent token. 202 when acted on (or recorded) now; 200 for a repeat of a report already
+    received (same gpu, xid, occurrence and seen_at), with the first answer. Alertmanager's alert
+    for the same occurrence, arriving later, is recorded and not acted on again."""
+
+    authentication_classes = [NodeAgentAuthentication]
+    permission_classes = [IsNodeAgent]
+
+    @extend_schema(
+        request=AgentXidReportSerializer,
+        responses={200: AGENT_XID_REPORT_RECEIVED, 202: AGENT_XID_REPORT_RECEIVED, 400: ERROR, 401: ERROR},
+    )
+    def post(self, request, node):
+        report = AgentXidReportSerializer(data=request.data)
+        report.is_valid(raise_exception=True)
+        try:
+            remediation, new = services.receive_agent_report(node=request.auth, **report.validated_data)
+        except Invalid as error:
+            raise serializers.ValidationError({error.path: [error.problem]}) from None
+        return Response(
+            {"remediation": remediation.pk, "status": remediation.status, "step": remediation.step},
+            status=status.HTTP_202_ACCEPTED if new else status.HTTP_200_OK,
         )
 
 
