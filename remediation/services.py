@@ -111,15 +111,15 @@ def _act_on(remediation: Remediation, decision: rules.Decision, node: Node | Non
             remediation=remediation, step=IncidentStep.SHADOW, at=timezone.now(), detail=decision.step.value
         )
         return
-    if node.state == NodeState.QUARANTINED:
-        # e.g. GPUUnhealthy minutes after the XID that quarantined it: already out of service.
-        remediation.step = ""
-        remediation.reason = f"{decision.reason}; {node.name} is already quarantined"
-        return
     if (other := _same_occurrence_acted_on(remediation, node, firing_at)) is not None:
         # The agent's report and Alertmanager's alert for one XID: the first to arrive acts.
         remediation.step = ""
         remediation.reason = f"{decision.reason}; already acted on by remediation {other.pk} ({other.alert})"
+        return
+    if node.state == NodeState.QUARANTINED:
+        # e.g. GPUUnhealthy minutes after the XID that quarantined it: already out of service.
+        remediation.step = ""
+        remediation.reason = f"{decision.reason}; {node.name} is already quarantined"
         return
     repairing = Remediation.objects.filter(node=node, status=RemediationStatus.PENDING).exclude(pk=remediation.pk)
     if (under_way := repairing.values_list("pk", flat=True).first()) is not None:

@@ -199,7 +199,7 @@ class RemediationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Remediation
-        fields = ["id", "node", "gpu", "action", "reason", "status", "alert", "at"]
+        fields = ["id", "node", "gpu", "action", "step", "mode", "reason", "status", "alert", "at"]
 
 
 class RemediationListView(generics.ListAPIView):
