@@ -99,6 +99,11 @@ class Backend(Protocol):
 
     def gpus(self) -> list[GPUStatus]: ...
 
+    def xid_counts(self) -> dict[int, dict[int, int]]:
+        """GPU index -> XID -> times seen, the counts of gpus() alone. It must be quick (no device
+        I/O): agent/xid_reports.py reads it on the event loop five times a second."""
+        ...
+
     def inventory(self) -> dict:
         """{"name", "serial", "boot_source", "macs", "gpus": [{"index", "uuid", "serial",
         "model", "cc_mode"}], "drives": [{"id", "capacity_bytes", "last_erased_at"}]}"""

@@ -1,6 +1,6 @@
 """The `gpu-agent` command: serve one node's agent, or prepare its TPM once at install.
 
-    gpu-agent [--backend host|sim] [--listen ADDRESS:PORT] --token-file FILE [...]
+    gpu-agent [--backend host|sim] [--listen ADDRESS:PORT] --token-file FILE [--xid-report-url URL] [...]
     gpu-agent tpm-create-ak [--tcti TCTI] [--ak-handle HANDLE] [--out FILE]
 
 Every option has an environment variable (GPU_AGENT_*), so a systemd unit or a container can
@@ -15,10 +15,12 @@ import os
 import ssl
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from .app import Served, make_app
+from .xid_reports import XidReporter, reporting
 
 DEFAULT_LISTEN = "0.0.0.0:9411"
 log = logging.getLogger("gpu-agent")
@@ -47,6 +49,13 @@ def _listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http or https URL")
+    return value
+
+
 def _handle(value: str) -> int:
     try:
         return int(value, 0)
@@ -60,6 +69,14 @@ def _serve_parser() -> argparse.ArgumentParser:
     parser.add_argument("--listen", type=_listen, default=_env("LISTEN", DEFAULT_LISTEN), help=DEFAULT_LISTEN)
     parser.add_argument("--token-file", default=_env("TOKEN_FILE"), help="the node's bearer token (required)")
     parser.add_argument("--metrics-token-file", default=_env("METRICS_TOKEN_FILE"), help="Prometheus' token")
+    parser.add_argument(
+        "--xid-report-url",
+        metavar="URL",
+        type=_url,
+        default=_env("XID_REPORT_URL") or None,  # set but empty: off
+        help="report each new XID here at once, with the node's token (the control plane's "
+        "/v1/agents/NODE/xids); none by default",
+    )
     tls = parser.add_argument_group("TLS (optional; with --client-ca, callers need a certificate it issued)")
     tls.add_argument("--tls-cert", default=_env("TLS_CERT"))
     tls.add_argument("--tls-key", default=_env("TLS_KEY"))
@@ -131,9 +148,13 @@ def serve(argv: list[str]) -> None:
         parser.error("the agent needs the node's bearer token: --token-file or GPU_AGENT_TOKEN_FILE")
     backend, blocking = _backend(args, parser)
     served = Served(backend, token, _secret(args.metrics_token_file, "metrics token", parser), blocking)
+    app = make_app(served)
+    if args.xid_report_url:
+        app.cleanup_ctx.append(reporting([XidReporter(backend, args.xid_report_url, token)]))
+        log.info("reporting new XIDs to %s", args.xid_report_url)
     host, port = args.listen
     log.info("serving %s with the %s backend on %s:%d", backend.hostname(), args.backend, host, port)
-    web.run_app(make_app(served), host=host, port=port, ssl_context=tls, access_log=None, print=None)
+    web.run_app(app, host=host, port=port, ssl_context=tls, access_log=None, print=None)
 
 
 def tpm_create_ak(argv: list[str]) -> None:

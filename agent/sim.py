@@ -152,6 +152,10 @@ class SimBackend:
             )
         return statuses
 
+    def xid_counts(self) -> dict[int, dict[int, int]]:
+        self._now()
+        return self.hardware.xid_counts()
+
     def inventory(self) -> dict:
         return self.hardware.inventory(self._now())
 

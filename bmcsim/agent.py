@@ -6,20 +6,29 @@ set. A GPU reset through the agent that is to succeed clears that GPU's faults w
 "gpu_reset" (bmcsim/faults.py); reboots and power cycles clear theirs in bmcsim/state.py.
 It needs the node's bearer token (core.topology.agent_token, handed out with the inventory);
 Prometheus reads /metrics with the fleet's metrics token instead.
+
+With BMCSIM_CONTROL_PLANE_URL set, every node's agent reports each new XID to the control plane
+as the real agent does with --xid-report-url (agent/xid_reports.py), with its own token: one loop
+scans every node's counters each 0.2 s, and nothing is read while a node is off or booting.
 """
 
 from __future__ import annotations
+
+import logging
 
 from aiohttp import web
 
 from agent import app as agent_app
 from agent.backend import GPU
 from agent.sim import SimBackend, pci_bus_id
+from agent.xid_reports import XidReporter, reporting
 from core.topology import agent_token
 
 from . import evidence, releases, state
 from .sim import SIM, Simulator
 from .state import NodeState
+
+log = logging.getLogger("bmcsim")
 
 
 class SimulatedNode:
@@ -110,3 +119,8 @@ def add_routes(app: web.Application) -> None:
         for name, node in sim.fleet.nodes.items()
     }
     agent_app.add_routes(app.router, lambda request: served.get(request.match_info["node"]), prefix="/agent/{node}")
+    url = sim.settings.control_plane_url
+    if url:
+        reporters = [XidReporter(s.backend, f"{url}/v1/agents/{name}/xids", s.token) for name, s in served.items()]
+        app.cleanup_ctx.append(reporting(reporters))
+        log.info("every node's agent reports new XIDs to %s/v1/agents/{node}/xids", url)

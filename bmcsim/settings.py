@@ -7,6 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from core.topology import NodeSpec, default_layout
 
@@ -30,6 +31,8 @@ class Settings:
     agent_metrics_token: str = DEMO_METRICS_TOKEN
     # Where a tenant node's sshd listens, on the node's own loopback address from its config drive.
     ssh_port: int = 2222
+    # The control plane every node's agent reports new XIDs to (its /v1/agents/{node}/xids); "": none.
+    control_plane_url: str = ""
 
     @property
     def base_url(self) -> str:
@@ -78,6 +81,10 @@ def parse(argv: list[str] | None = None) -> Settings:
         parser.error("--ssh-port must be from 1 to 65535")
     if args.time_scale < 0:
         parser.error("SIM_TIME_SCALE must not be negative")
+    control_plane_url = env.get("BMCSIM_CONTROL_PLANE_URL", "").rstrip("/")
+    parts = urlsplit(control_plane_url)
+    if control_plane_url and (parts.scheme not in ("http", "https") or not parts.hostname):
+        parser.error(f"BMCSIM_CONTROL_PLANE_URL {control_plane_url!r} is not an http or https URL")
     return Settings(
         host=args.host,
         port=args.port,
@@ -89,6 +96,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         password=env.get("BMCSIM_PASSWORD", "calvin"),
         agent_metrics_token=env.get("BMCSIM_AGENT_METRICS_TOKEN", DEMO_METRICS_TOKEN),
         ssh_port=args.ssh_port,
+        control_plane_url=control_plane_url,
     )
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pynvml
 
-from ..backend import FAILED, RUNNING, SUCCEEDED, GPUStatus, Operation, Reading, Refused
+from ..backend import FAILED, RUNNING, SUCCEEDED, GPUStatus, Operation, Reading, Refused, Unavailable
 from . import disks
 from .boot_medium import BootMedium
 from .kernel_log import KmsgFollower, XidCounter
@@ -98,6 +98,7 @@ class HostBackend:
         except OSError as error:
             log.warning("cannot read XIDs from %s (%s): reading them from NVML's events", kmsg, error.strerror)
             nvml.start_xid_events(xids.add)
+            xids.caught_up.set()  # NVML's events are of XIDs from now on: nothing earlier to read
         medium = BootMedium(boot_medium)
         medium.start()
         quoter = TPMQuoter(Path(ak_cert), tcti=tcti, ak=ak, event_log_path=Path(event_log))
@@ -128,6 +129,11 @@ class HostBackend:
                 )
             )
         return statuses
+
+    def xid_counts(self) -> dict[int, dict[int, int]]:
+        if not self.xids.caught_up.is_set():
+            raise Unavailable("the agent is still reading the kernel log from the start")
+        return self.xids.counts()
 
     def inventory(self) -> dict:
         return {

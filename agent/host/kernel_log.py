@@ -71,6 +71,9 @@ class XidCounter:
         self._highest_sequence = -1
         # XIDs logged for a PCI address that is none of this node's GPUs (one NVML does not see).
         self.xids_of_unknown_gpus = 0
+        # Set once the records the kernel kept from before the agent started are read (or there is
+        # no kernel log): the counts then hold every XID since boot, and a rise is a new XID.
+        self.caught_up = threading.Event()
 
     def feed(self, record: str) -> None:
         """One kernel-log record: a /dev/kmsg record, a dmesg or a journal line.
@@ -155,6 +158,7 @@ class KmsgFollower:
             try:
                 chunk = os.read(fd, _KMSG_READ_BYTES)
             except BlockingIOError:
+                self.counter.caught_up.set()
                 select.select([fd], [], [], self.idle_seconds)
                 continue
             except BrokenPipeError:
@@ -163,6 +167,7 @@ class KmsgFollower:
                 continue
             if not chunk:
                 # The end of a file, or a fifo with no writer.
+                self.counter.caught_up.set()
                 self._stopping.wait(self.idle_seconds)
                 continue
             *lines, partial = (partial + chunk).split(b"\n")

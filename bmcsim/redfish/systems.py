@@ -63,7 +63,9 @@ def system_body(node: NodeState, now: float) -> dict:
             "BootSourceOverrideMode@Redfish.AllowableValues": list(state.BOOT_MODES),
         },
         "BootProgress": {"LastState": _boot_progress(node, now)},
-        **({"LastResetTime": iso(node.last_reset_at)} if node.last_reset_at is not None else {}),
+        # Milliseconds: at SIM_TIME_SCALE=0 a node is reset twice within a second (a reboot, then a
+        # power cycle), which whole seconds could not tell apart.
+        **({"LastResetTime": iso(node.last_reset_at, "milliseconds")} if node.last_reset_at is not None else {}),
         "ProcessorSummary": {
             "Count": CPU_COUNT,
             "CoreCount": CPU_COUNT * CPU_CORES,

@@ -233,6 +233,21 @@ def test_the_follower_reads_a_file_and_what_is_appended_to_it(tmp_path, follower
     assert counter.last() == {0: 45, 1: 94}
 
 
+def test_the_counter_is_caught_up_only_once_the_follower_has_read_what_the_log_held_at_start(
+    tmp_path, follower_factory
+):
+    """The push reporter takes its baseline once caught up, so XIDs from before the agent started are no news."""
+    log = tmp_path / "kmsg"
+    log.write_text("".join(kmsg(n, f"usb 1-1: new device number {n}", priority=6) + "\n" for n in range(1, 20_001)))
+    with log.open("a") as appending:
+        appending.write(kmsg(20_001, "NVRM: Xid (PCI:0000:0a:00): 79, GPU has fallen off the bus.") + "\n")
+    counter = XidCounter(NODE_GPUS)
+    assert not counter.caught_up.is_set()
+    follower_factory(counter, log)
+    assert counter.caught_up.wait(timeout=10)
+    assert counter.counts() == {0: {79: 1}}
+
+
 def test_the_follower_reads_a_fifo_written_in_pieces(tmp_path, follower_factory):
     fifo = tmp_path / "kmsg"
     os.mkfifo(fifo)

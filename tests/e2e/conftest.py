@@ -9,6 +9,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from tests.support.bmcsim import start_bmcsim
+from tests.support.ports import free_port
 from tests.support.processes import RedisServer
 from tests.support.stack import ControlPlane
 
@@ -16,8 +17,14 @@ E2E_NODES = 24
 
 
 @pytest.fixture
-def bmcsim(tmp_path):
-    sim = start_bmcsim(tmp_path / "bmcsim", nodes=E2E_NODES)
+def control_plane_port() -> int:
+    """Where the control plane's web server will listen: bmcsim's agents report XIDs there."""
+    return free_port()
+
+
+@pytest.fixture
+def bmcsim(tmp_path, control_plane_port):
+    sim = start_bmcsim(tmp_path / "bmcsim", nodes=E2E_NODES, control_plane_url=f"http://127.0.0.1:{control_plane_port}")
     yield sim
     sim.stop()
 
@@ -30,10 +37,10 @@ def private_redis(tmp_path):
 
 
 @pytest.fixture
-def control_plane(transactional_db, tmp_path, bmcsim, private_redis, request):
+def control_plane(transactional_db, tmp_path, bmcsim, private_redis, control_plane_port, request):
     """Two workers and beat, not started until the test calls `start()`; stopped before the database is flushed."""
     overrides = getattr(request, "param", {})
-    plane = ControlPlane(tmp_path, bmcsim.url, private_redis, **overrides)
+    plane = ControlPlane(tmp_path, bmcsim.url, private_redis, web_port=control_plane_port, **overrides)
     # This process reads results and serves the JWKS with the workers' signing keys.
     with override_settings(GPUFLEET_SIGNING_KEY=str(plane.signing_keys)):
         yield plane

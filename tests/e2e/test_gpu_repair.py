@@ -29,12 +29,19 @@ def inject(bmcsim, node: Node, *, gpu: int, xid: int, clears: str) -> float:
 
 
 def ended(node: Node) -> Remediation:
-    wait_for(
-        f"{node.name}'s remediation to end",
-        lambda: Remediation.objects.filter(node=node, alert_status="firing").exclude(status="pending").exists(),
-        timeout=90,
-    )
-    return Remediation.objects.get(node=node, alert_status="firing")
+    """The one remediation that acted on the node's fault, once it has ended. The agent reports
+    the XID at once and Prometheus' alert follows: the two must never both act."""
+    acted = Remediation.objects.filter(node=node).exclude(status="no_action")
+    wait_for(f"{node.name}'s remediation to end", lambda: acted.exists() and not acted.filter(status="pending"), 90)
+    (remediation,) = acted
+    return remediation
+
+
+def never_acted_twice(node: Node) -> None:
+    (acted,) = Remediation.objects.filter(node=node).exclude(status="no_action")
+    assert acted.alert == rules.AGENT_XID_REPORT  # the push path, well before a 1 s scrape
+    for later in Remediation.objects.filter(node=node, status="no_action", alert_status="firing"):
+        assert later.reason.endswith(f"already acted on by remediation {acted.pk} ({rules.AGENT_XID_REPORT})")
 
 
 def timeline(remediation: Remediation) -> list[str]:
@@ -83,6 +90,7 @@ def test_each_rung_of_the_ladder_repairs_what_it_can_and_a_dead_gpu_is_quarantin
         "repaired",
     ]
     for node in (transient, rebooted, cycled):
+        never_acted_twice(node)
         node.refresh_from_db()
         assert (node.state, node.reservation_id) == ("active", reservation.pk)  # still the tenant's
     assert state_of(reservation) == "active"
@@ -98,7 +106,8 @@ def test_each_rung_of_the_ladder_repairs_what_it_can_and_a_dead_gpu_is_quarantin
     wait_for("quarantine", lambda: Node.objects.get(pk=dead.pk).state == "quarantined", timeout=90)
     print(f"XID {LOST_XID} on a dead GPU -> quarantined in {time.monotonic() - injected:.1f} s")
     wait_for("the replacement active", lambda: state_of(reservation) == "active", timeout=120)
-    escalated = Remediation.objects.get(node=dead, alert_status="firing")
+    never_acted_twice(dead)
+    escalated = Remediation.objects.exclude(status="no_action").get(node=dead)
     assert (escalated.status, escalated.step) == ("applied", "quarantine")
     assert escalated.reason.endswith("still unhealthy after a reboot; still unhealthy after a power cycle")
     assert timeline(escalated)[-4:] == ["tenant_notified", "power_cycle", "escalated", "quarantined"]

@@ -34,6 +34,7 @@ def test_xid_79_under_a_tenant_is_quarantined_and_replaced_with_no_operator(bmcs
     victim.refresh_from_db()
     assert victim.quarantine_reason.startswith("hardware_fault: XID 79 on GPU 3")
     remediation = Remediation.objects.get(node=victim, status="applied")
+    assert remediation.alert == "AgentXidReport"  # the agent reported it first; Alertmanager's is recorded only
     assert remediation.reservation == reservation
     # A GPU lost to the node is rebooted, then power cycled, before it is given up on.
     assert [e.step for e in remediation.timeline.all()] == [

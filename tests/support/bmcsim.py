@@ -72,10 +72,12 @@ def start_bmcsim(
     port: int | None = None,
     timeout: float = 20,
     ssh_port: int | None = None,
+    control_plane_url: str | None = None,
 ) -> Bmcsim:
     """bmcsim on `port` (a free one if None), its tenant nodes' sshd on `ssh_port` (likewise), its
     state in data_dir and its log beside it, once it answers. Started again on the same ports and
-    data_dir, it is the same bmcsim restarted."""
+    data_dir, it is the same bmcsim restarted. With `control_plane_url`, every node's agent reports
+    new XIDs to it (BMCSIM_CONTROL_PLANE_URL)."""
     port = port or free_port()
     ssh_port = ssh_port or free_port()
     env = {
@@ -86,6 +88,8 @@ def start_bmcsim(
         "BMCSIM_SSH_PORT": str(ssh_port),
     }
     env.pop("BMCSIM_PORT", None)
+    if control_plane_url is not None:
+        env["BMCSIM_CONTROL_PLANE_URL"] = control_plane_url
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     process = Process(
         f"bmcsim-{port}", [sys.executable, "-m", "bmcsim", "--port", str(port), *args], env, data_dir.parent

@@ -34,9 +34,20 @@ WEBHOOK_TOKEN = "e2e-webhook-token"
 class ControlPlane:
     """Workers and beat of the control plane, started with the settings a test needs."""
 
-    def __init__(self, tmp_path: Path, bmcsim_url: str, redis_server: RedisServer, **overrides: str):
+    def __init__(
+        self,
+        tmp_path: Path,
+        bmcsim_url: str,
+        redis_server: RedisServer,
+        *,
+        web_port: int | None = None,
+        scrape_interval: str = "1s",
+        **overrides: str,
+    ):
         self.tmp_path = tmp_path
         self.bmcsim_url = bmcsim_url
+        self.web_port = web_port  # where bmcsim's agents report XIDs, if it was told (start_bmcsim)
+        self.scrape_interval = scrape_interval
         self.redis = redis_server
         self.env = {
             **process_env(tmp_path),
@@ -82,12 +93,24 @@ class ControlPlane:
         gunicorn, two workers, beat, and Prometheus with Alertmanager pointed at this web server."""
         call_command("seed_fleet", "--bmcsim-url", self.bmcsim_url, stdout=StringIO())
         self.configure_attestation()
-        web = self.start_web()
+        web = self._start_processes()
+        self.monitoring = Monitoring(self.tmp_path, web, self.scrape_interval)
+        return self.monitoring
+
+    def _start_processes(self) -> str:
+        web = self.start_web(port=self.web_port)
+        self.web_port = int(web.rsplit(":", 1)[1])
         self.start_worker("w1")
         self.start_worker("w2")
         self.start_beat()
-        self.monitoring = Monitoring(self.tmp_path, web)
-        return self.monitoring
+        return web
+
+    def restart_stack(self) -> None:
+        """Every process of start_stack stopped and started again on the same ports and data, as
+        after a host reboot: Prometheus keeps its series, Alertmanager its notification log."""
+        self.stop()
+        self._start_processes()
+        self.monitoring.start()
 
     def stop(self) -> None:
         if self.monitoring is not None:
@@ -104,7 +127,8 @@ class Monitoring:
     """Prometheus and Alertmanager from Debian's packages, with the shipped configs pointed at
     this test's web server, each with its own data folder."""
 
-    def __init__(self, tmp_path: Path, web_url: str):
+    def __init__(self, tmp_path: Path, web_url: str, scrape_interval: str = "1s"):
+        self.tmp_path = tmp_path
         self.dir = tmp_path / "monitoring"
         shutil.copytree(REPO_ROOT / "deploy", self.dir / "deploy")
         self.alertmanager_port = free_port()
@@ -112,20 +136,27 @@ class Monitoring:
         token_file = self.dir / "webhook-token"
         token_file.write_text(WEBHOOK_TOKEN)
         web = web_url.removeprefix("http://")
-        prometheus_yml = self.dir / "deploy" / "prometheus" / "prometheus.yml"
-        prometheus_yml.write_text(
-            prometheus_yml.read_text()
+        self.prometheus_yml = self.dir / "deploy" / "prometheus" / "prometheus.yml"
+        self.prometheus_yml.write_text(
+            self.prometheus_yml.read_text()
             .replace("127.0.0.1:8000", web)
             .replace("127.0.0.1:9093", f"127.0.0.1:{self.alertmanager_port}")
+            .replace("scrape_interval: 1s", f"scrape_interval: {scrape_interval}")
+            .replace("evaluation_interval: 1s", f"evaluation_interval: {scrape_interval}")
         )
-        alertmanager_yml = self.dir / "deploy" / "alertmanager" / "alertmanager.yml"
-        alertmanager_yml.write_text(
-            re.sub(r"credentials_file: .*", f"credentials_file: {token_file}", alertmanager_yml.read_text()).replace(
-                "127.0.0.1:8000", web
-            )
+        self.alertmanager_yml = self.dir / "deploy" / "alertmanager" / "alertmanager.yml"
+        self.alertmanager_yml.write_text(
+            re.sub(
+                r"credentials_file: .*", f"credentials_file: {token_file}", self.alertmanager_yml.read_text()
+            ).replace("127.0.0.1:8000", web)
         )
-        self.alertmanager = start_alertmanager(alertmanager_yml, self.dir / "am", self.alertmanager_port, tmp_path)
-        self.prometheus = start_prometheus(prometheus_yml, self.dir / "tsdb", self.prometheus_port, tmp_path)
+        self.start()
+
+    def start(self) -> None:
+        self.alertmanager = start_alertmanager(
+            self.alertmanager_yml, self.dir / "am", self.alertmanager_port, self.tmp_path
+        )
+        self.prometheus = start_prometheus(self.prometheus_yml, self.dir / "tsdb", self.prometheus_port, self.tmp_path)
 
     def active_targets(self) -> int:
         answer = requests.get(f"http://127.0.0.1:{self.prometheus_port}/api/v1/targets", timeout=5).json()
