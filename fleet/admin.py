@@ -133,6 +133,8 @@ class NodeAdmin(admin.ModelAdmin):
         "lease_owner",
         "lease_expires_at",
         "fencing_token",
+        "diagnostic_passed_at",
+        "diagnostic_level",
     ]
     readonly_fields = ["name", "rack", "position", *lifecycle_fields]
 

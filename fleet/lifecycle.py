@@ -32,6 +32,7 @@ class Event(enum.StrEnum):
     INSPECTION_STARTED = "inspection_started"
     INSPECTION_PASSED = "inspection_passed"
     INSPECTION_FAILED = "inspection_failed"
+    DIAGNOSTIC_FAILED = "diagnostic_failed"
     ATTESTATION_PASSED = "attestation_passed"
     ATTESTATION_FAILED = "attestation_failed"
     PROVISION_REQUESTED = "provision_requested"
@@ -65,6 +66,9 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     # Inventory matched; the node stays in inspecting until attestation decides.
     (S.INSPECTING, E.INSPECTION_PASSED): S.INSPECTING,
     (S.INSPECTING, E.INSPECTION_FAILED): S.QUARANTINED,
+    # A diagnostics test failed: at inspection, or in a run on an idle node (workflows/idle_diagnostics.py)
+    # whose verdict may arrive just as placement takes the node; a tenant never gets a failing GPU.
+    **{(state, E.DIAGNOSTIC_FAILED): S.QUARANTINED for state in (S.INSPECTING, S.AVAILABLE, S.PROVISIONING)},
     (S.INSPECTING, E.ATTESTATION_PASSED): S.AVAILABLE,
     (S.INSPECTING, E.ATTESTATION_FAILED): S.QUARANTINED,
     (S.AVAILABLE, E.PROVISION_REQUESTED): S.PROVISIONING,

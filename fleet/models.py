@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
-from fleet import lifecycle
+from fleet import diagnostics, lifecycle
 
 NodeState = models.TextChoices("NodeState", [(s.name, s.value) for s in lifecycle.State])
 NodeEvent = models.TextChoices("NodeEvent", [(e.name, e.value) for e in lifecycle.Event])
@@ -91,6 +91,9 @@ class Node(models.Model):
     quarantine_reason = models.TextField(blank=True)
     step = models.CharField(max_length=64, blank=True, help_text="Current workflow step.")
     step_since = models.DateTimeField(null=True, blank=True)
+    # The last diagnostics run the node passed (fleet/diagnostics.py): at inspection or while idle.
+    diagnostic_passed_at = models.DateTimeField(null=True, blank=True)
+    diagnostic_level = models.PositiveSmallIntegerField(null=True, blank=True)
 
     # Lease with fencing (fleet/leases.py): the token grows on every claim.
     lease_owner = models.CharField(max_length=128, blank=True)
@@ -142,6 +145,16 @@ class Node(models.Model):
             models.CheckConstraint(
                 condition=Q(step="", step_since__isnull=True) | (~Q(step="") & Q(step_since__isnull=False)),
                 name="node_step_has_since",
+            ),
+            models.CheckConstraint(
+                condition=Q(diagnostic_passed_at__isnull=True, diagnostic_level__isnull=True)
+                # The level is checked as not null too: NULL IN (...) is no violation to PostgreSQL.
+                | Q(
+                    diagnostic_passed_at__isnull=False,
+                    diagnostic_level__isnull=False,
+                    diagnostic_level__in=diagnostics.LEVELS,
+                ),
+                name="node_diagnostic_pass_has_time_and_level",
             ),
         ]
         indexes = [
@@ -205,6 +218,56 @@ class AuditEvent(models.Model):
 
     def __str__(self):
         return f"{self.node_id} {self.event} {self.from_state}->{self.to_state}"
+
+
+class IdleDiagnosticStatus(models.TextChoices):
+    RUNNING = "running"
+    PASSED = "passed"
+    FAILED = "failed"
+    PREEMPTED = "preempted"
+    INTERRUPTED = "interrupted"
+
+
+class IdleDiagnosticRun(models.Model):
+    """A long diagnostics run on an available node, at low priority (workflows/idle_diagnostics.py).
+
+    The run's state is here, not in a worker: a worker that dies loses nothing, the next look
+    carries on. It ends with a verdict (passed, failed), preempted (the node was wanted: placement,
+    an operator) or interrupted (no verdict: the agent lost the run, cannot run one, or overran).
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="idle_diagnostic_runs")
+    level = models.PositiveSmallIntegerField()
+    status = models.CharField(max_length=16, choices=IdleDiagnosticStatus.choices, default=IdleDiagnosticStatus.RUNNING)
+    created_at = models.DateTimeField(db_default=Now())
+    # When the agent says it started the run (its clock): how a later answer is known to be this run's.
+    started_at = models.DateTimeField(null=True, blank=True)
+    look_due_at = models.DateTimeField(db_default=Now(), help_text="When a worker looks at the run next.")
+    ended_at = models.DateTimeField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"], condition=Q(status="running"), name="idle_diagnostics_one_running_per_node"
+            ),
+            models.CheckConstraint(condition=Q(level__in=diagnostics.LEVELS), name="idle_diagnostics_level_known"),
+            models.CheckConstraint(
+                condition=Q(status__in=IdleDiagnosticStatus.values), name="idle_diagnostics_status_known"
+            ),
+            models.CheckConstraint(
+                condition=Q(status="running", ended_at__isnull=True)
+                | (~Q(status="running") & Q(ended_at__isnull=False)),
+                name="idle_diagnostics_ended_exactly_when_not_running",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["look_due_at"], name="idle_diagnostics_due_idx", condition=Q(status="running")),
+        ]
+
+    def __str__(self):
+        return f"level {self.level} on {self.node_id}: {self.status}"
 
 
 class Image(models.Model):

@@ -3,11 +3,12 @@
 from collections.abc import Iterable
 from datetime import timedelta
 
-from django.db.models import Q, QuerySet
+from django.conf import settings
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
-from fleet import lifecycle
-from fleet.models import ConfigDrive, Node
+from fleet import diagnostics, lifecycle
+from fleet.models import ConfigDrive, IdleDiagnosticRun, IdleDiagnosticStatus, Node
 
 
 def _unleased_owing_work() -> QuerySet[Node]:
@@ -30,3 +31,32 @@ def unleased_nodes_owing_work(node_ids: Iterable[int]) -> list[int]:
 def config_drive_token(*, node_id: int) -> str:
     """The token of the URL the node's BMC fetches its config drive from."""
     return ConfigDrive.objects.values_list("token", flat=True).get(node_id=node_id)
+
+
+def recently_passed_long_diagnostics() -> QuerySet[Node]:
+    """Nodes whose last passed diagnostics run was a long one, within DIAGNOSTICS_RECENT_DAYS: what
+    placement prefers, and what idle diagnostics leave alone. A short pass since (the inspection
+    after a tenant) replaces it: the long run says nothing of what the tenant did to the node."""
+    recent = Now() - timedelta(days=settings.DIAGNOSTICS_RECENT_DAYS)
+    return Node.objects.filter(diagnostic_level__gte=diagnostics.LONG, diagnostic_passed_at__gte=recent)
+
+
+def due_for_idle_diagnostics(*, limit: int) -> list[int]:
+    """Available nodes without a recent long pass, with no idle run under way nor one ended within
+    IDLE_DIAGNOSTICS_RETRY_SECONDS (a node that could not finish one is not asked again at once):
+    the longest untested first."""
+    retry = timedelta(seconds=settings.IDLE_DIAGNOSTICS_RETRY_SECONDS)
+    recent_runs = IdleDiagnosticRun.objects.filter(node=OuterRef("pk")).filter(
+        Q(status=IdleDiagnosticStatus.RUNNING) | Q(ended_at__gt=Now() - retry)
+    )
+    due = (
+        Node.objects.filter(state=lifecycle.State.AVAILABLE)
+        .exclude(pk__in=recently_passed_long_diagnostics().values("pk"))
+        .exclude(Exists(recent_runs))
+        .order_by(F("diagnostic_passed_at").asc(nulls_first=True), "pk")
+    )
+    return list(due.values_list("pk", flat=True)[:limit])
+
+
+def running_idle_diagnostics(*, node_id: int) -> IdleDiagnosticRun | None:
+    return IdleDiagnosticRun.objects.filter(node_id=node_id, status=IdleDiagnosticStatus.RUNNING).first()

@@ -210,6 +210,7 @@ CELERY_TASK_ROUTES = {
     "workflows.tasks.reconcile_nodes": {"queue": "reconcile"},
     "workflows.tasks.reconcile_reservations": {"queue": "reconcile"},
     "workflows.tasks.reconcile_remediations": {"queue": "reconcile"},
+    "workflows.tasks.reconcile_idle_diagnostics": {"queue": "reconcile"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-nodes": {
@@ -224,6 +225,11 @@ CELERY_BEAT_SCHEDULE = {
     },
     "reconcile-remediations": {
         "task": "workflows.tasks.reconcile_remediations",
+        "schedule": RECONCILE_SECONDS,
+        "options": {"expires": RECONCILE_SECONDS},
+    },
+    "reconcile-idle-diagnostics": {
+        "task": "workflows.tasks.reconcile_idle_diagnostics",
         "schedule": RECONCILE_SECONDS,
         "options": {"expires": RECONCILE_SECONDS},
     },
@@ -302,6 +308,18 @@ PROVISION_DEADLINE = float(os.environ.get("GPUFLEET_PROVISION_DEADLINE", "3600")
 WIPE_DEADLINE = float(os.environ.get("GPUFLEET_WIPE_DEADLINE", "7200"))
 # Messages that wait longer than this are dropped: the reconciler enqueues the work again.
 WORKFLOW_MESSAGE_EXPIRES = float(os.environ.get("GPUFLEET_WORKFLOW_MESSAGE_EXPIRES", "300"))
+
+# Diagnostics (fleet/diagnostics.py): a short run at every inspection, a long one as burn-in after
+# quarantine or maintenance, and long ones on idle available nodes (workflows/idle_diagnostics.py),
+# at most IDLE_DIAGNOSTICS_AT_ONCE at a time (0: none), looked at every poll period and preempted
+# when placement wants the node. A run may take DIAGNOSTICS_TIMEOUT (DCGM's level 3 takes about 15
+# minutes); a long pass counts as recent, preferred by placement, for DIAGNOSTICS_RECENT_DAYS; a node
+# whose idle run ended without one is not asked again before IDLE_DIAGNOSTICS_RETRY_SECONDS.
+DIAGNOSTICS_TIMEOUT = float(os.environ.get("GPUFLEET_DIAGNOSTICS_TIMEOUT", "3600"))
+DIAGNOSTICS_RECENT_DAYS = float(os.environ.get("GPUFLEET_DIAGNOSTICS_RECENT_DAYS", "7"))
+IDLE_DIAGNOSTICS_AT_ONCE = int(os.environ.get("GPUFLEET_IDLE_DIAGNOSTICS_AT_ONCE", "4"))
+IDLE_DIAGNOSTICS_POLL_SECONDS = float(os.environ.get("GPUFLEET_IDLE_DIAGNOSTICS_POLL_SECONDS", "30"))
+IDLE_DIAGNOSTICS_RETRY_SECONDS = float(os.environ.get("GPUFLEET_IDLE_DIAGNOSTICS_RETRY_SECONDS", "3600"))
 
 # BMC access (fleet/bmc_access.py): BMC and node-agent URLs must resolve into these networks
 # (comma-separated CIDRs), wherever they come in and before a worker connects, so a changed

@@ -7,6 +7,8 @@ allocations stays the final guard against double booking.
 A rack is an NVLink domain and a pod a fabric domain, so a reservation never spans pods.
 Within a pod, placement is best-fit: it uses partly used racks first, tightest fit first,
 and breaks whole racks only when it must, so whole racks stay free for rack-scale requests.
+Among choices equal by those rules (racks that fit as tightly, the free nodes of one rack), nodes
+with a recent diagnostics pass go first: a tie-breaker, never a reason to touch another rack.
 bench/placement_baselines.py holds first-fit and random placement to measure that choice against.
 """
 
@@ -27,6 +29,7 @@ class RackCapacity:
     nodes: tuple[str, ...]  # every node of the rack in slot order; defines the rack's size
     free: tuple[str, ...]  # the nodes free for the requested period
     gpu_models: Mapping[str, str] | None = None  # node -> GPU model; None: models unknown
+    recently_tested: frozenset[str] = frozenset()  # nodes with a recent long diagnostics pass
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class _Rack(NamedTuple):
     usable: tuple[str, ...]  # free nodes of the requested model, in slot order
     whole: bool  # every node free: taking any of it costs a whole rack
     whole_usable: bool  # whole, and every node of the requested model: fit for rack_scale
+    tested: int = 0  # usable nodes with a recent diagnostics pass, which `usable` lists first
 
     @property
     def size(self) -> int:
@@ -105,7 +109,8 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
         if not r.nodes or request.pod not in (None, r.pod):
             continue
         if model is None and r.free is r.nodes:  # a wholly free rack, as the service hands most of them
-            pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, r.nodes, True, True))
+            usable, tested = _tested_first(r.nodes, r.recently_tested)
+            pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, usable, True, True, tested))
             continue
         free = set(r.free)  # a subset of r.nodes: _check_capacity made sure
         models = r.gpu_models or {}
@@ -115,13 +120,23 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
             usable = tuple(n for n in r.nodes if n in free and (model is None or models.get(n) == model))
         model_present = model_present or any(models.get(n) == model for n in r.nodes)
         whole = len(free) == len(r.nodes)
-        pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, usable, whole, whole and len(usable) == len(r.nodes)))
+        usable, tested = _tested_first(usable, r.recently_tested)
+        pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, usable, whole, whole and len(usable) == len(r.nodes), tested))
     if not pods:
         raise PlacementRefused("no rack is known to placement")
     if not model_present:
         where = f"in pod {request.pod} " if request.pod else ""
         raise PlacementRefused(f"no node {where}has GPU model {model}")
     return dict(sorted(pods.items()))
+
+
+def _tested_first(usable: tuple[str, ...], tested: frozenset[str]) -> tuple[tuple[str, ...], int]:
+    """The usable nodes with the recently tested ones first, each group in slot order; and how many
+    of them are recently tested."""
+    if not tested:
+        return usable, 0
+    first = tuple(n for n in usable if n in tested)
+    return first + tuple(n for n in usable if n not in tested), len(first)
 
 
 def _check_capacity(racks: Sequence[RackCapacity]) -> None:
@@ -172,8 +187,9 @@ def _best_fit(racks: list[_Rack], count: int, near: frozenset[str] = frozenset()
 
 def _tightest_first(racks: list[_Rack], count: int) -> list[tuple[_Rack, int]]:
     """The rack with the fewest usable nodes that holds the rest; if none does, the one with the
-    most (fewest racks touched), then go on. Ties go to the rack first by name."""
-    pool = sorted(racks, key=lambda r: (len(r.usable), r.name))
+    most (fewest racks touched), then go on. Ties go to the rack with the most recently tested
+    nodes, then to the rack first by name."""
+    pool = sorted(racks, key=lambda r: (len(r.usable), -r.tested, r.name))
     picks = []
     while count > 0 and pool:
         rack = next((r for r in pool if len(r.usable) >= count), None) or max(pool, key=lambda r: len(r.usable))
@@ -191,7 +207,8 @@ def _fewest_whole_racks(racks: list[_Rack], count: int) -> list[_Rack] | None:
     (a small bounded knapsack over the distinct sizes) and then takes them by name.
     """
     by_size: dict[int, list[_Rack]] = defaultdict(list)
-    for rack in racks:
+    # Of racks of one size, those with the most recently tested nodes are taken first.
+    for rack in sorted(racks, key=lambda r: (-r.tested, r.name)):
         if rack.whole_usable:
             by_size[rack.size].append(rack)
     # plans[total] = (racks used, ((size, how many), ...)), the fewest racks reaching `total`.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -15,6 +15,7 @@ from psycopg.types.range import Range
 
 from fleet.lifecycle import State
 from fleet.models import AuditEvent, Node
+from fleet.selectors import recently_passed_long_diagnostics
 from reservations import usage
 from reservations.models import Allocation, Quota, Reservation, ReservationEvent, ReservationEventKind, Tenant
 from reservations.offers import Busy
@@ -85,27 +86,44 @@ def topology() -> Topology:
 def rack_capacity(
     *, starts_at: datetime, ends_at: datetime | None, pod: str | None = None, fleet: Topology | None = None
 ) -> list[RackCapacity]:
-    """Every rack with its nodes and those free for the period.
+    """Every rack with its nodes, those free for the period, and those with a recent long
+    diagnostics pass (which placement prefers among equal choices).
 
     Free: no allocation overlaps the period, and the node can serve then: available if the
     period starts now, in service (not quarantined, in maintenance or still unenrolled) if later.
-    Only the racks that hold a node that is not free are looked at node by node.
+    Only the racks that hold a node that is not free, or a recently tested one, are looked at node by node.
     """
     fleet = fleet or topology()
-    blocked: dict[int, set[int]] = defaultdict(set)
-    for node_id in _not_free(starts_at=starts_at, ends_at=ends_at):
-        if (rack := fleet.rack_of.get(node_id)) is not None:  # else enrolled since: not placeable yet
-            blocked[rack].add(node_id)
+    blocked, tested = _by_rack(fleet, _not_free(starts_at=starts_at, ends_at=ends_at)), _by_rack(fleet, _tested())
     racks = []
     for i, rack in enumerate(fleet.racks):
         if pod is not None and rack.pod != pod:
             continue
+        ids = fleet.rack_ids[i]
         if i in blocked:
-            out, ids = blocked[i], fleet.rack_ids[i]
+            out = blocked[i]
             free = tuple(name for node_id, name in zip(ids, rack.nodes, strict=True) if node_id not in out)
             rack = RackCapacity(pod=rack.pod, rack=rack.rack, nodes=rack.nodes, free=free)
+        if i in tested:
+            passed = frozenset(name for node_id, name in zip(ids, rack.nodes, strict=True) if node_id in tested[i])
+            rack = replace(rack, recently_tested=passed)  # `free` stays the very tuple `nodes` if it was
         racks.append(rack)
     return racks
+
+
+def _by_rack(fleet: Topology, node_ids: list[int]) -> dict[int, set[int]]:
+    """The nodes by the index of their rack; nodes enrolled since the topology was read are left out
+    (not placeable yet)."""
+    racks: dict[int, set[int]] = defaultdict(set)
+    for node_id in node_ids:
+        if (rack := fleet.rack_of.get(node_id)) is not None:
+            racks[rack].add(node_id)
+    return racks
+
+
+def _tested() -> list[int]:
+    """Ids of the nodes with a recent long diagnostics pass."""
+    return _ids_of(recently_passed_long_diagnostics().order_by().values_list("id"))
 
 
 def _not_free(*, starts_at: datetime, ends_at: datetime | None) -> list[int]:

@@ -1,4 +1,4 @@
-"""A client for a node's in-band agent (inventory, GPU memory wipe and reset, attestation evidence).
+"""A client for a node's in-band agent (inventory, GPU memory wipe and reset, diagnostics, attestation evidence).
 
 Every call carries the node's agent token; the agent answers 401 without it.
 
@@ -20,6 +20,10 @@ class AgentUnavailable(Exception):
 
 class AgentError(Exception):
     """The agent answered with something unusable."""
+
+
+class AgentCannot(AgentError):
+    """The agent cannot do what was asked (501): on a real server without DCGM, diagnostics."""
 
 
 class AgentClient:
@@ -44,6 +48,8 @@ class AgentClient:
             raise AgentUnavailable(f"{self.node}: agent {path}: {type(error).__name__}") from error
         finally:
             self.seconds += time.perf_counter() - began
+        if response.status_code == 501:  # it will not answer otherwise later: no point waiting
+            raise AgentCannot(f"{self.node}: agent {path}: {response.text[:200]}")
         if response.status_code == 503 or response.status_code >= 500:
             raise AgentUnavailable(f"{self.node}: agent {path}: {response.status_code} {response.text[:200]}")
         try:
@@ -90,3 +96,15 @@ class AgentClient:
 
     def evidence(self, nonce: bytes) -> dict:
         return self._call("POST", "evidence", json={"nonce": nonce.hex()})
+
+    def start_diagnostics(self, level: int) -> dict:
+        return self._call("POST", "diagnostics", json={"level": level})
+
+    def diagnostics(self) -> dict:
+        """The last diagnostics run: {"state": idle|running|succeeded|failed|cancelled, "level",
+        "started_at", "finished_at", "results": [{"test", "gpu", "passed", "detail"}]}."""
+        return self._call("GET", "diagnostics")
+
+    def cancel_diagnostics(self) -> dict:
+        """Stop a running diagnostics run; the run as it then stands (one that had ended, as it ended)."""
+        return self._call("DELETE", "diagnostics")

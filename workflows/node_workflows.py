@@ -31,11 +31,12 @@ from django.utils import timezone
 
 from attestation import services as attestation
 from attestation import verifier
-from fleet import leases, lifecycle, selectors, services
+from fleet import diagnostics, leases, lifecycle, selectors, services
 from fleet.leases import Lease, LeaseLost, record_discarded_result
-from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node
+from fleet.models import GPU, AuditEvent, AuditOnlyEvent, IdleDiagnosticRun, IdleDiagnosticStatus, Node
 from reservations.models import Reservation
-from workflows.agent import AgentClient, AgentError, AgentUnavailable
+from workflows import idle_diagnostics
+from workflows.agent import AgentCannot, AgentClient, AgentError, AgentUnavailable
 from workflows.config_drive import NoCloudConfig
 from workflows.redfish import (
     RESET_FORCE_OFF,
@@ -55,6 +56,10 @@ S, E = lifecycle.State, lifecycle.Event
 
 class StepFailed(Exception):
     """The workflow cannot succeed: apply its failure event with this reason."""
+
+
+class DiagnosticFailed(StepFailed):
+    """A diagnostics test failed: apply diagnostic_failed, with the test and GPU as the reason."""
 
 
 class NotYet(Exception):
@@ -161,6 +166,14 @@ def _reinstalling(node: Node) -> bool:
     return entered.event == E.REINSTALL_REQUESTED
 
 
+def stop_idle_diagnostics(run: Run) -> None:
+    """Placement wants the node: first of all, stop the diagnostics it was running while idle
+    (workflows/idle_diagnostics.py), so that the reservation waits on nothing."""
+    idle = selectors.running_idle_diagnostics(node_id=run.node.pk)
+    if idle is not None:
+        idle_diagnostics.preempt(idle, run.agent, why="placement wants the node")
+
+
 def erase_drives_if_reinstalling(run: Run) -> dict:
     """A reinstall erases the node's drives first, powered off: a new image on an old disk would
     keep the tenant's old data (and whatever it left there). A first provisioning has nothing to erase."""
@@ -262,6 +275,63 @@ def check_inventory(run: Run) -> None:
         reason="inventory matches enrolment",
         detail=run.figures(),
     )
+
+
+def _returning_to_service(node: Node) -> bool:
+    """Whether this inspection follows an operator's return from quarantine or maintenance. The way
+    back is operator_return -> wiping -> inspecting, and no other event enters wiping from those
+    states, so the audit log says it: no flag to set at the return and to clear after."""
+    entered_wiping = (
+        AuditEvent.objects.filter(node_id=node.pk, to_state=S.WIPING)
+        .exclude(from_state=S.WIPING)
+        .order_by("-id")
+        .values_list("event", flat=True)
+        .first()
+    )
+    return entered_wiping == E.OPERATOR_RETURN
+
+
+def start_diagnostics(run: Run) -> dict:
+    """The short diagnostics level at every inspection; the long one, as burn-in, when the node
+    comes back from quarantine or maintenance. An agent that cannot run them (a server without
+    DCGM) is let be, and no pass is recorded."""
+    level = diagnostics.LONG if _returning_to_service(run.node) else diagnostics.SHORT
+    try:
+        started = run.agent.start_diagnostics(level)
+    except AgentCannot as cannot:
+        log.info("%s: no diagnostics: %s", run.node.name, cannot)
+        return {"level": None}
+    except AgentError as error:
+        raise StepFailed(f"diagnostics refused: {error}") from error
+    return {"level": level, "started_at": started.get("started_at")}
+
+
+def wait_for_diagnostics(run: Run) -> None:
+    """Wait for the run start_diagnostics started (its level and start, in this step's audit row,
+    for whichever visit resumes the wait); record the pass, or fail naming the test and GPU."""
+    started = (
+        AuditEvent.objects.filter(node_id=run.node.pk, event=AuditOnlyEvent.STEP_CHANGED, reason="wait_for_diagnostics")
+        .latest("id")
+        .detail
+    )
+    level = started["level"]
+    if level is None:
+        return
+    answer: dict = {}
+
+    def finished() -> bool:
+        nonlocal answer
+        answer = run.agent.diagnostics()
+        return answer.get("state") != "running"
+
+    run.wait_until(f"the level {level} diagnostics", finished, settings.DIAGNOSTICS_TIMEOUT)
+    if answer.get("started_at") != started["started_at"]:
+        raise StepFailed(f"the agent no longer has the level {level} run it started (its last: {answer.get('state')})")
+    if answer.get("state") != "succeeded":
+        raise StepFailed(f"the level {level} diagnostics run ended {answer.get('state')}, without results")
+    if failed := diagnostics.failed_tests(answer.get("results")):
+        raise DiagnosticFailed(diagnostics.verdict(failed))
+    services.record_diagnostics_pass(node_id=run.node.pk, level=level)
 
 
 def _to_appraise(node: Node) -> attestation.NodeToAppraise:
@@ -371,13 +441,14 @@ class Workflow:
 
 WORKFLOWS: dict[lifecycle.State, Workflow] = {
     S.INSPECTING: Workflow(
-        steps=(boot_service_image, wait_for_agent, check_inventory, attest),
+        steps=(boot_service_image, wait_for_agent, check_inventory, start_diagnostics, wait_for_diagnostics, attest),
         succeeded=None,
         failed=E.INSPECTION_FAILED,
         deadline_setting="INSPECTION_DEADLINE",
     ),
     S.PROVISIONING: Workflow(
         steps=(
+            stop_idle_diagnostics,
             erase_drives_if_reinstalling,
             wait_for_drive_erase,
             prepare_config_drive,
@@ -470,10 +541,12 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
                 return "lease lost"
             handed_on = step(run)
     except (StepFailed, BMCPermanentError) as failure:
-        reason = f"{current}: {failure}"
+        event, reason = workflow.failed, f"{current}: {failure}"
+        if isinstance(failure, DiagnosticFailed):  # the test and GPU say it all
+            event, reason = E.DIAGNOSTIC_FAILED, str(failure)
         log.warning("%s: %s failed at %s", run.node.name, run.node.state, reason)
-        run.next_lease = _complete_and_go_on(run, event=workflow.failed, reason=reason)
-        return workflow.failed.value
+        run.next_lease = _complete_and_go_on(run, event=event, reason=reason)
+        return event.value
     except Waiting as wait:
         log.info("%s: %s at %s: %s", run.node.name, run.node.state, current, wait)
         if not leases.park(run.lease, seconds=wait.recheck_in):
@@ -554,3 +627,18 @@ def force_restart_if_stuck(*, node_id: int, reservation_id: int, reset_before: s
     grace = settings.TENANT_REBOOT_GRACE_SECONDS
     services.audit_power_action(node, actor=POWER_ACTOR, reason=f"reboot forced: no restart within {grace:g}s")
     return "forced"
+
+
+# -- diagnostics on idle nodes ----------------------------------------------------------------------
+
+
+def look_at_idle_diagnostics(run_id: int) -> str:
+    """One look at a diagnostics run on an idle node (workflows/idle_diagnostics.py); its status after."""
+    run = IdleDiagnosticRun.objects.select_related("node").get(pk=run_id)
+    if run.status != IdleDiagnosticStatus.RUNNING:
+        return run.status
+    agent = agent_client(run.node)
+    try:
+        return idle_diagnostics.look(run, agent)
+    finally:
+        agent.close()

@@ -105,3 +105,21 @@ def reconcile_remediations(limit: int = 500) -> dict:
     for remediation_id in due:
         repair_gpu.apply_async(args=[remediation_id], expires=settings.REMEDIATION_RECHECK_SECONDS)
     return {"repairs_looked_at": len(due)}
+
+
+# -- diagnostics on idle nodes ----------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def reconcile_idle_diagnostics(limit: int = 500) -> dict:
+    """Open long diagnostics runs on idle available nodes, up to the cap, and send the looks that are due."""
+    opened = fleet_services.open_idle_diagnostics(at_once=settings.IDLE_DIAGNOSTICS_AT_ONCE)
+    due = fleet_services.take_due_idle_diagnostics(limit=limit)
+    for run_id in due:
+        look_at_idle_diagnostics.apply_async(args=[run_id], expires=settings.IDLE_DIAGNOSTICS_POLL_SECONDS)
+    return {"opened": len(opened), "looked_at": len(due)}
+
+
+@shared_task(ignore_result=True)
+def look_at_idle_diagnostics(run_id: int) -> str:
+    return node_workflows.look_at_idle_diagnostics(run_id)

@@ -7,7 +7,9 @@ and r07 with two nodes (node-049, node-050).
 import contextlib
 import itertools
 import random
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +25,9 @@ def nodes(first: int, last: int) -> list[str]:
     return [f"node-{n:03d}" for n in range(first, last + 1)]
 
 
-def default_fleet(busy: Iterable[str] = (), gpu_models: dict[str, str] | None = None) -> list[RackCapacity]:
+def default_fleet(
+    busy: Iterable[str] = (), gpu_models: dict[str, str] | None = None, tested: Iterable[str] = ()
+) -> list[RackCapacity]:
     busy = set(busy)
     racks: dict[tuple[str, str], list[str]] = {}
     for spec in default_layout():
@@ -35,6 +39,7 @@ def default_fleet(busy: Iterable[str] = (), gpu_models: dict[str, str] | None = 
             nodes=tuple(names),
             free=tuple(n for n in names if n not in busy),
             gpu_models=gpu_models,
+            recently_tested=frozenset(tested) & set(names),
         )
         for (pod, rack), names in racks.items()
     ]
@@ -196,6 +201,32 @@ def test_an_absent_gpu_model_is_refused_by_name():
     )
 
 
+# A recent diagnostics pass breaks ties, and only ties
+
+
+def test_within_a_rack_recently_tested_nodes_are_taken_first():
+    fleet = default_fleet(busy=nodes(1, 3), tested=["node-006", "node-008"])  # r01 has node-004..008 free
+    assert place(PlacementRequest(2), fleet) == ["node-006", "node-008"]
+    assert place(PlacementRequest(3), fleet) == ["node-006", "node-008", "node-004"]
+
+
+def test_of_racks_that_fit_equally_the_one_with_more_recently_tested_nodes_is_chosen():
+    busy = nodes(1, 5) + nodes(9, 13)  # r01 and r02 have 3 free each
+    assert place(PlacementRequest(2), default_fleet(busy=busy)) == nodes(6, 7)  # the first by name
+    assert place(PlacementRequest(2), default_fleet(busy=busy, tested=["node-015"])) == ["node-015", "node-014"]
+
+
+def test_a_recent_pass_never_breaks_a_whole_rack_nor_moves_to_another_pod():
+    fleet = default_fleet(busy=nodes(1, 3), tested=nodes(9, 16) + nodes(33, 50))  # all but r01, r03, r04
+    assert place(PlacementRequest(2), fleet) == nodes(4, 5)
+
+
+def test_of_whole_racks_of_one_size_the_one_with_more_recently_tested_nodes_is_taken():
+    assert place(PlacementRequest(8, pod="p1", rack_scale=True), default_fleet()) == nodes(1, 8)
+    fleet = default_fleet(tested=["node-020"])  # in r03
+    assert place(PlacementRequest(8, pod="p1", rack_scale=True), fleet) == nodes(17, 24)
+
+
 # Other refusals and bad input
 
 
@@ -317,7 +348,8 @@ def fleets(draw, max_pods: int = 3, max_racks: int = 4) -> list[RackCapacity]:
             mask = draw(st.lists(st.booleans(), min_size=size, max_size=size)) if use == "partly used" else None
             free = tuple(n for i, n in enumerate(names) if use == "whole" or (mask and mask[i]))
             models = {n: draw(st.sampled_from(MODELS)) for n in names} if with_models else None
-            racks.append(RackCapacity(f"p{p + 1}", f"r{p + 1}{r + 1:02d}", names, free, models))
+            tested = frozenset(draw(st.sets(st.sampled_from(names))))
+            racks.append(RackCapacity(f"p{p + 1}", f"r{p + 1}{r + 1:02d}", names, free, models, tested))
     return racks
 
 
@@ -459,6 +491,38 @@ def test_from_the_same_state_best_fit_keeps_at_least_as_many_whole_racks_as_firs
         best, worse = outcomes
         assert (best is None) == (worse is None), "one strategy accepted what the other refused"
         assert best is None or best >= worse
+
+
+def shape(racks: list[RackCapacity], request: PlacementRequest, chosen: list[str]) -> tuple:
+    """What placement's topology rules decide: the pod, and for each rack touched whether it was
+    whole, how many usable nodes it had and how many it gave."""
+    rack_of = {n: r for r in racks for n in r.nodes}
+    taken = Counter(rack_of[n].rack for n in chosen)
+    by_name = {r.rack: r for r in racks}
+    touched = [
+        (len(by_name[name].free) == len(by_name[name].nodes), len(usable(by_name[name], request)), n)
+        for name, n in taken.items()
+    ]
+    return rack_of[chosen[0]].pod, sorted(touched)
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=fleets_and_requests())
+def test_a_recent_pass_only_breaks_ties_between_equal_racks_and_nodes(case):
+    racks, request = case
+    untested = [replace(r, recently_tested=frozenset()) for r in racks]
+    try:
+        chosen = place(request, racks)
+    except PlacementRefused as refused:
+        with pytest.raises(PlacementRefused) as refused_untested:
+            place(request, untested)
+        assert refused_untested.value.reason == refused.reason
+        return
+    assert shape(racks, request, chosen) == shape(racks, request, place(request, untested))
+    for rack in racks:
+        taken = set(chosen) & set(rack.nodes)
+        left_tested = (set(usable(rack, request)) - taken) & rack.recently_tested
+        assert not (left_tested and taken - rack.recently_tested), "an untested node taken before a tested one"
 
 
 @st.composite
