@@ -245,7 +245,7 @@ CELERY_BEAT_SCHEDULE = {
 LEASE_SECONDS = float(os.environ.get("GPUFLEET_LEASE_SECONDS", "60"))
 
 # Remediation: Alertmanager authenticates with this bearer token (its config reads it from a
-# file); automatic quarantines are capped per window, fleet-wide and per pod.
+# file); the nodes automatic remediation acts on (any rung) are capped per window, fleet-wide and per pod.
 DEVELOPMENT_WEBHOOK_TOKEN = "gpufleet-development-webhook-token"
 GPUFLEET_WEBHOOK_TOKEN = os.environ.get("GPUFLEET_WEBHOOK_TOKEN", DEVELOPMENT_WEBHOOK_TOKEN)
 REMEDIATION_CAP = int(os.environ.get("GPUFLEET_REMEDIATION_CAP", "5"))

@@ -169,6 +169,9 @@ def _climb(remediation: Remediation, step: rules.Step, node: Node) -> None:
         remediation.recheck_due_at = None
         _quarantine_within_cap(remediation, node)
         return
+    if over := _over_cap(node):
+        _suppress(remediation, node, over)
+        return
     now = timezone.now()
     ladder = rules.LADDERS[remediation.action]
     acts_at = now
@@ -229,29 +232,48 @@ def take_due_repairs(*, limit: int) -> list[int]:
     return due
 
 
-def _quarantine_within_cap(remediation: Remediation, node: Node) -> None:
-    """Quarantine unless the cap is reached; the count and the quarantine share one locked transaction."""
+def _over_cap(node: Node) -> str | None:
+    """Why acting on `node` now would exceed the blast-radius cap, or None. The cap counts the
+    nodes automatic remediation acted on in the window (any rung, a quarantine included) and
+    those whose ladder is still climbing; a node already counted may climb on. Takes the cap's
+    advisory lock, so the count and the act that follows share one locked transaction."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CAP_LOCK])
-    window = timedelta(seconds=settings.REMEDIATION_WINDOW_SECONDS)
-    recent = AuditEvent.objects.filter(
-        event=lifecycle.Event.HARDWARE_FAULT, actor=AUTOMATIC_ACTOR, at__gte=timezone.now() - window
+    since = timezone.now() - timedelta(seconds=settings.REMEDIATION_WINDOW_SECONDS)
+    automatic = Remediation.objects.filter(mode=RemediationMode.ENFORCE, decided_by="", node__isnull=False)
+    climbing_or_done = Q(status=RemediationStatus.PENDING) | Q(
+        status__in=[RemediationStatus.REPAIRED, RemediationStatus.APPLIED], at__gte=since
     )
+    nodes = set(automatic.filter(climbing_or_done).values_list("node_id", flat=True))
+    # A quarantine counts in the window it happened, however long ago its ladder began.
+    quarantines = AuditEvent.objects.filter(event=lifecycle.Event.HARDWARE_FAULT, actor=AUTOMATIC_ACTOR, at__gte=since)
+    nodes |= set(quarantines.values_list("node_id", flat=True))
+    if node.pk in nodes:
+        return None
     minutes = f"{settings.REMEDIATION_WINDOW_SECONDS / 60:g} minutes"
-    over = None
-    if (fleet_count := recent.count()) >= settings.REMEDIATION_CAP:
-        over = f"{fleet_count} automatic quarantines in the last {minutes} (cap {settings.REMEDIATION_CAP})"
-    elif (pod_count := recent.filter(node__rack__pod_id=node.rack.pod_id).count()) >= settings.REMEDIATION_POD_CAP:
-        over = (
-            f"{pod_count} automatic quarantines in pod in the last {minutes} (pod cap {settings.REMEDIATION_POD_CAP})"
+    if len(nodes) >= settings.REMEDIATION_CAP:
+        return f"{len(nodes)} nodes remediated automatically in the last {minutes} (cap {settings.REMEDIATION_CAP})"
+    in_pod = Node.objects.filter(pk__in=nodes, rack__pod_id=node.rack.pod_id).count()
+    if in_pod >= settings.REMEDIATION_POD_CAP:
+        return (
+            f"{in_pod} nodes remediated automatically in pod in the last {minutes}"
+            f" (pod cap {settings.REMEDIATION_POD_CAP})"
         )
-    if over:
-        remediation.status = RemediationStatus.SUPPRESSED
-        remediation.reason = f"{remediation.reason}; suppressed: {over}"
-        IncidentEvent.objects.create(
-            remediation=remediation, step=IncidentStep.SUPPRESSED, at=timezone.now(), detail=over
-        )
-        log.warning("suppressed %s on %s: %s", remediation.alert, node.name, over)
+    return None
+
+
+def _suppress(remediation: Remediation, node: Node, over: str) -> None:
+    remediation.status = RemediationStatus.SUPPRESSED
+    remediation.recheck_due_at = None
+    remediation.reason = f"{remediation.reason}; suppressed: {over}"
+    IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.SUPPRESSED, at=timezone.now(), detail=over)
+    log.warning("suppressed %s on %s: %s", remediation.alert, node.name, over)
+
+
+def _quarantine_within_cap(remediation: Remediation, node: Node) -> None:
+    """Quarantine unless the cap is reached."""
+    if over := _over_cap(node):
+        _suppress(remediation, node, over)
         return
     _quarantine(remediation, node, actor=AUTOMATIC_ACTOR)
 

@@ -141,3 +141,19 @@ def test_a_shadow_rule_that_names_no_ladder_stops_the_control_plane(settings):
     settings.REMEDIATION_SHADOW_RULES = ["gpu_lsot"]
     with pytest.raises(SystemCheckError, match="gpu_lsot"):
         management.call_command("check")
+
+
+def test_every_rung_counts_against_the_cap_and_a_node_already_counted_climbs_on(available_fleet, settings):
+    settings.REMEDIATION_CAP, settings.REMEDIATION_POD_CAP = 2, 10
+    first, second, third = available_fleet[:3]
+    (reset,) = receive(alert(first.name, xid=109, name="GPUResetRequiredXid"))
+    (reboot,) = receive(alert(second.name, xid=79, n=1))
+    (refused,) = receive(alert(third.name, xid=79, n=2))
+    assert (reset.status, reboot.status) == ("pending", "pending")
+    assert (refused.status, refused.step, refused.recheck_due_at) == ("suppressed", "reboot", None)
+    assert refused.reason.endswith("suppressed: 2 nodes remediated automatically in the last 10 minutes (cap 2)")
+    # The first node's ladder was counted when it began: its next rungs are not refused.
+    assert services.step_finished(remediation_id=reset.pk, healthy=False).step == "reboot"
+    assert services.step_finished(remediation_id=reset.pk, healthy=False).status == "applied"
+    assert Node.objects.get(pk=first.pk).state == "quarantined"
+    assert services.take_due_repairs(limit=10) == [reboot.pk]  # the suppressed one is not due
