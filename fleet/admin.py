@@ -128,6 +128,7 @@ class NodeAdmin(admin.ModelAdmin):
         "tenant",
         "reservation",
         "quarantine_reason",
+        "under_repair",
         "step",
         "step_since",
         "lease_owner",

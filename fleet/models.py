@@ -91,6 +91,9 @@ class Node(models.Model):
     quarantine_reason = models.TextField(blank=True)
     step = models.CharField(max_length=64, blank=True, help_text="Current workflow step.")
     step_since = models.DateTimeField(null=True, blank=True)
+    # Set while a remediation ladder repairs the node (remediation.services): placement gives it
+    # to no new tenant until the ladder ends, repaired or quarantined.
+    under_repair = models.BooleanField(default=False, help_text="A remediation ladder is repairing it.")
     # The last diagnostics run the node passed (fleet/diagnostics.py): at inspection or while idle.
     diagnostic_passed_at = models.DateTimeField(null=True, blank=True)
     diagnostic_level = models.PositiveSmallIntegerField(null=True, blank=True)

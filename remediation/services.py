@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Exists, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -86,6 +86,8 @@ def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.WEBHOOK_RECEIVED, at=received_at)
             _act_on(remediation, decision, node, firing_at)
             remediation.save(update_fields=["status", "reason", "step", "recheck_due_at"])
+            if node is not None:
+                _hold_while_repairing(node.pk)
     except IntegrityError:
         # The same notification, received by another process at the same moment: its answer stands.
         found = Remediation.objects.get(
@@ -376,7 +378,15 @@ def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remed
         remediation.save(
             update_fields=["status", "reason", "step", "recheck_due_at", "step_started_at", "reset_before", "forced_at"]
         )
+        _hold_while_repairing(remediation.node_id)
     return remediation
+
+
+def _hold_while_repairing(node_id: int) -> None:
+    """The node is under repair exactly while a ladder of its own is pending: placement gives it to
+    no new tenant until the ladder's verdict (a node it repairs under a tenant stays the tenant's)."""
+    pending = Remediation.objects.filter(node_id=node_id, status=RemediationStatus.PENDING)
+    Node.objects.filter(pk=node_id).update(under_repair=Exists(pending))
 
 
 def _lock_node_of(remediation_id: int) -> None:
@@ -397,4 +407,5 @@ def node_moved_on(*, remediation_id: int) -> Remediation:
             node = remediation.node
             remediation.reason = f"{remediation.reason}; {node.name} is {node.state}: left as it is"
             remediation.save(update_fields=["status", "recheck_due_at", "reason"])
+            _hold_while_repairing(node.pk)
     return remediation

@@ -131,7 +131,8 @@ def _not_free(*, starts_at: datetime, ends_at: datetime | None) -> list[int]:
     # Unordered: the models' default orderings would join and sort thousands of rows for nothing.
     taken = Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).order_by()
     if starts_at <= timezone.now():
-        unusable = Node.objects.exclude(state=State.AVAILABLE).order_by()
+        # A node a remediation ladder is repairing waits for the ladder's verdict.
+        unusable = Node.objects.filter(~Q(state=State.AVAILABLE) | Q(under_repair=True)).order_by()
     else:
         unusable = Node.objects.exclude(state__in=IN_SERVICE_STATES).order_by()
     return _ids_of(taken.values_list("node_id"), unusable.values_list("id"))

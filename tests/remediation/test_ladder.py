@@ -157,3 +157,18 @@ def test_every_rung_counts_against_the_cap_and_a_node_already_counted_climbs_on(
     assert services.step_finished(remediation_id=reset.pk, healthy=False).status == "applied"
     assert Node.objects.get(pk=first.pk).state == "quarantined"
     assert services.take_due_repairs(limit=10) == [reboot.pk]  # the suppressed one is not due
+
+
+def test_placement_gives_a_node_under_repair_to_no_one_until_its_ladder_ends(available_fleet, alice):
+    from reservations import services as reservations
+    from reservations.placement import PlacementRefused
+
+    p2 = [n for n in available_fleet if n.rack.pod.name == "p2"]
+    (repairing,) = receive(alert(p2[0].name, xid=79))
+    assert Node.objects.get(pk=p2[0].pk).under_repair
+    with pytest.raises(PlacementRefused):
+        reservations.create_reservation(tenant=alice, node_count=len(p2), pod=p2[0].rack.pod, actor="test")
+    assert services.step_finished(remediation_id=repairing.pk, healthy=True).status == "repaired"
+    assert not Node.objects.get(pk=p2[0].pk).under_repair
+    held = reservations.create_reservation(tenant=alice, node_count=len(p2), pod=p2[0].rack.pod, actor="test")
+    assert Node.objects.filter(reservation=held).count() == len(p2)
