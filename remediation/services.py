@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from fleet import lifecycle
 from fleet.models import AuditEvent, Node, NodeState
-from fleet.services import ConcurrentTransition, transition
+from fleet.services import ConcurrentTransition, audit_power_action, transition
 from fleet.signals import node_remediation_planned
 from remediation import rules
 from remediation.models import (
@@ -315,6 +315,11 @@ def step_started(*, remediation_id: int, reset_before: str = "") -> bool:
     started = remediation.update(step_started_at=Now(), recheck_due_at=Now() + _poll(), reset_before=reset_before)
     if started:
         IncidentEvent.objects.create(remediation_id=remediation_id, step=step, at=timezone.now())
+        if step in rules.NODE_STEPS:
+            # The node's own audit trail shows who restarted it and why, beside its tenants' power actions.
+            node = Node.objects.get(remediations__pk=remediation_id)
+            reason = f"remediation {remediation_id}: {step.replace('_', ' ')}"
+            audit_power_action(node, actor=AUTOMATIC_ACTOR, reason=reason)
     return bool(started)
 
 

@@ -6,9 +6,10 @@ helps; and a repair that no message was ever sent for is still made."""
 import time
 from io import StringIO
 
+import pytest
 from django.core.management import call_command
 
-from fleet.models import Node
+from fleet.models import AuditEvent, Node
 from remediation import rules, services
 from remediation.models import Remediation
 from reservations.models import Webhook, WebhookDelivery
@@ -54,6 +55,8 @@ def rung_seconds(remediation: Remediation) -> str:
     return ", ".join(f"{e.step} +{(e.at - events[0].at).total_seconds():.1f}s" for e in events[1:])
 
 
+# Four nodes of one pod acted on within minutes: over the default pod cap of 3 (every rung counts).
+@pytest.mark.parametrize("control_plane", [{"GPUFLEET_REMEDIATION_POD_CAP": "4"}], indirect=True)
 def test_each_rung_of_the_ladder_repairs_what_it_can_and_a_dead_gpu_is_quarantined_and_replaced(bmcsim, control_plane):
     reservation = active_under_watch(control_plane)
     Webhook.objects.create(
@@ -72,6 +75,8 @@ def test_each_rung_of_the_ladder_repairs_what_it_can_and_a_dead_gpu_is_quarantin
     repaired = ended(rebooted)
     print(f"XID {LOST_XID} -> repaired by a reboot in {time.monotonic() - injected:.1f} s ({rung_seconds(repaired)})")
     assert (repaired.status, repaired.action, repaired.step) == ("repaired", "gpu_lost", "reboot")
+    (audited,) = AuditEvent.objects.filter(node=rebooted, event="power_action")
+    assert (audited.actor, audited.reason) == ("remediation:alertmanager", f"remediation {repaired.pk}: reboot")
     assert timeline(repaired) == ["alert_firing", "webhook_received", "tenant_notified", "reboot", "repaired"]
 
     injected = inject(bmcsim, cycled, gpu=1, xid=LOST_XID, clears="power_cycle")
