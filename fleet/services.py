@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 
+from core.due_work import take_due
 from core.errors import Conflict, TooMany
 from fleet import diagnostics, leases, lifecycle, selectors
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_host, check_bmc_url
@@ -518,16 +519,12 @@ def take_due_idle_diagnostics(*, limit: int) -> list[int]:
     """The runs under way whose next look is due, each due again a poll period later; the caller
     has a worker look at each. As with repairs, the due time is in the database: a look whose
     message is lost, or dropped on expiry in a backlog, is simply due again."""
-    period = timedelta(seconds=settings.IDLE_DIAGNOSTICS_POLL_SECONDS)
-    with transaction.atomic():
-        due = list(
-            IdleDiagnosticRun.objects.filter(status=IdleDiagnosticStatus.RUNNING, look_due_at__lte=Now())
-            .order_by("look_due_at")
-            .select_for_update(skip_locked=True)
-            .values_list("pk", flat=True)[:limit]
-        )
-        IdleDiagnosticRun.objects.filter(pk__in=due).update(look_due_at=Now() + period)
-    return due
+    return take_due(
+        IdleDiagnosticRun.objects.filter(status=IdleDiagnosticStatus.RUNNING),
+        due_field="look_due_at",
+        again_in=timedelta(seconds=settings.IDLE_DIAGNOSTICS_POLL_SECONDS),
+        limit=limit,
+    )
 
 
 def idle_diagnostics_started(*, run_id: int, started_at: datetime) -> bool:

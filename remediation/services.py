@@ -13,6 +13,7 @@ from django.db.models import Exists, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from core.due_work import take_due
 from fleet import lifecycle
 from fleet.models import AuditEvent, Node, NodeState
 from fleet.services import ConcurrentTransition, audit_power_action, transition
@@ -215,23 +216,14 @@ def remediations_acted_on(node: Node, now: datetime) -> int:
 
 
 def take_due_repairs(*, limit: int) -> list[int]:
-    """The pending repairs whose next look is due, each due again one recheck period later; the
-    caller has a worker look at each (start the rung, or see how it went).
-
-    The due time is in the database, not in a countdown message: Redis loses those when it
-    restarts, and a worker holding one when the broker restarts dies (kombu's Redis transport).
-    Because each repair taken is due again later, a message lost with Redis, or dropped on expiry
-    in a backlog, is sent again; a repair that has ended is not pending any more."""
-    period = timedelta(seconds=settings.REMEDIATION_RECHECK_SECONDS)
-    with transaction.atomic():
-        due = list(
-            Remediation.objects.filter(status=RemediationStatus.PENDING, recheck_due_at__lte=Now())
-            .order_by("recheck_due_at")
-            .select_for_update(skip_locked=True)
-            .values_list("pk", flat=True)[:limit]
-        )
-        Remediation.objects.filter(pk__in=due).update(recheck_due_at=Now() + period)
-    return due
+    """The pending repairs whose next look is due, each due again one recheck period later
+    (core.due_work); the caller has a worker look at each (start the rung, or see how it went)."""
+    return take_due(
+        Remediation.objects.filter(status=RemediationStatus.PENDING),
+        due_field="recheck_due_at",
+        again_in=timedelta(seconds=settings.REMEDIATION_RECHECK_SECONDS),
+        limit=limit,
+    )
 
 
 def _over_cap(node: Node) -> str | None:
