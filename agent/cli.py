@@ -96,6 +96,12 @@ def _serve_parser() -> argparse.ArgumentParser:
         default=_env("BOOT_MEDIUM"),
         help="the device the node booted its image from (e.g. /dev/sr0), hashed for the control plane's check",
     )
+    host.add_argument(
+        "--dcgmi",
+        metavar="PATH",
+        default=_env("DCGMI", "dcgmi"),
+        help="DCGM's dcgmi, which runs diagnostics (dcgmi diag); without it, none (default: dcgmi on the PATH)",
+    )
     sim = parser.add_argument_group("sim backend (a simulated node without a TPM, to try the agent)")
     sim.add_argument("--name", default=_env("NAME"), help="the node's name, default the host name")
     sim.add_argument("--gpus", type=int, default=_env("GPUS", "8"))
@@ -133,6 +139,7 @@ def _backend(args: argparse.Namespace, parser: argparse.ArgumentParser):
             event_log=args.event_log,
             kmsg=args.kmsg,
             boot_medium=args.boot_medium,
+            dcgmi=args.dcgmi,
         )
     except HostUnusable as error:
         parser.error(str(error))

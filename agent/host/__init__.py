@@ -4,10 +4,12 @@ GPUs, their readings and resets through NVML (nvml.py); the checksum of the medi
 (boot_medium.py, for a tenant image's check); XIDs from the kernel log (kernel_log.py),
 or from NVML's events where the kernel log cannot be read (a container without CAP_SYSLOG),
 never both, which would count each XID twice; attestation evidence through the TPM 2.0 tools
-(tpm.py); disks from /sys/block (disks.py).
+(tpm.py); disks from /sys/block (disks.py); diagnostics through DCGM's `dcgmi diag` where DCGM
+is installed (dcgm.py).
 
-Long operations (the GPU memory wipe, a reset) run in a thread and are kept in memory: an agent
-restarted mid-operation answers `idle`, and the control plane starts it again.
+Long operations (the GPU memory wipe, a reset, a diagnostics run) run in the background, one at a
+time, and are kept in memory: an agent restarted mid-operation answers `idle`, and the control
+plane starts it again.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pynvml
 from ..backend import FAILED, RUNNING, SUCCEEDED, GPUStatus, Operation, Reading, Refused, Unavailable
 from . import disks
 from .boot_medium import BootMedium
+from .dcgm import LEVELS, Diagnostics
 from .kernel_log import KmsgFollower, XidCounter
 from .nvml import NoNVML, Nvml, ResetFailed
 from .tpm import TPMQuoter
@@ -73,7 +76,9 @@ class _Job:
 
 
 class HostBackend:
-    def __init__(self, nvml: Nvml, xids: XidCounter, quoter: TPMQuoter, boot_medium: BootMedium):
+    def __init__(
+        self, nvml: Nvml, xids: XidCounter, quoter: TPMQuoter, boot_medium: BootMedium, *, dcgmi: str = "dcgmi"
+    ):
         self.nvml = nvml
         self.xids = xids
         self.quoter = quoter
@@ -83,10 +88,19 @@ class HostBackend:
         self._xids_at_reset = {gpu.index: 0 for gpu in self.identities}
         self._wipe = _Job("a GPU memory wipe")
         self._reset = _Job("a GPU reset")
+        self._diagnostics = Diagnostics(dcgmi, nvml_index_of_serial={g.serial: g.index for g in self.identities})
 
     @classmethod
     def open(
-        cls, *, tcti: str, ak: str, ak_cert: str, event_log: str, kmsg: str, boot_medium: str | None = None
+        cls,
+        *,
+        tcti: str,
+        ak: str,
+        ak_cert: str,
+        event_log: str,
+        kmsg: str,
+        boot_medium: str | None = None,
+        dcgmi: str = "dcgmi",
     ) -> HostBackend:
         try:
             nvml = Nvml()
@@ -102,7 +116,7 @@ class HostBackend:
         medium = BootMedium(boot_medium)
         medium.start()
         quoter = TPMQuoter(Path(ak_cert), tcti=tcti, ak=ak, event_log_path=Path(event_log))
-        return cls(nvml, xids, quoter, medium)
+        return cls(nvml, xids, quoter, medium, dcgmi=dcgmi)
 
     def hostname(self) -> str:
         return socket.gethostname()
@@ -170,7 +184,8 @@ class HostBackend:
         return self._wipe.operation
 
     def _one_at_a_time(self) -> None:
-        for job in (self._wipe, self._reset):
+        # A reset fails on a GPU that DCGM's tests hold, and the tests fail on a GPU being reset.
+        for job in (self._wipe, self._reset, self._diagnostics):
             if job.operation.state == RUNNING:
                 raise Refused(f"{job.what} is running")
 
@@ -199,10 +214,16 @@ class HostBackend:
         return forget_earlier_xids
 
     def diagnostics(self) -> Operation:
-        return Operation()
+        return self._diagnostics.operation
 
     def start_diagnostics(self, level: int) -> Operation:
-        raise Refused("diagnostics on a real server need DCGM (dcgmi diag), which gpu-agent does not drive yet", 501)
+        """`dcgmi diag -r LEVEL -j` in the background (dcgm.py); 501 where DCGM is not installed."""
+        if level in LEVELS and self._diagnostics.installed():
+            self._one_at_a_time()
+        return self._diagnostics.start(level)  # it says why not: a bad level, no DCGM, one running
+
+    def cancel_diagnostics(self) -> Operation:
+        return self._diagnostics.cancel()
 
 
 def _read(path: Path) -> str:

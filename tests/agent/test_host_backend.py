@@ -6,7 +6,8 @@ What a GPU server has is stood in for: libnvidia-ml by the fake of tests/support
 (an H100 and a V100), nvidia-smi by a fake script on the PATH, /dev/kmsg by a file of kmsg records
 the test appends to and the agent follows as `tail -f` would, and the TPM by swtpm with a
 measured boot (tests/support/measured_boot.py) and an AK certified by a test manufacturer CA
-(tests/support/ak_certificates.py). Disks and MAC addresses are this machine's own.
+(tests/support/ak_certificates.py), DCGM's dcgmi by tests/agent/fake_dcgmi.py. Disks and MAC
+addresses are this machine's own.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from agent.host.tpm import create_attestation_key
 from attestation.policy import load_policy_file
 from attestation.reference import parse_manifest, reference_values
 from attestation.verifier import new_nonce, verify
+from tests.agent import fake_dcgmi
 from tests.support import fake_nvml
 from tests.support.ak_certificates import NODE, ak_certificate
 from tests.support.fake_nvml import fake_nvidia_smi, h100, v100
@@ -112,6 +114,9 @@ class Agent:
     def post(self, path: str, body: dict | None = None) -> requests.Response:
         return self._http.post(self.url + path, json=body, timeout=30)
 
+    def delete(self, path: str) -> requests.Response:
+        return self._http.delete(self.url + path, timeout=30)
+
     def samples(self) -> list:
         answer = self.get("/metrics")
         assert answer.status_code == 200, answer.text
@@ -174,19 +179,29 @@ def start_agent(library, followers, tmp_path) -> Callable[..., Agent]:
     library.gpus = [h100(), v100()]
     agents: list[Agent] = []
 
-    def start(kmsg: Path, *, tcti: str, ak: str, ak_cert: Path | None = None, event_log: Path | None = None) -> Agent:
+    def start(
+        kmsg: Path,
+        *,
+        tcti: str,
+        ak: str,
+        ak_cert: Path | None = None,
+        event_log: Path | None = None,
+        dcgmi: str = "dcgmi",
+    ) -> Agent:
         backend = HostBackend.open(
             tcti=tcti,
             ak=ak,
             ak_cert=str(ak_cert or tmp_path / "ak.crt"),
             event_log=str(event_log or tmp_path / "binary_bios_measurements"),
             kmsg=str(kmsg),
+            dcgmi=dcgmi,
         )
         agents.append(Agent(backend))
         return agents[-1]
 
     yield start
     for agent in agents:
+        agent.backend.cancel_diagnostics()  # a fake dcgmi still running
         agent.stop()
         agent.backend.nvml.close()  # stops NVML's XID event thread, before the fake library goes
 
@@ -447,18 +462,98 @@ def test_the_inventory_lists_the_gpus_and_this_machines_drives_and_macs(start_ag
     assert all(re.fullmatch(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}", mac) for mac in inventory["macs"])
 
 
-def test_diagnostics_are_not_implemented_on_a_real_server_and_say_so(start_agent, kernel_log):
-    agent = start_agent(kernel_log.path, **NO_TPM)
+def test_without_dcgm_there_are_no_diagnostics_and_the_agent_says_so(start_agent, kernel_log, tmp_path):
+    agent = start_agent(kernel_log.path, **NO_TPM, dcgmi=str(tmp_path / "no-dcgm" / "dcgmi"))
+    idle = {"state": "idle", "started_at": None, "finished_at": None, "level": None, "results": []}
 
     refused = agent.post("/diagnostics", {"level": 1})
 
     assert refused.status_code == 501
     assert refused.headers["Content-Type"].startswith("application/json")
+    assert refused.json()["detail"].startswith("DCGM is not installed: no diagnostics")
     assert "dcgmi diag" in refused.json()["detail"]
-    assert agent.get("/diagnostics").json() == {
-        "state": "idle",
-        "started_at": None,
-        "finished_at": None,
-        "level": None,
-        "results": [],
-    }
+    assert agent.get("/diagnostics").json() == idle
+    assert agent.post("/diagnostics", {"level": 7}).status_code == 400
+    cancelled = agent.delete("/diagnostics")  # nothing to cancel: the run as it stands
+    assert cancelled.status_code == 202 and cancelled.json() == idle
+
+
+@pytest.fixture
+def dcgmi(tmp_path, monkeypatch) -> Callable[..., Path]:
+    """Puts the fake dcgmi (tests/agent/fake_dcgmi.py) first on the PATH, where the agent finds it by
+    default; the returned function sets how it behaves, and gives the file its pid goes to."""
+    directory = tmp_path / "dcgm"
+    monkeypatch.setenv("PATH", f"{directory}{os.pathsep}{os.environ['PATH']}")
+
+    def behave(**settings) -> Path:
+        fake_dcgmi.install(directory, pid=str(tmp_path / "dcgmi-pid"), **settings)
+        return tmp_path / "dcgmi-pid"
+
+    return behave
+
+
+@pytest.mark.parametrize("dcgm_format", ["4", "3"])
+def test_diagnostics_run_dcgmi_diag_and_give_its_results_by_the_agents_gpu_index(
+    start_agent, kernel_log, dcgmi, dcgm_format
+):
+    """DCGM's GPU 0 is the V100 here: its serial number, not DCGM's id, says which is the agent's GPU 1."""
+    message = "GPU 0: PCIe bandwidth 3.1 GB/s is below the 10 GB/s expected"
+    dcgmi(
+        format=dcgm_format,
+        seconds=0.2,
+        gpus=[{"id": 0, "serial": "0323617004711"}, {"id": 1, "serial": "1652223012345"}],
+        outcomes=[{"test": "pcie" if dcgm_format == "4" else "PCIe", "gpu": 0, "status": "Fail", "message": message}],
+    )
+    agent = start_agent(kernel_log.path, **NO_TPM)
+
+    started = agent.post("/diagnostics", {"level": 2})
+
+    assert started.status_code == 202
+    assert started.json() | {"started_at": None} == {
+        "state": "running", "started_at": None, "finished_at": None, "level": 2, "results": [],
+    }  # fmt: skip
+    done = agent.finished("diagnostics")
+    assert done["state"] == "succeeded" and done["started_at"] == started.json()["started_at"]
+    assert done["finished_at"] > done["started_at"]
+    failed = [r for r in done["results"] if not r["passed"]]
+    assert failed == [{"test": "pcie" if dcgm_format == "4" else "PCIe", "gpu": 1, "passed": False, "detail": message}]
+    per_gpu = {(r["test"], r["gpu"]) for r in done["results"] if r["gpu"] is not None}
+    assert {gpu for _, gpu in per_gpu} == {0, 1} and len(per_gpu) == (6 if dcgm_format == "4" else 4)
+
+
+def test_a_failed_dcgmi_is_a_failed_run_without_results(start_agent, kernel_log, dcgmi):
+    dcgmi(garbage="dcgmi: error while loading shared libraries: libdcgm.so.4", exit=127)
+    agent = start_agent(kernel_log.path, **NO_TPM)
+
+    assert agent.post("/diagnostics", {"level": 1}).status_code == 202
+
+    done = agent.finished("diagnostics")
+    assert done["state"] == "failed" and done["results"] == [] and done["level"] == 1
+    assert "exited with 127" in done["detail"] and "host engine" in done["detail"]
+
+
+def test_delete_cancels_a_running_run_and_its_dcgmi_and_operations_wait_for_each_other(
+    start_agent, kernel_log, dcgmi, nvidia_smi
+):
+    pid_file = dcgmi(seconds=60)
+    nvidia_smi("sleep 1; echo reset")
+    agent = start_agent(kernel_log.path, **NO_TPM)
+    started = agent.post("/diagnostics", {"level": 3}).json()
+    until(pid_file.exists, "dcgmi started")
+    pid = int(pid_file.read_text())
+
+    assert agent.post("/diagnostics", {"level": 1}).status_code == 409
+    refused = agent.post("/gpu-reset", {"gpu": 0})
+    assert refused.status_code == 409 and refused.json()["detail"] == "a diagnostics run is running"
+    assert agent.post("/gpu-wipe").json()["detail"] == "a diagnostics run is running"
+    cancelled = agent.delete("/diagnostics")
+
+    assert cancelled.status_code == 202
+    body = cancelled.json()
+    assert body["state"] == "cancelled" and body["started_at"] == started["started_at"] and body["level"] == 3
+    assert body["finished_at"] is not None and body["results"] == []
+    until(lambda: not Path(f"/proc/{pid}").exists(), "dcgmi gone")
+    assert agent.get("/diagnostics").json() == body
+    assert agent.post("/gpu-reset", {"gpu": 0}).status_code == 202
+    assert agent.post("/diagnostics", {"level": 1}).json()["detail"] == "a GPU reset is running"
+    assert agent.finished("gpu-reset")["state"] == "succeeded"
