@@ -1,5 +1,6 @@
-"""bmcsim's own API under /bmcsim/v1: inventory, trust roots, reference values, faults, sample OS
-images and what each node's BMC fetched into its virtual media.
+"""bmcsim's own API under /bmcsim/v1: inventory, trust roots, reference values, firmware releases,
+faults, sample OS images, what each node's BMC fetched into its virtual media and what its last
+boot measured.
 
 This is the data-center side of the simulation (what an inventory system and a lab bench
 give), so it needs no credentials. Errors are JSON {"detail": ...}.
@@ -15,7 +16,7 @@ from aiohttp import web
 from agent.app import detail
 from core.topology import agent_token
 
-from . import faults, images, releases, state
+from . import evidence, faults, images, releases, state
 from .sim import SIM, Simulator
 
 
@@ -52,7 +53,11 @@ async def get_roots(request: web.Request) -> web.Response:
 
 
 async def get_reference_values(request: web.Request) -> web.Response:
-    return web.json_response(releases.reference_values())
+    return web.json_response(releases.reference_values(request.app[SIM].settings.quoted_pcrs))
+
+
+async def get_firmware_releases(request: web.Request) -> web.Response:
+    return web.json_response(releases.firmware_reference())
 
 
 async def get_faults(request: web.Request) -> web.Response:
@@ -65,7 +70,7 @@ async def post_fault(request: web.Request) -> web.Response:
     except (ValueError, UnicodeDecodeError):
         return detail(400, "body must be a JSON object")
     try:
-        node, fault = faults.inject(request.app[SIM].fleet, payload)
+        node, fault = faults.inject(request.app[SIM].fleet, payload, request.app[SIM].now())
     except faults.FaultError as err:
         return detail(err.status, err.detail)
     return web.json_response({"node": node.name, **fault}, status=201)
@@ -117,10 +122,20 @@ async def get_node_power(request: web.Request) -> web.Response:
     )
 
 
+async def get_node_event_log(request: web.Request) -> web.Response:
+    """Every event the node's last boot measured, in every PCR, PCR 7's Secure Boot state among
+    them; the agent's evidence gives only those of the quoted PCRs."""
+    node = request.app[SIM].fleet.nodes.get(request.match_info["node"])
+    if node is None:
+        return detail(404, f"no node named {request.match_info['node']!r}")
+    return web.json_response({"node": node.name, "event_log": evidence.event_log(node, pcrs=None)})
+
+
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/bmcsim/v1/inventory", get_inventory, allow_head=False)
     router.add_get("/bmcsim/v1/roots", get_roots, allow_head=False)
     router.add_get("/bmcsim/v1/reference-values", get_reference_values, allow_head=False)
+    router.add_get("/bmcsim/v1/firmware-releases", get_firmware_releases, allow_head=False)
     router.add_get("/bmcsim/v1/faults", get_faults, allow_head=False)
     router.add_post("/bmcsim/v1/faults", post_fault)
     router.add_delete("/bmcsim/v1/faults", delete_faults)
@@ -128,3 +143,4 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/bmcsim/v1/images/{file}", get_image_file)
     router.add_get("/bmcsim/v1/nodes/{node}/media", get_node_media, allow_head=False)
     router.add_get("/bmcsim/v1/nodes/{node}/power", get_node_power, allow_head=False)
+    router.add_get("/bmcsim/v1/nodes/{node}/event-log", get_node_event_log, allow_head=False)

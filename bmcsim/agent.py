@@ -100,7 +100,7 @@ class SimulatedNode:
         }
 
     def evidence(self, nonce: bytes, now: float) -> dict:
-        return evidence.collect(self.node, self.sim.pki, nonce, now)
+        return evidence.collect(self.node, self.sim.pki, nonce, now, self.sim.settings.quoted_pcrs)
 
     def outcome(self, now: float, duration: float) -> dict:
         return self.node.outcome(now, duration)

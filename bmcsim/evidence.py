@@ -8,12 +8,18 @@ POST {agent_url}/evidence {"nonce": hex} returns::
                "signature", "cert_chain": [device PEM, vendor device CA PEM]}, ...]}
 
 - `attest` is a TPM 2.0 TPMS_ATTEST (TPM_ST_ATTEST_QUOTE) whose extraData is the nonce and
-  whose pcrDigest is SHA-256 over the SHA-256 bank PCRs 0, 4, 8, 9 concatenated in that order.
+  whose pcrDigest is SHA-256 over the SHA-256 bank PCRs 0, 4, 8, 9 concatenated in that order
+  (the quoted PCRs, bmcsim's --quoted-pcrs).
 - `signature` is an ECDSA P-256 signature, DER-encoded (RFC 3279 Ecdsa-Sig-Value), over
   SHA-256 of the attest bytes, by the attestation key certified in `ak_cert` (issued by the
   manufacturer CA, subject CN = node name, serialNumber = node serial).
 - Replaying the event log, `PCR = SHA256(PCR || bytes.fromhex(digest))` from 32 zero bytes per
-  PCR, gives the quoted PCR values.
+  PCR, gives the quoted PCR values. The log has the events of the quoted PCRs only, as an agent
+  reading the firmware's log does (agent/host/tpm.py): the boot also measures UEFI Secure Boot's
+  state into PCR 7 (component `secureboot`, an EV_EFI_VARIABLE_DRIVER_CONFIG event whose digest
+  is SHA-256 of the SecureBoot variable's UEFI_VARIABLE_DATA, value 01 enabled or 00 disabled,
+  releases.secure_boot_variable), which is in the evidence when PCR 7 is quoted, and always in
+  GET /bmcsim/v1/nodes/{node}/event-log.
 - A GPU report's `signature` is ECDSA P-384 over SHA-384, DER-encoded then base64, of the
   report's canonical encoding: the report without `signature` and `cert_chain`, as JSON with
   sorted keys, separators (",", ":"), UTF-8 (`canonical_gpu_report`). Its chain ends at the
@@ -32,6 +38,8 @@ from . import releases, tpm
 from .pki import PKI
 from .state import NodeState
 
+ALL_PCRS = None
+
 TPM_FIRMWARE_VERSION = 0x0007_0055_0000_0000
 DESCRIPTIONS = {
     "firmware": "EV_EFI_PLATFORM_FIRMWARE_BLOB2 {release}",
@@ -40,6 +48,7 @@ DESCRIPTIONS = {
     "initrd": "EV_IPL initrd {release}",
     "cmdline": "EV_IPL kernel command line {release}",
 }
+SECURE_BOOT_DESCRIPTION = "EV_EFI_VARIABLE_DRIVER_CONFIG SecureBoot {value}"
 
 
 def canonical_gpu_report(report: dict) -> bytes:
@@ -54,8 +63,10 @@ def _release_of(component: str, digest: str) -> str:
     return "unknown image"
 
 
-def event_log(node: NodeState) -> list[dict]:
-    return [
+def event_log(node: NodeState, pcrs: tuple[int, ...] | None = releases.QUOTED_PCRS) -> list[dict]:
+    """The last boot's events in the order firmware extended them: of the PCRs in `pcrs`, or of
+    every PCR (ALL_PCRS)."""
+    boot = [
         {
             "pcr": releases.PCR_OF[component],
             "digest": digest,
@@ -64,18 +75,28 @@ def event_log(node: NodeState) -> list[dict]:
         }
         for component, digest in node.measured_boot()
     ]
+    secure_boot = {
+        "pcr": releases.SECURE_BOOT_PCR,
+        "digest": node.secure_boot_digest_booted(),
+        "component": releases.SECURE_BOOT_COMPONENT,
+        "description": SECURE_BOOT_DESCRIPTION.format(
+            value="01 (enabled)" if node.boot_secure_boot else "00 (disabled)"
+        ),
+    }
+    log = [boot[0], secure_boot, *boot[1:]]  # firmware, then its Secure Boot state, then what it boots
+    return [event for event in log if pcrs is ALL_PCRS or event["pcr"] in pcrs]
 
 
-def replay(log: list[dict]) -> dict[int, bytes]:
-    pcrs = {i: tpm.ZERO_PCR for i in releases.QUOTED_PCRS}
+def replay(log: list[dict], pcrs: tuple[int, ...] = releases.QUOTED_PCRS) -> dict[int, bytes]:
+    values = {i: tpm.ZERO_PCR for i in pcrs}
     for event in log:
-        pcrs[event["pcr"]] = tpm.extend(pcrs[event["pcr"]], bytes.fromhex(event["digest"]))
-    return pcrs
+        values[event["pcr"]] = tpm.extend(values[event["pcr"]], bytes.fromhex(event["digest"]))
+    return values
 
 
-def collect(node: NodeState, pki: PKI, nonce: bytes, now: float) -> dict:
+def collect(node: NodeState, pki: PKI, nonce: bytes, now: float, pcrs: tuple[int, ...] = releases.QUOTED_PCRS) -> dict:
     ak, ak_cert = pki.attestation_key(node.name, node.spec.serial)
-    log = event_log(node)
+    log = event_log(node, pcrs)
     attest = tpm.quote_attest(
         signer_name=tpm.object_name(ak.public_key()),
         nonce=nonce,
@@ -83,7 +104,7 @@ def collect(node: NodeState, pki: PKI, nonce: bytes, now: float) -> dict:
         reset_count=node.boot_count,
         restart_count=0,
         firmware_version=TPM_FIRMWARE_VERSION,
-        pcrs=replay(log),
+        pcrs=replay(log, pcrs),
     )
     signature = ak.sign(attest, ec.ECDSA(hashes.SHA256()))
     return {
@@ -93,17 +114,17 @@ def collect(node: NodeState, pki: PKI, nonce: bytes, now: float) -> dict:
             "ak_cert": ak_cert,
         },
         "event_log": log,
-        "gpus": [_gpu_report(node, gpu, pki, nonce) for gpu in node.spec.gpus],
+        "gpus": [_gpu_report(node, gpu, pki, nonce, now) for gpu in node.spec.gpus],
     }
 
 
-def _gpu_report(node: NodeState, gpu, pki: PKI, nonce: bytes) -> dict:
+def _gpu_report(node: NodeState, gpu, pki: PKI, nonce: bytes, now: float) -> dict:
     key, chain = pki.gpu_key(gpu.uuid, gpu.serial)
     report = {
         "index": gpu.index,
         "uuid": gpu.uuid,
         "nonce": nonce.hex(),
-        "measurements": releases.factory_gpu_measurements(),
+        "measurements": node.gpu_measurements(gpu.index, now),
         "cc_mode": node.cc_mode,
     }
     signature = key.sign(canonical_gpu_report(report), ec.ECDSA(hashes.SHA384()))

@@ -2,7 +2,8 @@
 
 Kinds (POST /bmcsim/v1/faults with {"node", "kind", ...}):
 - xid {"gpu", "xid", "clears"?}: the GPU reports that XID; it counts in the metrics (once, when
-  injected) and the GPU turns unhealthy until the fault is cleared.
+  injected) and the GPU turns unhealthy until the fault is cleared. XID 79 ("GPU has fallen off
+  the bus") also puts a Critical entry in the BMC's SEL, as a BMC logs the PCIe link it lost.
 - ecc_dbe {"gpu", "clears"?}: the GPU reports an uncorrectable (double-bit) ECC error, and a row
   remapped for it.
 - row_remap_failure {"gpu", "clears"?}: the GPU could not remap a failing memory row.
@@ -19,6 +20,23 @@ Kinds (POST /bmcsim/v1/faults with {"node", "kind", ...}):
 - os_hang: the running OS ignores the BMC's graceful restart and shutdown; forced resets still work.
 - cc_mode {"mode": "off" or "devtools"}: the GPUs report that confidential-computing mode
   instead of "on" (an extension, so attestation can be shown refusing it).
+- firmware_tamper {"component": "BIOS", "BMC", "GPU0".."GPU7" or "NIC0", "survives_reflash"?}: the
+  component's image is replaced: FirmwareInventory shows its release with a suffix
+  (releases.TAMPERED_SUFFIX) and a digest of no release, at once; a tampered GPU's attestation
+  report measures that VBIOS; a tampered BIOS is what the next boot runs and measures into PCR 0
+  (the implant, by contrast, is a kernel, PCR 9). It survives drive wipes and reboots, and ends
+  with a SimpleUpdate of that component (the reflash) unless `survives_reflash` is true, in which
+  case the flash completes and the inventory still shows the tampered image. A tampered BIOS
+  stays measured until the next boot after the fault ends.
+- bios_tamper {"attribute"?, "value"?}: one BIOS attribute (default SriovGlobalEnable) is changed in
+  the current Attributes (default: to the other of its values, so SR-IOV off). It survives wipes
+  and reboots and ends at a boot after which the attribute holds another value (Bios/Settings set
+  it back, then a reset that boots). DELETE /bmcsim/v1/faults puts the attribute back.
+- sel {"message_id", "severity"?, "message"?, "args"?}: the BMC logs an event in its SEL. The
+  MessageIds of bmcsim.sel.EVENTS (PSU, fan, thermal trip, memory ECC, GPU off the bus) come with
+  their registry's message and severity; any other needs "severity" (OK, Warning, Critical) and
+  gets "message" or its MessageId as the message. An event, not a standing fault: it is not
+  listed, and DELETE /bmcsim/v1/faults leaves the SEL as it is (LogService.ClearLog empties it).
 
 `clears` says what, beside DELETE /bmcsim/v1/faults, ends a GPU health fault (xid, ecc_dbe,
 row_remap_failure); each action also ends what a weaker one does:
@@ -35,8 +53,12 @@ A fault is stored, and listed, with "clears" only when the request gave it.
 
 from __future__ import annotations
 
+import re
+import time
+
 from agent.sim import DIAGNOSTIC_TESTS
 
+from . import bios, releases, sel
 from .state import CLEARS, Fleet, NodeState
 
 KINDS = (
@@ -53,12 +75,18 @@ KINDS = (
     "os_hang",
     "cc_mode",
     "diag_fail",
+    "firmware_tamper",
+    "bios_tamper",
+    "sel",
 )
 GPU_KINDS = ("xid", "ecc_dbe", "row_remap_failure", "diag_fail")
 CLEARABLE_KINDS = ("xid", "ecc_dbe", "row_remap_failure")
 TESTS = tuple(test for level in sorted(DIAGNOSTIC_TESTS) for test in DIAGNOSTIC_TESTS[level])
 CC_MODES = ("on", "off", "devtools")
 HANG_S = 120.0
+GPU_FELL_OFF_THE_BUS = 79
+MESSAGE_ID = re.compile(r"[A-Za-z0-9_.]{1,128}")
+MAX_MESSAGE_CHARS = 1024
 
 
 class FaultError(Exception):
@@ -68,8 +96,10 @@ class FaultError(Exception):
         self.detail = detail
 
 
-def inject(fleet: Fleet, payload: object) -> tuple[NodeState, dict]:
-    """Validate a fault request and apply it; returns the node and the fault as stored."""
+def inject(fleet: Fleet, payload: object, now: float | None = None) -> tuple[NodeState, dict]:
+    """Validate a fault request and apply it; returns the node and the fault as stored (a `sel`
+    event, which is not stored: as logged)."""
+    now = time.time() if now is None else now
     if not isinstance(payload, dict):
         raise FaultError(400, "body must be a JSON object with 'node' and 'kind'")
     name, kind = payload.get("node"), payload.get("kind")
@@ -107,12 +137,21 @@ def inject(fleet: Fleet, payload: object) -> tuple[NodeState, dict]:
         per_gpu = node.xid_counts.setdefault(str(gpu), {})
         per_gpu[str(xid)] = per_gpu.get(str(xid), 0) + 1
         node.faults.append(fault)
+        if xid == GPU_FELL_OFF_THE_BUS:
+            severity, message_id, message, args, sensor, origin = sel.gpu_off_the_bus(gpu)
+            node.sel_append(now, severity, message_id, message, args, sensor, origin)
     elif kind == "cc_mode":
         mode = payload.get("mode")
         if mode not in CC_MODES:
             raise FaultError(400, f"'mode' must be one of {', '.join(CC_MODES)}")
         fault = {"kind": "cc_mode", "mode": mode}
         node.faults = [f for f in node.faults if f["kind"] != "cc_mode"] + [fault]
+    elif kind == "firmware_tamper":
+        fault = _firmware_tamper(node, payload)
+    elif kind == "bios_tamper":
+        fault = _bios_tamper(node, payload)
+    elif kind == "sel":
+        fault = _sel_event(node, payload, now)
     else:
         fault = {"kind": kind}
         if not node.has_fault(kind):
@@ -128,14 +167,73 @@ def clear(fleet: Fleet, name: str | None) -> int:
     nodes = [fleet.nodes[name]] if name is not None else [n for n in fleet.nodes.values() if n.faults]
     cleared = 0
     for node in nodes:
-        cleared += len(node.faults)
-        node.faults = []
+        cleared += node.clear_faults()
         fleet.touch(node)
     return cleared
 
 
 def listing(fleet: Fleet) -> list[dict]:
     return [{"node": n.name, **f} for n in fleet.nodes.values() for f in n.faults]
+
+
+def _firmware_tamper(node: NodeState, payload: dict) -> dict:
+    components = node.firmware_components()
+    component = payload.get("component")
+    if component not in components:
+        raise FaultError(400, f"'component' must be one of {', '.join(components)}")
+    survives = payload.get("survives_reflash", False)
+    if not isinstance(survives, bool):
+        raise FaultError(400, "'survives_reflash' must be true or false")
+    fault = {
+        "kind": "firmware_tamper",
+        "component": component,
+        "version": releases.tampered_version(node.installed(component)),
+    }
+    if "survives_reflash" in payload:
+        fault["survives_reflash"] = survives
+    previous = node.firmware_tamper(component)
+    node.faults = [f for f in node.faults if f is not previous] + [fault]
+    return fault
+
+
+def _bios_tamper(node: NodeState, payload: dict) -> dict:
+    attribute = payload.get("attribute", bios.TAMPER_DEFAULT_ATTRIBUTE)
+    if not isinstance(attribute, str) or attribute not in bios.ATTRIBUTES:
+        raise FaultError(400, f"'attribute' must be one of {', '.join(bios.ATTRIBUTES)}")
+    was = node.bios[attribute]
+    value = payload.get("value", bios.other_value(attribute, was))
+    if value not in bios.ATTRIBUTES[attribute]:
+        raise FaultError(400, f"'value' of {attribute} must be one of {', '.join(bios.ATTRIBUTES[attribute])}")
+    fault = {"kind": "bios_tamper", "attribute": attribute, "value": value, "was": was}
+    node.bios = {**node.bios, attribute: value}
+    node.faults.append(fault)
+    return fault
+
+
+def _sel_event(node: NodeState, payload: dict, now: float) -> dict:
+    message_id = payload.get("message_id")
+    if not isinstance(message_id, str) or not MESSAGE_ID.fullmatch(message_id):
+        raise FaultError(400, "'message_id' must be a MessageId such as " + sel.POWER_SUPPLY_FAILED)
+    known = sel.EVENTS.get(message_id)
+    severity = payload.get("severity", known.severity if known else None)
+    if severity not in sel.SEVERITIES:
+        raise FaultError(400, f"'severity' must be one of {', '.join(sel.SEVERITIES)}")
+    args = payload.get("args", list(known.args) if known else [])
+    if not isinstance(args, list) or not all(isinstance(a, str) and len(a) <= 200 for a in args) or len(args) > 8:
+        raise FaultError(400, "'args' must be a list of at most 8 strings")
+    message = payload.get("message")
+    if message is None:
+        try:
+            message = known.message.format(*args) if known else message_id
+        except IndexError:
+            raise FaultError(
+                400, f"'args' must give the {known.message.count('{')} arguments of {message_id}"
+            ) from None
+    if not isinstance(message, str) or not 0 < len(message) <= MAX_MESSAGE_CHARS:
+        raise FaultError(400, f"'message' must be a string of 1 to {MAX_MESSAGE_CHARS} characters")
+    sensor, origin = (known.sensor_type, known.origin) if known else ("", "")
+    record = node.sel_append(now, severity, message_id, message, args, sensor, origin)
+    return {"kind": "sel", "entry": str(record[0]), "severity": severity, "message_id": message_id, "message": message}
 
 
 def _is_int(value: object) -> bool:

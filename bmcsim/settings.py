@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 from core.topology import NodeSpec, default_layout
 
+from .releases import QUOTED_PCRS
+
 MAX_NODES = 10_000
 MAX_BODY_BYTES = 1024 * 1024  # a request body past this answers 413, on every route
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +35,9 @@ class Settings:
     ssh_port: int = 2222
     # The control plane every node's agent reports new XIDs to (its /v1/agents/{node}/xids); "": none.
     control_plane_url: str = ""
+    # The SHA-256 PCRs each node's TPM quotes, and whose events its evidence's event log gives. Add
+    # 7 to have Secure Boot's measurement in the evidence (and in the reference values).
+    quoted_pcrs: tuple[int, ...] = QUOTED_PCRS
 
     @property
     def base_url(self) -> str:
@@ -74,6 +79,12 @@ def parse(argv: list[str] | None = None) -> Settings:
         default=env.get("SIM_TIME_SCALE", "1"),
         help="multiplies simulated durations; 0 = instant, default 1 (SIM_TIME_SCALE)",
     )
+    parser.add_argument(
+        "--quoted-pcrs",
+        type=_pcr_list,
+        default=env.get("BMCSIM_QUOTED_PCRS", ",".join(map(str, QUOTED_PCRS))),
+        help="the PCRs every TPM quotes, default 0,4,8,9; 0,4,7,8,9 adds Secure Boot's (BMCSIM_QUOTED_PCRS)",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.nodes <= MAX_NODES:
         parser.error(f"--nodes must be from 1 to {MAX_NODES}")
@@ -97,7 +108,19 @@ def parse(argv: list[str] | None = None) -> Settings:
         agent_metrics_token=env.get("BMCSIM_AGENT_METRICS_TOKEN", DEMO_METRICS_TOKEN),
         ssh_port=args.ssh_port,
         control_plane_url=control_plane_url,
+        quoted_pcrs=args.quoted_pcrs,
     )
+
+
+def _pcr_list(text: str) -> tuple[int, ...]:
+    """ "0,4,7,8,9" -> (0, 4, 7, 8, 9): distinct PCR indexes from 0 to 23, at least one."""
+    try:
+        pcrs = tuple(sorted({int(part) for part in text.split(",")}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of PCR indexes") from None
+    if not pcrs or not all(0 <= pcr <= 23 for pcr in pcrs):
+        raise argparse.ArgumentTypeError(f"{text!r}: PCR indexes go from 0 to 23")
+    return pcrs
 
 
 def layout(settings: Settings) -> list[NodeSpec]:

@@ -1,9 +1,13 @@
 """The simulated hardware of every node, and the fleet that holds it.
 
 Timed behaviour (power transitions, boot, secure erase, firmware update, GPU wipe, the console's
-lines) is kept as timestamps and derived when read, so nothing runs in the background (tenant
-nodes' sshd, in sshd.py, aside), a restart resumes mid-transition, and `SIM_TIME_SCALE=0` makes
-every transition instant.
+lines, a BMC's own reset) is kept as timestamps and derived when read, so nothing runs in the
+background (tenant nodes' sshd, in sshd.py, aside), a restart resumes mid-transition, and
+`SIM_TIME_SCALE=0` makes every transition instant.
+
+What a boot takes up (`_boot`): the BIOS flashed (and a `firmware_tamper` of it), the pending BIOS
+settings, and SecureBootEnable; until the next boot the System shows, and the TPM has measured,
+what the last boot ran with.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import math
 from agent.sim import GPU_FAULTS, kill_running, operation_state
 from core.topology import NodeSpec
 
-from . import guest, releases
+from . import bios, guest, releases, sel
 from .store import Store
 
 # Durations in seconds at SIM_TIME_SCALE=1.
@@ -23,6 +27,7 @@ GRACEFUL_OFF_S = 3.0
 BOOT_S = 8.0
 SECURE_ERASE_S = 20.0
 FIRMWARE_UPDATE_S = 30.0
+BMC_RESET_S = 30.0  # the BMC's own reboot (Manager.Reset): its Redfish answers 503 meanwhile
 
 DRIVES = ("0", "1")
 DRIVE_CAPACITY_BYTES = 3_840_755_982_336
@@ -36,6 +41,7 @@ INDICATOR_LEDS = ("Lit", "Blinking", "Off")
 # What ends a GPU fault (its "clears"), weakest first; each also ends what a weaker one does:
 # a reboot resets the GPUs too, and a power cycle reboots. A fault without "clears" is "never".
 CLEARS = ("gpu_reset", "reboot", "power_cycle", "never")
+MANAGER_RESET_TYPES = ("GracefulRestart", "ForceRestart")
 TASKS_KEPT = 16
 CONSOLE_LINES_KEPT = 500
 
@@ -51,23 +57,35 @@ class NodeState:
 
     __slots__ = (
         "agent_operations",
+        "bios",
+        "bios_pending",
+        "bmc_ready_at",
+        "bmc_reset_at",
+        "boot_bios_tamper",
         "boot_count",
         "boot_enabled",
         "boot_firmware",
         "boot_implanted",
         "boot_mode",
+        "boot_secure_boot",
         "boot_source",
         "boot_target",
         "booted_at",
+        "components",
         "console",
         "console_seq",
         "faults",
         "firmware",
+        "flash_pending",
         "guest",
         "indicator_led",
         "last_reset_at",
         "media",
         "power_on",
+        "secure_boot_enable",
+        "secure_boot_mode",
+        "sel",
+        "sel_seq",
         "spec",
         "ssh_host_key",
         "ssh_host_key_instance",
@@ -106,6 +124,27 @@ class NodeState:
         self.ssh_host_key: str | None = None  # made at a tenant boot, kept while the instance id is the same
         self.ssh_host_key_instance = ""
         self.last_reset_at: float | None = None  # Redfish's LastResetTime
+        # Firmware: the BIOS flashed is `firmware` (above); every other component's release, when it
+        # is not the factory one, in `components` ({"BMC", "NIC0", "GPU<i>"} -> release). While a
+        # flash runs, FirmwareInventory still shows what was there: `flash_pending` {component:
+        # {"end", "version", "digest"}}. A tampered BIOS the last boot ran: its version, else None.
+        # Dicts here are replaced, never changed in place, so that nodes may share the defaults.
+        self.components: dict[str, str] = {}
+        self.flash_pending: dict[str, dict] = {}
+        self.boot_bios_tamper: str | None = None
+        # BIOS settings: the current attributes and those pending for the next boot (Bios/Settings).
+        self.bios: dict[str, str] = bios.DEFAULTS
+        self.bios_pending: dict[str, str] = {}
+        # UEFI Secure Boot: off from the factory, so the control plane has something to turn on.
+        self.secure_boot_enable = False
+        self.secure_boot_mode = "UserMode"  # keys enrolled: Secure Boot runs once enabled
+        self.boot_secure_boot = False  # what the last boot ran with (SecureBootCurrentBoot)
+        # The BMC's system event log: sel.entry lists, the last sel.KEPT; ids never repeat.
+        self.sel: list[list] = []
+        self.sel_seq = 0
+        # The BMC's own reset (Manager.Reset): when it answers again, and when it was last reset.
+        self.bmc_ready_at = 0.0
+        self.bmc_reset_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -181,6 +220,10 @@ class NodeState:
         self.boot_count += 1
         self.boot_implanted = self.has_fault("implant")
         self.boot_firmware = self.firmware
+        tamper = self.firmware_tamper("BIOS")
+        self.boot_bios_tamper = tamper["version"] if tamper else None
+        self.boot_secure_boot = self.secure_boot_enable and self.secure_boot_mode in ("UserMode", "DeployedMode")
+        self._apply_bios_settings()
         kill_running(self.agent_operations, now)
 
         cd = self.media.get("Cd") if self.boot_source == "Cd" else None
@@ -199,7 +242,9 @@ class NodeState:
         self.console_write(
             timeline.dated(
                 guest.reset_script(reset_type, os_running, GRACEFUL_OFF_S)
-                + guest.boot_script(self.name, self.boot_firmware, self.boot_source, cd, self.guest, warnings, timeline)
+                + guest.boot_script(
+                    self.name, self.bios_version_booted, self.boot_source, cd, self.guest, warnings, timeline
+                )
             )
         )
 
@@ -219,12 +264,101 @@ class NodeState:
         self.console = self.console_lines(now)
 
     def measured_boot(self) -> list[tuple[str, str]]:
-        """(component, digest) in boot order, as measured by the last boot."""
+        """(component, digest) of the boot chain in boot order, as measured by the last boot."""
         images = releases.factory_boot_images()
-        images["firmware"] = releases.boot_digest("firmware", self.boot_firmware)
+        images["firmware"] = self.bios_digest_booted()
         if self.boot_implanted:
             images["kernel"] = releases.implant_kernel_digest(self.name)
         return [(c, images[c]) for c in releases.BOOT_COMPONENTS]
+
+    def bios_digest_booted(self) -> str:
+        if self.boot_bios_tamper is not None:
+            return releases.tampered_digest(self.name, "BIOS", self.boot_bios_tamper)
+        return releases.boot_digest("firmware", self.boot_firmware)
+
+    @property
+    def bios_version_booted(self) -> str:
+        """What the running BIOS reports (ComputerSystem's BiosVersion)."""
+        return self.boot_bios_tamper if self.boot_bios_tamper is not None else self.boot_firmware
+
+    # BIOS settings: PATCHed into Bios/Settings, taken up by the next boot.
+
+    def _apply_bios_settings(self) -> None:
+        if self.bios_pending:
+            self.bios, self.bios_pending = {**self.bios, **self.bios_pending}, {}
+        # A bios_tamper ends once a boot has set its attribute to something else.
+        self.faults = [
+            f for f in self.faults if f["kind"] != "bios_tamper" or self.bios.get(f["attribute"]) == f["value"]
+        ]
+
+    # Firmware: FirmwareInventory's components, what each shows, flashing and tampering.
+
+    def firmware_components(self) -> list[str]:
+        return ["BIOS", "BMC", *(f"GPU{g.index}" for g in self.spec.gpus), "NIC0"]
+
+    @staticmethod
+    def firmware_kind(component: str) -> str:
+        return "VBIOS" if component.startswith("GPU") else "NIC" if component.startswith("NIC") else component
+
+    def installed(self, component: str) -> str:
+        """The release flashed on a component."""
+        if component == "BIOS":
+            return self.firmware
+        return self.components.get(component) or releases.FIRMWARE_RELEASES[self.firmware_kind(component)][-1]
+
+    def firmware_tamper(self, component: str) -> dict | None:
+        return next((f for f in self.faults if f["kind"] == "firmware_tamper" and f["component"] == component), None)
+
+    def firmware_shown(self, component: str, now: float) -> tuple[str, str]:
+        """(Version, SHA-256 digest) the component reports: what was there while a flash runs, a
+        tampered image's while tampered, else the release flashed."""
+        pending = self.flash_pending.get(component)
+        if pending is not None and now < pending["end"]:
+            return pending["version"], pending["digest"]
+        tamper = self.firmware_tamper(component)
+        if tamper is not None:
+            return tamper["version"], releases.tampered_digest(self.name, component, tamper["version"])
+        release = self.installed(component)
+        return release, releases.firmware_digest(self.firmware_kind(component), release)
+
+    def gpu_measurements(self, gpu: int, now: float) -> dict[str, str]:
+        """What a GPU's attestation report measures: the VBIOS it has (as FirmwareInventory shows
+        it, tampered or not) and the factory driver."""
+        measured = releases.factory_gpu_measurements()
+        measured["vbios"] = releases.gpu_digest("vbios", self.firmware_shown(f"GPU{gpu}", now)[0])
+        return measured
+
+    def secure_boot_digest_booted(self) -> str:
+        return releases.secure_boot_digest(self.boot_secure_boot)
+
+    # The BMC's system event log.
+
+    def sel_append(
+        self,
+        now: float,
+        severity: str,
+        message_id: str,
+        message: str,
+        args: list[str],
+        sensor_type: str,
+        origin: str,
+    ) -> list:
+        self.sel_seq += 1
+        record = sel.entry(
+            self.sel_seq, now, severity, message_id, message, args, sensor_type, origin.format(node=self.name)
+        )
+        self.sel = [*self.sel[-(sel.KEPT - 1) :], record]
+        return record
+
+    # The BMC's own reset.
+
+    def reset_bmc(self, now: float, scale: float) -> None:
+        self.bmc_reset_at = now
+        self.bmc_ready_at = now + BMC_RESET_S * scale
+
+    def bmc_unavailable_for(self, now: float) -> float:
+        """Seconds until the BMC answers again after its own reset; 0 if it answers now."""
+        return max(0.0, self.bmc_ready_at - now)
 
     # Faults.
 
@@ -242,6 +376,16 @@ class NodeState:
 
     def gpu_unhealthy(self, gpu: int) -> bool:
         return any(f["gpu"] == gpu and f["kind"] in GPU_FAULTS for f in self.gpu_faults())
+
+    def clear_faults(self) -> int:
+        """DELETE /bmcsim/v1/faults for this node: every fault goes; a BIOS attribute a bios_tamper
+        still holds returns to what it was (a firmware_tamper goes with its fault; a tampered BIOS
+        is measured until the next boot, as the implant is). Returns how many went."""
+        for fault in reversed(self.faults):
+            if fault["kind"] == "bios_tamper" and self.bios.get(fault["attribute"]) == fault["value"]:
+                self.bios = {**self.bios, fault["attribute"]: fault["was"]}
+        cleared, self.faults = len(self.faults), []
+        return cleared
 
     def clear_gpu_faults(self, action: str, gpu: int | None = None) -> int:
         """`action` (one of CLEARS but "never") happened to `gpu`, or to every GPU: the GPU faults
@@ -273,10 +417,30 @@ class NodeState:
     def start_erase(self, drive: str, now: float, scale: float) -> dict:
         return self._task({"drive": drive, **self.outcome(now, SECURE_ERASE_S * scale)})
 
-    def start_update(self, release: str, now: float, scale: float) -> dict:
-        """Flash a firmware release: the next boot runs, and measures, it."""
-        self.firmware = release
-        return self._task({"firmware": release, "start": now, "end": now + FIRMWARE_UPDATE_S * scale, "ok": True})
+    def start_update(self, kind: str, release: str, components: list[str], now: float, scale: float) -> dict:
+        """Flash a firmware release onto components of this node. FirmwareInventory shows it once the
+        task has finished; a BIOS is run, and measured, by the next boot. The flash ends a
+        firmware_tamper of each component, unless it was injected to survive a reflash."""
+        end = now + FIRMWARE_UPDATE_S * scale
+        pending = {c: p for c, p in self.flash_pending.items() if p["end"] > now}
+        for component in components:
+            version, digest = self.firmware_shown(component, now)
+            if end > now:
+                pending[component] = {"end": end, "version": version, "digest": digest}
+            else:
+                pending.pop(component, None)
+            if component == "BIOS":
+                self.firmware = release
+            else:
+                self.components = {**self.components, component: release}
+        self.flash_pending = pending
+        self.faults = [
+            f
+            for f in self.faults
+            if not (f["kind"] == "firmware_tamper" and f["component"] in components and not f.get("survives_reflash"))
+        ]
+        record = {"firmware": release, "kind": kind, "components": list(components)}
+        return self._task({**record, "start": now, "end": end, "ok": True})
 
     def is_erasing(self, drive: str, now: float) -> bool:
         return any(t.get("drive") == drive and operation_state(t, now) == "running" for t in self.tasks)

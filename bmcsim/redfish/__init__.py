@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import accounts, chassis, logs, managers, service, storage, systems, tasks, update
+from . import accounts, bios_settings, chassis, logs, managers, service, storage, systems, tasks, update
 from .access import redfish_middleware
 
 __all__ = ["add_routes", "redfish_middleware"]
@@ -18,7 +18,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     """One resource per path, so that its Allow header lists every method; each path also answers
     with a trailing slash, as Redfish clients use both."""
     by_path: dict[str, list] = {}
-    for module in (service, systems, storage, logs, managers, chassis, tasks, update, accounts):
+    for module in (service, systems, bios_settings, storage, logs, managers, chassis, tasks, update, accounts):
         for method, path, handler in module.ROUTES:
             by_path.setdefault(path, []).append((method, handler))
     for path, routes in by_path.items():

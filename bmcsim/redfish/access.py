@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 
 from aiohttp import web
 
@@ -91,6 +92,17 @@ async def check_bmc(request: web.Request, node: NodeState) -> None:
     if request["principal"] not in (OPERATOR, node.name):
         raise RedfishError(403, "InsufficientPrivilege", f"The credentials of this BMC do not reach {node.name}.")
     sim = request.app[SIM]
+    restarting = node.bmc_unavailable_for(sim.now())
+    if restarting > 0:
+        # Its own reset (Manager.Reset): a real BMC does not answer until it is back; this one says so.
+        seconds = str(math.ceil(restarting))
+        raise RedfishError(
+            503,
+            "ServiceTemporarilyUnavailable",
+            f"The BMC of {node.name} is restarting. Retry in {seconds} seconds.",
+            seconds,
+            headers={"Retry-After": seconds},
+        )
     if node.has_fault("bmc_timeout"):
         # The BMC stops answering until the fault is cleared, whatever the time scale.
         deadline = sim.now() + HANG_S

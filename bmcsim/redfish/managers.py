@@ -1,7 +1,10 @@
-"""Managers, one BMC per node, with VirtualMedia slots (InsertMedia / EjectMedia, or PATCH).
+"""Managers, one BMC per node, with VirtualMedia slots (InsertMedia / EjectMedia, or PATCH) and
+Manager.Reset.
 
 The BMC fetches an inserted image at once and keeps what it fetched (bmcsim/media.py); a fetch
 that fails is recorded in the slot, whose Health turns Warning, and the call still succeeds.
+Manager.Reset (GracefulRestart or ForceRestart) reboots the BMC, not the host: for
+state.BMC_RESET_S (times the time scale) every resource of that node answers 503 with Retry-After.
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ import json
 
 from aiohttp import web
 
-from .. import media, releases, state
+from .. import media, state
 from ..sim import Simulator
 from ..state import NodeState
 from .access import node_members, node_scoped
 from .errors import RedfishError, check_writes, no_content, not_found, read_json, reject, reply
-from .schema import MANUFACTURER, OK, collection, odata_type, ref, uuid_of
+from .schema import MANUFACTURER, OK, collection, iso, odata_type, ref, uuid_of
+
+RESET_ACTION = "Manager.Reset"
 
 
-def manager_body(node: NodeState) -> dict:
+def manager_body(node: NodeState, now: float) -> dict:
+    base = f"/redfish/v1/Managers/{node.name}"
     return {
         "@odata.type": odata_type("Manager"),
         "@odata.id": f"/redfish/v1/Managers/{node.name}",
@@ -28,14 +34,21 @@ def manager_body(node: NodeState) -> dict:
         "ManagerType": "BMC",
         "Manufacturer": MANUFACTURER,
         "Model": "bmcsim BMC",
-        "FirmwareVersion": releases.BMC_FIRMWARE_VERSION,
+        "FirmwareVersion": node.firmware_shown("BMC", now)[0],
         "UUID": uuid_of("manager", node.name),
         "PowerState": "On",
         "Status": OK,
-        "VirtualMedia": ref(f"/redfish/v1/Managers/{node.name}/VirtualMedia"),
+        **({"LastResetTime": iso(node.bmc_reset_at, "milliseconds")} if node.bmc_reset_at is not None else {}),
+        "VirtualMedia": ref(f"{base}/VirtualMedia"),
         "Links": {
             "ManagerForServers": [ref(f"/redfish/v1/Systems/{node.name}")],
             "ManagerForChassis": [ref(f"/redfish/v1/Chassis/{node.name}")],
+        },
+        "Actions": {
+            f"#{RESET_ACTION}": {
+                "target": f"{base}/Actions/{RESET_ACTION}",
+                "ResetType@Redfish.AllowableValues": list(state.MANAGER_RESET_TYPES),
+            }
         },
     }
 
@@ -71,7 +84,34 @@ async def get_managers(request: web.Request) -> web.Response:
 
 @node_scoped
 async def get_manager(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
-    return reply(manager_body(node))
+    return reply(manager_body(node, sim.now()))
+
+
+@node_scoped
+async def reset_manager(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
+    body = await read_json(request)
+    if "ResetType" not in body:
+        raise RedfishError(
+            400,
+            "ActionParameterMissing",
+            f"The action {RESET_ACTION} requires the parameter ResetType.",
+            RESET_ACTION,
+            "ResetType",
+        )
+    reset_type = body["ResetType"]
+    if reset_type not in state.MANAGER_RESET_TYPES:
+        raise RedfishError(
+            400,
+            "ActionParameterValueNotInList",
+            f"The value {json.dumps(reset_type)} for the parameter ResetType in the action {RESET_ACTION} "
+            "is not in the list of acceptable values.",
+            json.dumps(reset_type),
+            "ResetType",
+            RESET_ACTION,
+        )
+    node.reset_bmc(sim.now(), sim.scale)
+    sim.fleet.touch(node)
+    return no_content()
 
 
 @node_scoped
@@ -195,6 +235,7 @@ async def patch_media(request: web.Request, sim: Simulator, node: NodeState) -> 
 ROUTES = [
     ("GET", "/redfish/v1/Managers", get_managers),
     ("GET", "/redfish/v1/Managers/{node}", get_manager),
+    ("POST", f"/redfish/v1/Managers/{{node}}/Actions/{RESET_ACTION}", reset_manager),
     ("GET", "/redfish/v1/Managers/{node}/VirtualMedia", get_media_collection),
     ("GET", "/redfish/v1/Managers/{node}/VirtualMedia/{slot}", get_media),
     ("PATCH", "/redfish/v1/Managers/{node}/VirtualMedia/{slot}", patch_media),

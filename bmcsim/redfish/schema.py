@@ -50,6 +50,11 @@ TYPES = {
     "Role": "v1_3_3",
     "LogService": "v1_9_0",
     "LogEntry": "v1_21_0",
+    "Bios": "v1_2_0",
+    "SecureBoot": "v1_1_2",
+    # Measurement (the one place for an image's digest) is deprecated from v1_6_0 in favour of
+    # ComponentIntegrity, but still defined: bmcsim serves it.
+    "SoftwareInventory": "v1_13_0",
 }
 
 COLLECTIONS = (
@@ -68,9 +73,13 @@ COLLECTIONS = (
     "RoleCollection",
     "LogServiceCollection",
     "LogEntryCollection",
+    "SoftwareInventoryCollection",
 )
 
-EXTRA_NAMESPACES = {"Resource": "v1_22_0", "Settings": "v1_4_0", "Message": "v1_2_0"}
+# Namespaces of types used inside resources: Settings.v1_4_0's OperationApplyTimeSupport (Volumes),
+# Settings.v1_3_5's Settings (Bios's @Redfish.Settings).
+EXTRA_NAMESPACES = {"Resource": ("v1_22_0",), "Settings": ("v1_4_0", "v1_3_5"), "Message": ("v1_2_0",)}
+SETTINGS_TYPE = "#Settings.v1_3_5.Settings"
 
 
 def odata_type(name: str) -> str:

@@ -10,12 +10,13 @@ from .schema import COLLECTIONS, EXTRA_NAMESPACES, MANUFACTURER, REDFISH_VERSION
 
 def metadata_xml() -> str:
     """$metadata: the schema namespaces this service uses."""
+    versions = {name: (version,) for name, version in TYPES.items()} | EXTRA_NAMESPACES
     refs = [
         f'  <edmx:Reference Uri="http://redfish.dmtf.org/schemas/v1/{name}_v1.xml">\n'
         f'    <edmx:Include Namespace="{name}"/>\n'
-        f'    <edmx:Include Namespace="{name}.{version}"/>\n'
-        "  </edmx:Reference>"
-        for name, version in {**TYPES, **EXTRA_NAMESPACES}.items()
+        + "".join(f'    <edmx:Include Namespace="{name}.{version}"/>\n' for version in namespaces)
+        + "  </edmx:Reference>"
+        for name, namespaces in versions.items()
     ]
     refs += [
         f'  <edmx:Reference Uri="http://redfish.dmtf.org/schemas/v1/{name}_v1.xml">\n'

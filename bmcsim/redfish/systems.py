@@ -1,4 +1,10 @@
-"""ComputerSystems: power, one-time boot override, reset, processors (CPUs and GPUs), NICs."""
+"""ComputerSystems: power, one-time boot override, reset, processors (CPUs and GPUs), NICs.
+
+The GPUs are Processors of ProcessorType GPU beside the two CPUs. They give TotalCores and
+TotalThreads as null (not reported): those count the host's logical processors, which sushy adds
+up for its processor summary (it must equal ProcessorSummary's LogicalProcessorCount, the CPUs'),
+while the Ironic interoperability profile wants TotalThreads on every Processor.
+"""
 
 from __future__ import annotations
 
@@ -53,7 +59,7 @@ def system_body(node: NodeState, now: float) -> dict:
         "Status": {"State": "Enabled", "Health": node_health(node)},
         "PowerState": node.power_state(now),
         "IndicatorLED": node.indicator_led,
-        "BiosVersion": node.boot_firmware,
+        "BiosVersion": node.bios_version_booted,
         "Boot": {
             "BootSourceOverrideEnabled": node.boot_enabled,
             "BootSourceOverrideEnabled@Redfish.AllowableValues": list(state.BOOT_ENABLED),
@@ -73,6 +79,8 @@ def system_body(node: NodeState, now: float) -> dict:
             "Model": CPU_MODEL,
         },
         "MemorySummary": {"TotalSystemMemoryGiB": MEMORY_GIB},
+        "Bios": ref(f"{base}/Bios"),
+        "SecureBoot": ref(f"{base}/SecureBoot"),
         "Processors": ref(f"{base}/Processors"),
         "EthernetInterfaces": ref(f"{base}/EthernetInterfaces"),
         "Storage": ref(f"{base}/Storage"),
@@ -94,7 +102,7 @@ def processor_ids(node: NodeState) -> list[str]:
     return [f"CPU{i}" for i in range(CPU_COUNT)] + [f"GPU{g.index}" for g in node.spec.gpus]
 
 
-def processor_body(node: NodeState, processor_id: str) -> dict | None:
+def processor_body(node: NodeState, processor_id: str, now: float) -> dict | None:
     body = {
         "@odata.type": odata_type("Processor"),
         "@odata.id": f"/redfish/v1/Systems/{node.name}/Processors/{processor_id}",
@@ -125,8 +133,9 @@ def processor_body(node: NodeState, processor_id: str) -> dict | None:
         "Model": gpu.model,
         "SerialNumber": gpu.serial,
         "UUID": gpu.uuid.removeprefix("GPU-"),
-        "TotalCores": 132,
-        "TotalThreads": 16896,
+        "FirmwareVersion": node.firmware_shown(processor_id, now)[0],  # its VBIOS
+        "TotalCores": None,
+        "TotalThreads": None,
         "Socket": f"SXM{gpu.index}",
     }
 
@@ -213,7 +222,7 @@ async def get_processors(request: web.Request, sim: Simulator, node: NodeState) 
 
 @node_scoped
 async def get_processor(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
-    body = processor_body(node, request.match_info["processor"])
+    body = processor_body(node, request.match_info["processor"], sim.now())
     if body is None:
         raise not_found(request.path)
     return reply(body)

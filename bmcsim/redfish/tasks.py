@@ -26,7 +26,7 @@ def task_body(node: NodeState, record: dict, now: float) -> dict:
     what = (
         f"Secure erase of {node.name} drive {record['drive']}"
         if "drive" in record
-        else f"Firmware update of {node.name} to {record['firmware']}"
+        else f"Firmware update of {node.name} {', '.join(record.get('components', ['BIOS']))} to {record['firmware']}"
     )
     # A hung task (end = inf) stays at 0 %; a running one never shows 100 %.
     done = (now - record["start"]) / (record["end"] - record["start"]) if outcome == "running" else 1.0

@@ -6,6 +6,8 @@ import pytest
 
 from tests.support.bmcsim import FLEET_NODES, Bmcsim, start_bmcsim
 
+SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+
 
 @pytest.fixture(scope="session")
 def bmcsim(tmp_path_factory) -> Bmcsim:
@@ -27,3 +29,26 @@ def clean_fleet(request):
         node = f"node-{number:03d}"
         sim.patch(f"/redfish/v1/Systems/{node}", json={"Boot": {"BootSourceOverrideEnabled": "Disabled"}})
         sim.reset(node, "On")
+
+
+@pytest.fixture
+def factory_reset(bmcsim):
+    """For a test that flashes firmware, changes BIOS settings or Secure Boot, resets a BMC or fills
+    a SEL: afterwards every node is as it left the factory again. Faults go first, so a tampered
+    BIOS is not what the reboot here measures."""
+    yield
+    releases = bmcsim.get("/bmcsim/v1/firmware-releases").json()["components"]
+    assert bmcsim.delete("/bmcsim/v1/faults", timeout=30).status_code == 200
+    for number in range(1, FLEET_NODES + 1):
+        node = f"node-{number:03d}"
+        system = f"/redfish/v1/Systems/{node}"
+        for published in releases.values():
+            image = "http://127.0.0.1:9/" + published[-1]["image"]
+            r = bmcsim.post(SIMPLE_UPDATE, json={"ImageURI": image, "Targets": [system]})
+            assert r.status_code == 202, r.text
+        assert bmcsim.post(f"{system}/Bios/Actions/Bios.ResetBios", json={}).status_code == 204
+        assert bmcsim.patch(f"{system}/SecureBoot", json={"SecureBootEnable": False}).status_code == 200
+        keys = {"ResetKeysType": "ResetAllKeysToDefault"}
+        assert bmcsim.post(f"{system}/SecureBoot/Actions/SecureBoot.ResetKeys", json=keys).status_code == 204
+        bmcsim.reset(node, "ForceRestart")
+        assert bmcsim.post(f"{system}/LogServices/SEL/Actions/LogService.ClearLog", json={}).status_code == 204

@@ -50,6 +50,52 @@ def drive_sushy(bmcsim, root: sushy.Sushy) -> None:
     assert {mac.lower() for mac in system.ethernet_interfaces.summary} == set(bmcsim.node("node-002")["macs"])
 
 
+def test_sushy_reads_processors_bios_secure_boot_and_firmware_as_ironic_does(bmcsim):
+    """Ironic's inspection and its BIOS, Secure Boot and firmware interfaces go through these."""
+    root = sushy.Sushy(bmcsim.url + "/redfish/v1", username=OPERATOR[0], password=OPERATOR[1])
+    system = root.get_system("/redfish/v1/Systems/node-003")
+    try:
+        raw = bmcsim.get("/redfish/v1/Systems/node-003").json()
+        # The GPUs are Processors too, but the summary counts the host's logical processors only.
+        summary = system.processors.summary
+        assert summary.count == raw["ProcessorSummary"]["LogicalProcessorCount"] == 224
+        cpu = bmcsim.get("/redfish/v1/Systems/node-003/Processors/CPU0").json()
+        assert summary.architecture == sushy.ProcessorArchitecture(cpu["ProcessorArchitecture"])
+        assert len(system.processors.members_identities) == 2 + 8
+
+        bios = system.bios
+        assert bios.attributes["SriovGlobalEnable"] == "Enabled" and bios.attributes["BootMode"] == "Uefi"
+        bios.set_attributes({"ProcTurboMode": "Disabled"}, apply_time=sushy.ApplyTime.ON_RESET)
+        assert bios.pending_attributes == {"ProcTurboMode": "Disabled"}
+
+        secure_boot = system.secure_boot
+        assert secure_boot.enabled is False
+        assert secure_boot.current_boot == sushy.SecureBootCurrentBoot.DISABLED
+        assert secure_boot.mode == sushy.SecureBootMode.USER
+        secure_boot.set_enabled(True)
+
+        system.reset_system(sushy.ResetType.FORCE_RESTART)
+        system.refresh()
+        assert system.bios.attributes["ProcTurboMode"] == "Disabled" and system.bios.pending_attributes == {}
+        assert system.secure_boot.current_boot == sushy.SecureBootCurrentBoot.ENABLED
+
+        inventory = root.get_update_service().firmware_inventory
+        items = {item.identity: item for item in inventory.get_members()}
+        assert len(items) == 4 * (3 + 8)  # the operator sees every node's BIOS, BMC, NIC and VBIOSes
+        bios_item = items["node-003-BIOS"]
+        assert (bios_item.software_id, bios_item.version, bios_item.updateable) == ("BIOS", raw["BiosVersion"], True)
+        assert bios_item.related_item == [{"@odata.id": "/redfish/v1/Systems/node-003"}]
+        assert items["node-003-GPU5-VBIOS"].related_item == [
+            {"@odata.id": "/redfish/v1/Systems/node-003/Processors/GPU5"}
+        ]
+    finally:
+        system.secure_boot.set_enabled(False)
+        system.bios.reset_bios()
+        system.reset_system(sushy.ResetType.FORCE_RESTART)
+        root._auth.close()
+    assert bmcsim.get("/redfish/v1/Systems/node-003/Bios").json()["Attributes"]["ProcTurboMode"] == "Enabled"
+
+
 def test_dmtf_redfish_client_logs_in_with_a_session(bmcsim):
     client = redfish.redfish_client(base_url=bmcsim.url, username=OPERATOR[0], password=OPERATOR[1])
     client.login(auth="session")

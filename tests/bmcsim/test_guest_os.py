@@ -281,7 +281,10 @@ def test_the_console_over_redfish_shows_the_boot_cloud_init_and_resets(sim, medi
     system = sim.get(f"/redfish/v1/Systems/{node}").json()
     assert system["LogServices"] == {"@odata.id": f"/redfish/v1/Systems/{node}/LogServices"}
     services = sim.get(system["LogServices"]["@odata.id"]).json()
-    assert services["Members"] == [{"@odata.id": CONSOLE.format(node=node)}]
+    assert services["Members"] == [
+        {"@odata.id": CONSOLE.format(node=node)},
+        {"@odata.id": f"/redfish/v1/Systems/{node}/LogServices/SEL"},
+    ]
     service = sim.get(CONSOLE.format(node=node)).json()
     assert (service["Id"], service["LogEntryType"], service["MaxNumberOfRecords"]) == ("Console", "OEM", 500)
     entries = sim.get(service["Entries"]["@odata.id"]).json()

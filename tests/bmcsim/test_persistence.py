@@ -10,6 +10,7 @@ from tests.support.bmcsim import start_bmcsim
 def test_state_and_keys_survive_a_restart(tmp_path):
     data = tmp_path / "data"
     sim = start_bmcsim(data, nodes=2)
+    system = "/redfish/v1/Systems/node-002"
     try:
         sim.reset("node-001", "ForceOff")
         sim.patch(
@@ -26,7 +27,28 @@ def test_state_and_keys_survive_a_restart(tmp_path):
             "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
             json={"ImageURI": "http://127.0.0.1:9/GF-BIOS-2.3.1.bin", "Targets": ["/redfish/v1/Systems/node-002"]},
         )
+        # BIOS settings, one applied by the reboot below and one still pending; Secure Boot on.
+        sim.patch(f"{system}/Bios/Settings", json={"Attributes": {"ProcTurboMode": "Disabled"}})
+        sim.patch(f"{system}/SecureBoot", json={"SecureBootEnable": True})
+        sim.post(
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            json={
+                "ImageURI": "http://127.0.0.1:9/GF-VBIOS-96.00.74.00.01.bin",
+                "Targets": ["/redfish/v1/UpdateService/FirmwareInventory/node-002-GPU1-VBIOS"],
+            },
+        )
+        sim.post("/bmcsim/v1/faults", json={"node": "node-002", "kind": "firmware_tamper", "component": "NIC0"})
+        sim.post(
+            "/bmcsim/v1/faults", json={"node": "node-002", "kind": "sel", "message_id": "Environmental.1.1.0.FanFailed"}
+        )
         sim.reset("node-002", "ForceRestart")
+        sim.patch(f"{system}/Bios/Settings", json={"Attributes": {"LogicalProc": "Disabled"}})
+        sim.post("/bmcsim/v1/faults", json={"node": "node-002", "kind": "bios_tamper", "attribute": "IommuSupport"})
+        inventory = {
+            name: sim.get(f"/redfish/v1/UpdateService/FirmwareInventory/node-002-{name}").json()
+            for name in ("BIOS", "GPU1-VBIOS", "NIC0")
+        }
+        sel = sim.get(f"{system}/LogServices/SEL/Entries").json()["Members"]
         monitor = sim.post("/redfish/v1/Systems/node-002/Storage/1/Drives/1/Actions/Drive.SecureErase").headers[
             "Location"
         ]
@@ -52,6 +74,24 @@ def test_state_and_keys_survive_a_restart(tmp_path):
         assert again["quote"]["ak_cert"] == evidence["quote"]["ak_cert"]
         assert [g["cert_chain"] for g in again["gpus"]] == [g["cert_chain"] for g in evidence["gpus"]]
         assert again["event_log"] == evidence["event_log"]  # the flashed firmware and implanted kernel stay measured
+        assert again["gpus"][1]["measurements"] == evidence["gpus"][1]["measurements"]
+        for name, before in inventory.items():
+            assert sim.get(f"/redfish/v1/UpdateService/FirmwareInventory/node-002-{name}").json() == before
+        assert inventory["NIC0"]["Version"].endswith("-custom")
+        bios = sim.get(f"{system}/Bios").json()["Attributes"]
+        assert (bios["ProcTurboMode"], bios["IommuSupport"], bios["LogicalProc"]) == ("Disabled", "Disabled", "Enabled")
+        assert sim.get(f"{system}/Bios/Settings").json()["Attributes"] == {"LogicalProc": "Disabled"}
+        secure_boot = sim.get(f"{system}/SecureBoot").json()
+        assert (secure_boot["SecureBootEnable"], secure_boot["SecureBootCurrentBoot"]) == (True, "Enabled")
+        assert sim.get(f"{system}/LogServices/SEL/Entries").json()["Members"] == sel and len(sel) == 1
+        kinds = [f["kind"] for f in sim.get("/bmcsim/v1/faults").json()["faults"] if f["node"] == "node-002"]
+        assert kinds == ["xid", "implant", "firmware_tamper", "bios_tamper"]
+        # The SEL's ids go on from where they were.
+        sim.post(
+            "/bmcsim/v1/faults", json={"node": "node-002", "kind": "sel", "message_id": "Environmental.1.1.0.FanFailed"}
+        )
+        ids = [e["Id"] for e in sim.get(f"{system}/LogServices/SEL/Entries").json()["Members"]]
+        assert ids == [sel[0]["Id"], str(int(sel[0]["Id"]) + 1)]
     finally:
         sim.stop()
 
