@@ -26,12 +26,14 @@ database: setup
 # The whole system on this machine: bmcsim's fleet enrolled, then every Procfile process.
 demo: database
 	mkdir -p var
-	@echo "== starting bmcsim once to enrol its fleet, trust its vendors and list its images (its state persists in var/bmcsim)"
+	@echo "== starting bmcsim once to enrol its fleet, trust its vendors, list its images and set the firmware baseline to its newest releases (its state persists in var/bmcsim)"
 	$(PY) -m bmcsim > var/bmcsim-seed.log 2>&1 & pid=$$!; \
 	  $(PY) manage.py seed_fleet --wait 60 \
 	  && $(PY) manage.py import_trust_anchors http://127.0.0.1:8100/bmcsim/v1/roots \
 	  && $(PY) manage.py import_reference_values http://127.0.0.1:8100/bmcsim/v1/reference-values \
 	  && $(PY) manage.py import_images http://127.0.0.1:8100/bmcsim/v1/images \
+	  && $(PY) manage.py set_firmware_baseline deploy/firmware-baseline.json \
+	       --releases http://127.0.0.1:8100/bmcsim/v1/firmware-releases \
 	  && $(PY) manage.py add_address_pool p1 127.100.1.0/24 --ssh-port 2222 \
 	  && $(PY) manage.py add_address_pool p2 127.100.2.0/24 --ssh-port 2222; \
 	  status=$$?; kill $$pid; wait $$pid; exit $$status

@@ -8,7 +8,13 @@ Claims::
      "submods": {<node>: {"ear.status": "affirming" | "contraindicated",
                           "ear.trustworthiness-vector": {<AR4SI claim>: <value>, ...}}},
      "node": <node>, "failures": [{"code", "component", "expected", "found"}, ...],
-     "measurements": {<component>: <hex digest>, ...}}
+     "measurements": {<component>: <hex digest>, ...},
+     "firmware": {"baseline": <name>, "components": {<component>: {"version", "digest"}, ...},
+                  "secure_boot": "Enabled", "repaired": [<component>, ...]}}
+
+`firmware` is what the control plane's firmware check read through the node's BMC (Redfish) at
+that inspection, and what it repaired there; a result of a node without a firmware baseline, or
+signed before there were any, has none.
 
 The JWT header carries `kid`, the RFC 7638 thumbprint of the signing key, so anyone holding
 the JWKS can verify a result offline with any JWT library; gpufleet_client.offline_verification
@@ -93,6 +99,7 @@ def sign_result(
     private_key: Ed25519PrivateKey,
     kid: str,
     now: datetime,
+    firmware: dict | None = None,
 ) -> str:
     claims = {
         "eat_profile": EAR_PROFILE,
@@ -112,6 +119,8 @@ def sign_result(
         ],
         "measurements": dict(verdict.measurements),
     }
+    if firmware is not None:
+        claims["firmware"] = firmware
     return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
 
 

@@ -34,6 +34,9 @@ class NotConfigured(Exception):
 class NodeToAppraise:
     identity: verifier.NodeIdentity  # name, serial and the GPUs expected
     gpu_models: Collection[str]  # the node's class: which policy applies
+    # What the caller's firmware check found the node running (and repaired), as its BMC reports it:
+    # signed into the result as read, for the tenant; None where no firmware was checked.
+    firmware: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ def appraise(*, node: NodeToAppraise, evidence: object, nonce: bytes, now: datet
         private_key=key,
         kid=kid,
         now=now,
+        firmware=node.firmware,
     )
     return Appraisal(verdict=verdict, token=token, kid=kid, policy=policy.name)
 

@@ -1,7 +1,9 @@
 """Wipe and re-inspection of a whole fleet by real Celery workers against bmcsim at SIM_TIME_SCALE=0.
 
 Builds its own database (gpufleet_bench_lifecycle), starts a private Redis, bmcsim with N nodes,
-workers and beat as the end-to-end tests do, enrols the nodes, lets the workers inspect them once
+workers and beat as the end-to-end tests do, enrols the nodes and sets the demo's firmware baseline
+(deploy/firmware-baseline.json with bmcsim's newest releases: every inspection checks firmware, BIOS
+settings and Secure Boot, and the first turns Secure Boot on), lets the workers inspect them once
 (setup), then sends every node to wiping at once and times until each is wiped and inspected again.
 Prints nodes per minute, Redfish and agent calls per node, and where a node's time went (BMC,
 agent, database, the rest of the worker), from the figures each workflow run records with its
@@ -25,6 +27,7 @@ from tests.support.bmcsim import start_bmcsim
 from tests.support.processes import RedisServer, start_beat, start_worker
 
 BENCH_DB = "gpufleet_bench_lifecycle"
+FIRMWARE_BASELINE = "deploy/firmware-baseline.json"
 
 COUNT_INSPECTED = """
 import django; django.setup()
@@ -90,6 +93,8 @@ def main() -> None:
         processes.append(start_bmcsim(scratch / "bmcsim", nodes=args.nodes, timeout=120))
         env["BMCSIM_URL"] = processes[-1].url
         run(sys.executable, "manage.py", "seed_fleet", "--bmcsim-url", env["BMCSIM_URL"], "--wait", "30", env=env)
+        releases = f"{env['BMCSIM_URL']}/bmcsim/v1/firmware-releases"
+        run(sys.executable, "manage.py", "set_firmware_baseline", FIRMWARE_BASELINE, "--releases", releases, env=env)
         processes.append(start_worker("worker", env, scratch, concurrency=args.workers, loglevel="WARNING"))
         processes.append(start_beat(env, scratch, loglevel="WARNING"))
         print(f"first inspection of {args.nodes} nodes (setup) ...", file=sys.stderr)

@@ -10,7 +10,18 @@ from django.template.response import TemplateResponse
 from core.admin_permissions import has_permission
 from fleet import lifecycle
 from fleet.bmc_access import BMCAddressRefused, check_bmc_url
-from fleet.models import GPU, AddressPool, AuditEvent, Image, Node, NodeAddress, Pod, Rack
+from fleet.models import (
+    GPU,
+    AddressPool,
+    AuditEvent,
+    FirmwareBaseline,
+    FirmwareBaselineComponent,
+    Image,
+    Node,
+    NodeAddress,
+    Pod,
+    Rack,
+)
 from fleet.services import (
     BMC_ACCESS_FIELDS,
     SECRET_ACCESS_FIELDS,
@@ -254,3 +265,22 @@ class AddressPoolAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         # Addresses handed out from it would fall outside a changed network.
         return ["network", "pod"] if obj is not None and obj.addresses.exists() else []
+
+
+class FirmwareBaselineComponentInline(admin.TabularInline):
+    model = FirmwareBaselineComponent
+    extra = 0
+    min_num = 1  # a baseline of no component knows none: every node of its class would be quarantined
+    validate_min = True
+    fields = ["component", "version", "sha256", "image"]
+
+
+@admin.register(FirmwareBaseline)
+class FirmwareBaselineAdmin(admin.ModelAdmin):
+    """What inspection holds every node of a class to after every wipe (fleet/firmware.py): a node
+    off it is repaired with the baseline's images and settings, or quarantined firmware_drift."""
+
+    list_display = ["name", "gpu_model", "secure_boot_required", "updated_at"]
+    search_fields = ["name", "gpu_model"]
+    readonly_fields = ["updated_at"]
+    inlines = [FirmwareBaselineComponentInline]

@@ -33,6 +33,7 @@ class Event(enum.StrEnum):
     INSPECTION_PASSED = "inspection_passed"
     INSPECTION_FAILED = "inspection_failed"
     DIAGNOSTIC_FAILED = "diagnostic_failed"
+    FIRMWARE_DRIFT = "firmware_drift"
     ATTESTATION_PASSED = "attestation_passed"
     ATTESTATION_FAILED = "attestation_failed"
     PROVISION_REQUESTED = "provision_requested"
@@ -69,6 +70,8 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     # A diagnostics test failed: at inspection, or in a run on an idle node (workflows/idle_diagnostics.py)
     # whose verdict may arrive just as placement takes the node; a tenant never gets a failing GPU.
     **{(state, E.DIAGNOSTIC_FAILED): S.QUARANTINED for state in (S.INSPECTING, S.AVAILABLE, S.PROVISIONING)},
+    # Firmware, BIOS settings or Secure Boot off the node class's baseline, and not repaired.
+    (S.INSPECTING, E.FIRMWARE_DRIFT): S.QUARANTINED,
     (S.INSPECTING, E.ATTESTATION_PASSED): S.AVAILABLE,
     (S.INSPECTING, E.ATTESTATION_FAILED): S.QUARANTINED,
     (S.AVAILABLE, E.PROVISION_REQUESTED): S.PROVISIONING,

@@ -10,11 +10,13 @@ import ipaddress
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
+from django.db.models.lookups import Exact
 
-from fleet import diagnostics, lifecycle
+from core.validation import Invalid
+from fleet import diagnostics, firmware, lifecycle
 
 NodeState = models.TextChoices("NodeState", [(s.name, s.value) for s in lifecycle.State])
 NodeEvent = models.TextChoices("NodeEvent", [(e.name, e.value) for e in lifecycle.Event])
@@ -28,6 +30,7 @@ class AuditOnlyEvent(models.TextChoices):
     RESULT_DISCARDED = "result_discarded"
     BMC_CHANGED = "bmc_changed", "BMC access changed"
     POWER_ACTION = "power_action", "power action"
+    FIRMWARE_CHECKED = "firmware_checked", "firmware checked"
 
 
 SHA256_HEX = r"^[0-9a-f]{64}$"
@@ -344,3 +347,84 @@ class ConfigDrive(models.Model):
 
     def __str__(self):
         return f"config drive of {self.node.name}"
+
+
+class FirmwareBaseline(models.Model):
+    """What every node of a class (its GPU model) must run: each firmware component's version and
+    digest and the image that installs them, BIOS attributes, Secure Boot. Inspection compares a
+    node with it after every wipe and repairs or quarantines (fleet/firmware.py)."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    gpu_model = models.CharField(
+        max_length=128, blank=True, help_text="Nodes with this GPU model; empty: every node no other baseline matches."
+    )
+    bios_attributes = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Attributes the BIOS must hold, as its Redfish Bios resource names them: {"SriovEnable": true}.',
+    )
+    secure_boot_required = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["gpu_model", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu_model"], name="firmware_baseline_one_per_node_class"),
+            models.CheckConstraint(
+                condition=Exact(
+                    Func(F("bios_attributes"), function="jsonb_typeof", output_field=models.TextField()), "object"
+                ),
+                name="firmware_baseline_bios_attributes_object",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    def clean(self):
+        try:
+            firmware.parse_bios_attributes(self.bios_attributes, "bios_attributes")
+        except Invalid as error:
+            raise ValidationError({"bios_attributes": str(error)}) from error
+
+    def as_baseline(self) -> firmware.Baseline:
+        return firmware.Baseline(
+            name=self.name,
+            gpu_model=self.gpu_model,
+            components={c.component: firmware.Expected(c.version, c.sha256, c.image) for c in self.components.all()},
+            bios_attributes=dict(self.bios_attributes),
+            secure_boot_required=self.secure_boot_required,
+        )
+
+
+class FirmwareBaselineComponent(models.Model):
+    """One component a baseline expects: by kind (a Redfish SoftwareId, "VBIOS": every GPU's) or by
+    one component's name ("GPU3 VBIOS"), which wins over its kind."""
+
+    baseline = models.ForeignKey(FirmwareBaseline, on_delete=models.CASCADE, related_name="components")
+    component = models.CharField(max_length=64, help_text='"BIOS", "BMC", "VBIOS", "NIC", or one: "NIC0".')
+    version = models.CharField(max_length=128)
+    sha256 = models.CharField(max_length=64, verbose_name="SHA-256", help_text="Its digest (lower-case hex).")
+    image = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The file that installs it, under GPUFLEET_FIRMWARE_IMAGE_BASE_URL; empty: a drift quarantines.",
+    )
+
+    class Meta:
+        ordering = ["baseline", "component"]
+        constraints = [
+            models.UniqueConstraint(fields=["baseline", "component"], name="firmware_component_once_per_baseline"),
+            models.CheckConstraint(
+                condition=Q(component__regex=f"^{firmware.COMPONENT.pattern}$"), name="firmware_component_named"
+            ),
+            models.CheckConstraint(condition=~Q(version=""), name="firmware_component_has_version"),
+            models.CheckConstraint(condition=Q(sha256__regex=SHA256_HEX), name="firmware_component_sha256_is_hex"),
+            models.CheckConstraint(
+                condition=Q(image="") | Q(image__regex=f"^{firmware.IMAGE.pattern}$"),
+                name="firmware_component_image_is_a_file_name",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.baseline.name} {self.component} {self.version}"

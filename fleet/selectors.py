@@ -7,8 +7,17 @@ from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Now
 
-from fleet import diagnostics, lifecycle
-from fleet.models import ConfigDrive, IdleDiagnosticRun, IdleDiagnosticStatus, Node
+from fleet import diagnostics, firmware, lifecycle
+from fleet.models import (
+    GPU,
+    AuditEvent,
+    AuditOnlyEvent,
+    ConfigDrive,
+    FirmwareBaseline,
+    IdleDiagnosticRun,
+    IdleDiagnosticStatus,
+    Node,
+)
 
 
 def _unleased_owing_work() -> QuerySet[Node]:
@@ -60,3 +69,26 @@ def due_for_idle_diagnostics(*, limit: int) -> list[int]:
 
 def running_idle_diagnostics(*, node_id: int) -> IdleDiagnosticRun | None:
     return IdleDiagnosticRun.objects.filter(node_id=node_id, status=IdleDiagnosticStatus.RUNNING).first()
+
+
+def firmware_baseline_for(*, node_id: int) -> firmware.Baseline | None:
+    """The baseline of the node's class (its GPU model), else the default one (no GPU model), else none."""
+    models = GPU.objects.filter(node_id=node_id).values("model")
+    baseline = (
+        FirmwareBaseline.objects.filter(Q(gpu_model__in=models) | Q(gpu_model=""))
+        .order_by("-gpu_model")
+        .prefetch_related("components")
+        .first()
+    )
+    return baseline.as_baseline() if baseline is not None else None
+
+
+def firmware_checked_in_this_state(node: Node) -> dict | None:
+    """What the node's firmware check of its current inspection read and repaired (its
+    `firmware_checked` audit row), or None if there was none."""
+    return (
+        AuditEvent.objects.filter(node_id=node.pk, event=AuditOnlyEvent.FIRMWARE_CHECKED, at__gte=node.state_since)
+        .order_by("-id")
+        .values_list("detail", flat=True)
+        .first()
+    )

@@ -21,7 +21,7 @@ from django.db.models.functions import Now
 
 from core.due_work import take_due
 from core.errors import Conflict, TooMany
-from fleet import diagnostics, leases, lifecycle, selectors
+from fleet import diagnostics, firmware, leases, lifecycle, selectors
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_host, check_bmc_url
 from fleet.catalogue import ImageRecord
 from fleet.inventory import NodeRecord
@@ -32,6 +32,8 @@ from fleet.models import (
     AuditEvent,
     AuditOnlyEvent,
     ConfigDrive,
+    FirmwareBaseline,
+    FirmwareBaselineComponent,
     IdleDiagnosticRun,
     IdleDiagnosticStatus,
     Image,
@@ -559,3 +561,48 @@ def end_idle_diagnostics(*, run_id: int, status: IdleDiagnosticStatus, actor: st
                 detail={"idle_diagnostic_run": run_id, "level": run.level},
             )
     return status
+
+
+# -- firmware baselines -------------------------------------------------------------------------
+
+
+def set_firmware_baselines(baselines: Iterable[firmware.Baseline]) -> tuple[int, int]:
+    """Make each the baseline of its node class (its GPU model), replacing the class's old one
+    whole; (added, replaced). IntegrityError if a name is another class's baseline's."""
+    added = replaced = 0
+    with transaction.atomic():
+        for baseline in baselines:
+            row, created = FirmwareBaseline.objects.update_or_create(
+                gpu_model=baseline.gpu_model,
+                defaults={
+                    "name": baseline.name,
+                    "bios_attributes": dict(baseline.bios_attributes),
+                    "secure_boot_required": baseline.secure_boot_required,
+                },
+            )
+            row.components.all().delete()
+            FirmwareBaselineComponent.objects.bulk_create(
+                FirmwareBaselineComponent(
+                    baseline=row, component=name, version=expected.version, sha256=expected.sha256, image=expected.image
+                )
+                for name, expected in baseline.components.items()
+            )
+            if created:
+                added += 1
+            else:
+                replaced += 1
+    return added, replaced
+
+
+def record_firmware_check(*, node: Node, actor: str, baseline: str, found: firmware.Found, repaired: list[str]) -> None:
+    """Audit that the node runs its baseline: what it runs, and what this inspection repaired to get
+    there. Attestation signs it into the node's result (selectors.firmware_checked_in_this_state)."""
+    AuditEvent.objects.create(
+        node=node,
+        actor=actor,
+        event=AuditOnlyEvent.FIRMWARE_CHECKED,
+        from_state=node.state,
+        to_state=node.state,
+        reason=f"matches baseline {baseline}" + (f" after repairing {', '.join(repaired)}" if repaired else ""),
+        detail={"baseline": baseline, **found.facts(), "repaired": repaired},
+    )

@@ -302,6 +302,12 @@ WORKFLOW_HOLD_SECONDS = float(os.environ.get("GPUFLEET_WORKFLOW_HOLD_SECONDS", "
 WORKFLOW_RECHECK_MAX_SECONDS = float(os.environ.get("GPUFLEET_WORKFLOW_RECHECK_MAX_SECONDS", "60"))
 AGENT_BOOT_TIMEOUT = float(os.environ.get("GPUFLEET_AGENT_BOOT_TIMEOUT", "600"))
 WIPE_TIMEOUT = float(os.environ.get("GPUFLEET_WIPE_TIMEOUT", "3600"))
+# Firmware baselines (fleet/firmware.py): where BMCs fetch the images a repair flashes (a baseline
+# names each image's file), and how long the BMCs' update tasks may take together.
+FIRMWARE_IMAGE_BASE_URL = os.environ.get(
+    "GPUFLEET_FIRMWARE_IMAGE_BASE_URL", "http://images.gpufleet.internal/firmware"
+).rstrip("/")
+FIRMWARE_UPDATE_TIMEOUT = float(os.environ.get("GPUFLEET_FIRMWARE_UPDATE_TIMEOUT", "1800"))
 # How long a node may stay in a state that owes work, every retry included, before it fails.
 INSPECTION_DEADLINE = float(os.environ.get("GPUFLEET_INSPECTION_DEADLINE", "3600"))
 PROVISION_DEADLINE = float(os.environ.get("GPUFLEET_PROVISION_DEADLINE", "3600"))

@@ -19,6 +19,7 @@ and kombu's Redis transport cannot give them back when the broker restarts (the 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -31,7 +32,7 @@ from django.utils import timezone
 
 from attestation import services as attestation
 from attestation import verifier
-from fleet import diagnostics, leases, lifecycle, selectors, services
+from fleet import diagnostics, firmware, leases, lifecycle, selectors, services
 from fleet.leases import Lease, LeaseLost, record_discarded_result
 from fleet.models import GPU, AuditEvent, AuditOnlyEvent, IdleDiagnosticRun, IdleDiagnosticStatus, Node
 from reservations.models import Reservation
@@ -57,9 +58,28 @@ S, E = lifecycle.State, lifecycle.Event
 class StepFailed(Exception):
     """The workflow cannot succeed: apply its failure event with this reason."""
 
+    event: lifecycle.Event | None = None  # another event than the workflow's failure, whose reason says it all
+
 
 class DiagnosticFailed(StepFailed):
     """A diagnostics test failed: apply diagnostic_failed, with the test and GPU as the reason."""
+
+    event = E.DIAGNOSTIC_FAILED
+
+
+class FirmwareDrift(StepFailed):
+    """The node is off its firmware baseline and no repair brings it back (none can, or one
+    failed): apply firmware_drift, naming each component, what was expected and what was found."""
+
+    event = E.FIRMWARE_DRIFT
+
+
+@dataclass(frozen=True)
+class GoOnAt:
+    """What a step returns when the steps after it, up to `step`, have nothing to do: a firmware
+    check that finds nothing to repair goes on past the repair."""
+
+    step: Callable[[Run], object]
 
 
 class NotYet(Exception):
@@ -143,6 +163,13 @@ class Run:
 
 
 # -- steps -----------------------------------------------------------------------------------
+
+
+def _handed_on(run: Run) -> dict:
+    """What the step before handed on to the current one: kept in the current step's audit row,
+    for whichever visit resumes it."""
+    current = AuditEvent.objects.filter(node_id=run.node.pk, event=AuditOnlyEvent.STEP_CHANGED, reason=run.step)
+    return current.latest("id").detail
 
 
 def _boot_image(run: Run, image_url: str) -> None:
@@ -252,6 +279,110 @@ def wait_for_agent(run: Run) -> None:
     run.wait_until("the node's agent to answer", answers, settings.AGENT_BOOT_TIMEOUT)
 
 
+@functools.cache
+def _warn_of_nodes_without_baseline() -> None:
+    """Once a process: firmware is not checked where no baseline applies (a fleet that has none yet)."""
+    log.warning(
+        "a node without a firmware baseline is inspected without a firmware check: "
+        "set baselines in the admin or with manage.py set_firmware_baseline"
+    )
+
+
+def _read_firmware(run: Run) -> firmware.Found:
+    return firmware.Found(
+        components=firmware.installed_components(
+            run.bmc.firmware_inventory(), system=run.bmc.system_path, managers=run.bmc.managers()
+        ),
+        bios_attributes=run.bmc.bios_attributes(),
+        secure_boot=firmware.secure_boot(run.bmc.secure_boot()),
+    )
+
+
+def check_firmware(run: Run) -> dict | GoOnAt:
+    """Compare the node's firmware, BIOS attributes and Secure Boot, as its BMC reports them, with
+    its class's baseline. A node that runs the baseline goes on to check_inventory. A drift the
+    baseline can repair starts the repair: each drifting component flashed with the baseline's
+    image (the task monitors go to the next step), the BIOS settings patched, Secure Boot enabled.
+    Any other drift quarantines the node at once, left as it was found for whoever looks at it."""
+    baseline = selectors.firmware_baseline_for(node_id=run.node.pk)
+    if baseline is None:
+        _warn_of_nodes_without_baseline()
+        return GoOnAt(check_inventory)
+    found = _read_firmware(run)
+    drifts = firmware.compare(baseline, found)
+    if not drifts:
+        services.record_firmware_check(node=run.node, actor=run.actor, baseline=baseline.name, found=found, repaired=[])
+        return GoOnAt(check_inventory)
+    if not all(drift.repairable for drift in drifts):
+        raise FirmwareDrift(firmware.describe(drifts))
+    repair = firmware.plan(baseline, found)
+    monitors = {}
+    try:
+        for flash in repair.flashes:
+            image = f"{settings.FIRMWARE_IMAGE_BASE_URL}/{flash.image}"
+            if (monitor := run.bmc.simple_update(image, flash.target)) is not None:
+                monitors[flash.component] = monitor
+        if repair.bios_settings:
+            run.bmc.set_bios_settings(dict(repair.bios_settings))
+        if repair.enable_secure_boot:
+            run.bmc.enable_secure_boot()
+    except BMCPermanentError as refused:
+        raise FirmwareDrift(f"{firmware.describe(drifts)}; the BMC refused the repair: {refused}") from refused
+    log.info("%s: repairing firmware drift: %s", run.node.name, firmware.describe(drifts))
+    return {
+        "drifts": [str(drift) for drift in drifts],
+        "repairing": [drift.component for drift in drifts],
+        "monitors": monitors,
+        "reboot": repair.reboot,
+    }
+
+
+def finish_firmware_update(run: Run) -> dict:
+    """Wait for every flash check_firmware started, then boot the service image again if the repair
+    takes effect at boot (a BIOS flash, BIOS settings, Secure Boot). A flash that fails or outlasts
+    GPUFLEET_FIRMWARE_UPDATE_TIMEOUT fails the repair: firmware_drift."""
+    repair = _handed_on(run)
+    pending = dict(repair["monitors"])
+    drifts = "; ".join(repair["drifts"])
+
+    def finished() -> bool:
+        for component, monitor in list(pending.items()):
+            done, state = run.bmc.task_status(monitor)
+            if done and not state.startswith("Completed"):
+                raise FirmwareDrift(f"{drifts}; the reflash of {component} ended {state}")
+            if done:
+                del pending[component]
+        return not pending
+
+    try:
+        run.wait_until("the firmware updates", finished, settings.FIRMWARE_UPDATE_TIMEOUT)
+    except FirmwareDrift:
+        raise
+    except StepFailed as timed_out:
+        raise FirmwareDrift(f"{drifts}; {timed_out}") from timed_out
+    if repair["reboot"]:
+        boot_service_image(run)
+    return {"drifts": repair["drifts"], "repairing": repair["repairing"]}
+
+
+def recheck_firmware(run: Run) -> None:
+    """Once the repaired node's agent answers again, read its firmware again: one repair is all it
+    gets, and whatever still drifts quarantines it. A node that runs its baseline now has what was
+    repaired in its firmware_checked audit row, and in its signed attestation result."""
+    repair = _handed_on(run)
+    wait_for_agent(run)
+    baseline = selectors.firmware_baseline_for(node_id=run.node.pk)
+    if baseline is None:  # taken away during the repair
+        _warn_of_nodes_without_baseline()
+        return
+    found = _read_firmware(run)
+    if drifts := firmware.compare(baseline, found):
+        raise FirmwareDrift(f"{firmware.describe(drifts)} (after repairing {', '.join(repair['repairing'])})")
+    services.record_firmware_check(
+        node=run.node, actor=run.actor, baseline=baseline.name, found=found, repaired=repair["repairing"]
+    )
+
+
 def check_inventory(run: Run) -> None:
     """Compare what the node reports with what was enrolled; any missing or changed GPU fails it."""
     try:
@@ -309,11 +440,7 @@ def start_diagnostics(run: Run) -> dict:
 def wait_for_diagnostics(run: Run) -> None:
     """Wait for the run start_diagnostics started (its level and start, in this step's audit row,
     for whichever visit resumes the wait); record the pass, or fail naming the test and GPU."""
-    started = (
-        AuditEvent.objects.filter(node_id=run.node.pk, event=AuditOnlyEvent.STEP_CHANGED, reason="wait_for_diagnostics")
-        .latest("id")
-        .detail
-    )
+    started = _handed_on(run)
     level = started["level"]
     if level is None:
         return
@@ -335,7 +462,8 @@ def wait_for_diagnostics(run: Run) -> None:
 
 
 def _to_appraise(node: Node) -> attestation.NodeToAppraise:
-    """What attestation needs to know of the node: who it is, the GPUs it must have, its class."""
+    """What attestation needs to know of the node: who it is, the GPUs it must have, its class,
+    and the firmware this inspection found it running (and repaired), for the signed result."""
     gpus = list(GPU.objects.filter(node=node).order_by("index"))
     return attestation.NodeToAppraise(
         identity=verifier.NodeIdentity(
@@ -344,6 +472,7 @@ def _to_appraise(node: Node) -> attestation.NodeToAppraise:
             gpus=tuple(verifier.GPUIdentity(gpu.index, gpu.uuid, gpu.serial) for gpu in gpus),
         ),
         gpu_models=frozenset(gpu.model for gpu in gpus),
+        firmware=selectors.firmware_checked_in_this_state(node),
     )
 
 
@@ -400,10 +529,7 @@ def start_drive_erase(run: Run) -> dict:
 
 
 def wait_for_drive_erase(run: Run) -> None:
-    started = AuditEvent.objects.filter(
-        node_id=run.node.pk, event=AuditOnlyEvent.STEP_CHANGED, reason="wait_for_drive_erase"
-    ).latest("id")
-    pending = dict(started.detail["monitors"])
+    pending = dict(_handed_on(run)["monitors"])
 
     def finished() -> bool:
         for drive, monitor in list(pending.items()):
@@ -441,7 +567,17 @@ class Workflow:
 
 WORKFLOWS: dict[lifecycle.State, Workflow] = {
     S.INSPECTING: Workflow(
-        steps=(boot_service_image, wait_for_agent, check_inventory, start_diagnostics, wait_for_diagnostics, attest),
+        steps=(
+            boot_service_image,
+            wait_for_agent,
+            check_firmware,
+            finish_firmware_update,
+            recheck_firmware,
+            check_inventory,
+            start_diagnostics,
+            wait_for_diagnostics,
+            attest,
+        ),
         succeeded=None,
         failed=E.INSPECTION_FAILED,
         deadline_setting="INSPECTION_DEADLINE",
@@ -535,15 +671,20 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
         if waited > deadline:
             raise StepFailed(f"still {run.node.state} after {waited:.0f}s (deadline {deadline:g}s, retries included)")
         handed_on = None  # what a step returned for the next one: audited with it, read from there
+        go_on_at = None  # the step to go on at, past those with nothing to do
         for step in _remaining_steps(workflow, run):
+            if go_on_at is not None and step.__name__ != go_on_at.__name__:
+                continue
             current = run.step = step.__name__
             if not leases.set_step(run.lease, step=current, actor=run.actor, detail=handed_on):
                 return "lease lost"
-            handed_on = step(run)
+            handed_on, go_on_at = step(run), None
+            if isinstance(handed_on, GoOnAt):
+                handed_on, go_on_at = None, handed_on.step
     except (StepFailed, BMCPermanentError) as failure:
         event, reason = workflow.failed, f"{current}: {failure}"
-        if isinstance(failure, DiagnosticFailed):  # the test and GPU say it all
-            event, reason = E.DIAGNOSTIC_FAILED, str(failure)
+        if isinstance(failure, StepFailed) and failure.event is not None:
+            event, reason = failure.event, str(failure)
         log.warning("%s: %s failed at %s", run.node.name, run.node.state, reason)
         run.next_lease = _complete_and_go_on(run, event=event, reason=reason)
         return event.value

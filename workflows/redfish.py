@@ -1,7 +1,8 @@
 """A Redfish client for one node's BMC, on requests.
 
 Why not OpenStack's sushy: the workflows need a handful of calls (power, one-time boot,
-virtual media, drive secure erase with task polling) with our own retry policy and errors
+virtual media, drive secure erase and firmware updates with task polling, BIOS settings, Secure
+Boot) with our own retry policy and errors
 that name the node and the call; sushy brings a resource model and its own retry and error
 handling for all of Redfish. The tests drive this client against OpenStack's sushy-tools
 emulator as well as bmcsim, so it speaks Redfish as others do.
@@ -328,12 +329,68 @@ class RedfishClient:
     def secure_erase(self, drive: str) -> str | None:
         """Start a secure erase; the task monitor to poll, or None if the BMC finished at once."""
         response = self.request("POST", f"{drive}/Actions/Drive.SecureErase", json={}, call=f"SecureErase {drive}")
-        if response.status_code == 202:
-            monitor = response.headers.get("Location")
-            if not monitor:
-                raise BMCPermanentError(self.access.node, f"SecureErase {drive}", "202 without a task monitor")
-            return monitor
-        return None
+        return self._task_monitor(response, f"SecureErase {drive}")
+
+    def _task_monitor(self, response: requests.Response, call: str) -> str | None:
+        """The task monitor of an action the BMC accepted (202), or None if it finished at once."""
+        if response.status_code != 202:
+            return None
+        monitor = response.headers.get("Location")
+        if not monitor:
+            raise BMCPermanentError(self.access.node, call, "202 without a task monitor")
+        return monitor
+
+    # -- firmware, BIOS settings, Secure Boot ------------------------------------------------
+
+    @functools.cached_property
+    def _system_as_first_read(self) -> dict:
+        """The System once per client: where its Bios, SecureBoot and Managers are does not change."""
+        return self.system()
+
+    def _linked(self, name: str) -> str:
+        return self._system_as_first_read.get(name, {}).get("@odata.id") or f"{self.system_path}/{name}"
+
+    def managers(self) -> list[str]:
+        """The Managers (BMCs) of the node's System."""
+        managed_by = self._system_as_first_read.get("Links", {}).get("ManagedBy", [])
+        return [m["@odata.id"] for m in managed_by if isinstance(m, dict) and "@odata.id" in m]
+
+    def firmware_inventory(self) -> list[dict]:
+        """Every member of the UpdateService's FirmwareInventory (Redfish SoftwareInventory): all
+        this credential sees, which fleet.firmware.installed_components sorts by node."""
+        service = self.get("/redfish/v1/UpdateService")
+        collection = service.get("FirmwareInventory", {}).get(
+            "@odata.id", "/redfish/v1/UpdateService/FirmwareInventory"
+        )
+        return [self.get(member["@odata.id"]) for member in self.get(collection).get("Members", [])]
+
+    def simple_update(self, image_uri: str, target: str) -> str | None:
+        """Flash `image_uri` onto `target` (an inventory item, or the System for its BIOS); the task
+        monitor to poll, or None if the BMC finished at once."""
+        response = self.request(
+            "POST",
+            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            json={"ImageURI": image_uri, "TransferProtocol": urlsplit(image_uri).scheme.upper(), "Targets": [target]},
+            call=f"SimpleUpdate {image_uri} onto {target}",
+        )
+        return self._task_monitor(response, f"SimpleUpdate {image_uri}")
+
+    def bios_attributes(self) -> dict:
+        found = self.get(self._linked("Bios")).get("Attributes")
+        return found if isinstance(found, dict) else {}
+
+    def set_bios_settings(self, attributes: dict) -> None:
+        """Ask for BIOS attributes at the next boot, through the Bios resource's settings object."""
+        bios = self._linked("Bios")
+        settings = self.get(bios).get("@Redfish.Settings", {}).get("SettingsObject", {}).get("@odata.id")
+        self.request("PATCH", settings or f"{bios}/Settings", json={"Attributes": attributes}, call="BIOS settings")
+
+    def secure_boot(self) -> dict:
+        return self.get(self._linked("SecureBoot"))
+
+    def enable_secure_boot(self) -> None:
+        """Secure Boot on from the next boot."""
+        self.request("PATCH", self._linked("SecureBoot"), json={"SecureBootEnable": True}, call="enable Secure Boot")
 
     def task_status(self, monitor: str) -> tuple[bool, str]:
         """(done, outcome) of a task: outcome is its TaskState, then its messages if it failed."""

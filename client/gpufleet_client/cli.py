@@ -604,6 +604,8 @@ def verdict_details(node: str, checked) -> str:
     text = f"{node}: {verdict}\n\n{lines}"
     if isinstance(measurements, dict) and measurements:
         text += "\n\n" + table(("COMPONENT", "MEASUREMENT"), sorted(measurements.items()))
+    if firmware := verification.firmware_facts(claims):
+        text += "\n\n" + table(("FIRMWARE", "VERSION", "DIGEST", "REPAIRED"), firmware)
     return text
 
 

@@ -23,6 +23,8 @@ Exit status:
 
 Every reason for a status other than 0 goes to stderr, one a line. The claims go to stdout whenever
 the signature verifies, so a refused result can be read; only status 0 means it is the answer.
+Among them, `firmware` (when the node has a firmware baseline) lists each firmware component's
+version and digest as the node's BMC reported them at that inspection, and what it repaired.
 """
 
 from __future__ import annotations
@@ -176,6 +178,24 @@ def contraindicated(claims: dict, *, node: str | None) -> list[str]:
             else:
                 reasons.append(str(failure))
     return reasons
+
+
+def firmware_facts(claims: dict) -> list[tuple[str, str, str, bool]]:
+    """(component, version, digest, repaired at that inspection) of each firmware component the
+    result's `firmware` claim lists, as the node's BMC reported them when the control plane checked
+    them against the node's baseline. Empty for a result without the claim: it is not required
+    (a node without a baseline, or a result signed before there were any)."""
+    facts = claims.get("firmware")
+    components = facts.get("components") if isinstance(facts, dict) else None
+    if not isinstance(components, dict):
+        return []
+    repaired = facts.get("repaired")
+    repaired = set(repaired) if isinstance(repaired, list) and all(isinstance(r, str) for r in repaired) else set()
+    return [
+        (str(name), str(component.get("version", "")), str(component.get("digest", "")), name in repaired)
+        for name, component in sorted(components.items())
+        if isinstance(component, dict)
+    ]
 
 
 def nonce_readings(text: str) -> frozenset[bytes]:

@@ -55,6 +55,30 @@ def test_a_contraindicated_result_carries_the_ear_claims_and_every_failure(key, 
     assert claims["measurements"] == {"kernel": "cd" * 32}
 
 
+FIRMWARE = {
+    "baseline": "h100",
+    "components": {"BMC": {"version": "GF-BMC 1.5.0", "digest": "ef" * 32}},
+    "secure_boot": "Enabled",
+    "repaired": ["BMC"],
+}
+
+
+def test_the_firmware_a_check_read_is_signed_as_given_and_absent_without_one(key, keys):
+    kid = ear.key_id(key.public_key())
+    token = ear.sign_result(
+        verdict=AFFIRMING,
+        node="node-001",
+        nonce=NONCE,
+        verifier_id="gpu-fleet 1.0",
+        private_key=key,
+        kid=kid,
+        now=NOW,
+        firmware=FIRMWARE,
+    )
+    assert verify_result(token, keys)["firmware"] == FIRMWARE
+    assert "firmware" not in verify_result(signed(AFFIRMING, key), keys)
+
+
 def test_an_affirming_result_has_an_all_affirming_vector(key, keys):
     claims = verify_result(signed(AFFIRMING, key), keys)
     assert claims["submods"]["node-001"]["ear.status"] == "affirming"

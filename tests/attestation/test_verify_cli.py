@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from gpufleet_client import offline_verification
 
 from attestation import ear
 from attestation.verifier import Failure, Verdict, new_nonce
@@ -228,3 +229,20 @@ def test_the_result_can_come_from_stdin(signer):
         timeout=30,
     )
     assert completed.returncode == 0, completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("claims", "facts"),
+    [
+        ({}, []),  # a result signed before firmware baselines, or of a node without one
+        ({"firmware": "BIOS 2.4"}, []),
+        ({"firmware": {"components": ["BIOS"]}}, []),
+        (
+            {"firmware": {"components": {"BMC": {"version": "1.5", "digest": "ef"}, "NIC0": 7}, "repaired": ["BMC"]}},
+            [("BMC", "1.5", "ef", True)],
+        ),
+        ({"firmware": {"components": {"BMC": {"version": "1.5"}}, "repaired": "BMC"}}, [("BMC", "1.5", "", False)]),
+    ],
+)
+def test_firmware_facts_are_read_as_far_as_they_are_well_formed_and_never_required(claims, facts):
+    assert offline_verification.firmware_facts(claims) == facts

@@ -30,7 +30,9 @@ def signing_key(settings, tmp_path):
     settings.GPUFLEET_SIGNING_KEY = str(tmp_path)
 
 
-def attest(node: Node, verdict: Verdict = AFFIRMING, *, nonce: bytes = NONCE, signed_at=None) -> str:
+def attest(
+    node: Node, verdict: Verdict = AFFIRMING, *, nonce: bytes = NONCE, signed_at=None, firmware: dict | None = None
+) -> str:
     """A result signed as services.appraise signs one, and recorded as the node's latest."""
     kid, key = services.signing_keys()[0]
     token = ear.sign_result(
@@ -41,6 +43,7 @@ def attest(node: Node, verdict: Verdict = AFFIRMING, *, nonce: bytes = NONCE, si
         private_key=key,
         kid=kid,
         now=signed_at or datetime.datetime.now(datetime.UTC),
+        firmware=firmware,
     )
     services.record(node_id=node.pk, nonce=nonce, appraisal=services.Appraisal(verdict, token, kid, "default"))
     return token
@@ -69,6 +72,28 @@ def test_a_genuine_affirming_result_verifies(anonymous, fleet, signing_key):
     assert summary["node"] == node.name and summary["nonce"] == b64url(NONCE)
     assert summary["verifier"] == services.VERIFIER_ID
     assert ["kernel", "ab" * 32] in [line.split() for line in completed.stdout.splitlines()]
+
+
+def test_the_firmware_the_inspection_found_is_listed_with_what_it_repaired(anonymous, fleet, signing_key):
+    node = fleet[0]
+    components = {
+        "BIOS": {"version": "GF-BIOS 2.4.0", "digest": "01" * 32},
+        "BMC": {"version": "1.5", "digest": "02" * 32},
+    }
+    attest(node, firmware={"baseline": "h100", "components": components, "secure_boot": "Enabled", "repaired": ["BMC"]})
+    completed = anonymous.run("verify", node.name)
+    assert completed.returncode == 0, completed.stderr
+    lines = [line.split() for line in completed.stdout.split("\n\n")[-1].splitlines()]
+    assert lines == [
+        ["FIRMWARE", "VERSION", "DIGEST", "REPAIRED"],
+        ["BIOS", "GF-BIOS", "2.4.0", "01" * 32, "no"],
+        ["BMC", "1.5", "02" * 32, "yes"],
+    ]
+
+
+def test_a_result_without_firmware_lists_none(anonymous, fleet, signing_key):
+    attest(fleet[0])
+    assert "FIRMWARE" not in anonymous.run("verify", fleet[0].name).stdout
 
 
 def test_a_tampered_result_is_not_genuine(anonymous, fleet, signing_key):

@@ -140,6 +140,7 @@ def test_every_inspection_runs_the_short_level_before_attestation_and_records_th
     assert steps(node) == [
         "boot_service_image",
         "wait_for_agent",
+        "check_firmware",  # no baseline here: nothing to check
         "check_inventory",
         "start_diagnostics",
         "wait_for_diagnostics",

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from core.topology import bmc_password
+from fleet import firmware
 from tests.support.bmcsim import start_bmcsim
 from tests.support.ports import free_port
 from tests.support.processes import wait_for
@@ -73,6 +74,11 @@ def test_one_time_boot_override_with_sushy_tools(sushy_client):
     assert boot["BootSourceOverrideEnabled"] in ("Once", "Continuous")
 
 
+def test_secure_boot_with_sushy_tools(sushy_client):
+    sushy_client.enable_secure_boot()
+    assert firmware.secure_boot(sushy_client.secure_boot()) == firmware.SecureBoot(True, "Enabled")
+
+
 @pytest.fixture
 def image_url(tmp_path):
     """An image server on loopback: sushy-tools fetches what it is told to insert."""
@@ -119,6 +125,26 @@ def test_the_workflow_calls_against_bmcsim(sim):
     client.eject_media()
     client.clear_boot_override()
     assert client.system()["Boot"]["BootSourceOverrideEnabled"] == "Disabled"
+
+
+def test_the_firmware_calls_against_bmcsim(sim):
+    client = client_for(sim)
+    components = firmware.installed_components(
+        client.firmware_inventory(), system=client.system_path, managers=client.managers()
+    )
+    assert sorted(components) == sorted(["BIOS", "BMC", "NIC0", *(f"GPU{i} VBIOS" for i in range(8))])
+    assert {c.kind for c in components.values()} == {"BIOS", "BMC", "VBIOS", "NIC"}
+    assert all(firmware.SHA256.fullmatch(c.sha256) for c in components.values())
+
+    bmc = components["BMC"]
+    monitor = client.simple_update(f"http://images.test/firmware/GF-BMC-{bmc.version.split()[-1]}.bin", bmc.target)
+    wait_for("the BMC's flash", lambda: client.task_status(monitor)[0], timeout=10)
+    assert client.task_status(monitor) == (True, "Completed")
+
+    attribute, value = next(iter(client.bios_attributes().items()))
+    client.set_bios_settings({attribute: value})
+    client.enable_secure_boot()
+    assert client.secure_boot()["SecureBootEnable"] is True
 
 
 def test_a_5xx_is_retried_then_reported_as_transient_naming_node_and_call(sim):
