@@ -273,16 +273,24 @@ def _bmc_change(node: Node, access: dict) -> dict:
     }
 
 
-def _bmc_change_audit(node: Node, actor: str, detail: dict) -> AuditEvent:
+def _audit_only(
+    node: Node, event: AuditOnlyEvent, *, actor: str, reason: str, detail: dict | None = None
+) -> AuditEvent:
+    """An audit row of something done to the node that leaves its state as it was (unsaved)."""
     return AuditEvent(
         node=node,
         actor=actor,
-        event=AuditOnlyEvent.BMC_CHANGED,
+        event=event,
         from_state=node.state,
         to_state=node.state,
-        reason=f"BMC access changed: {', '.join(detail)}",
-        detail=detail,
+        reason=reason,
+        detail=detail or {},
     )
+
+
+def _bmc_change_audit(node: Node, actor: str, detail: dict) -> AuditEvent:
+    reason = f"BMC access changed: {', '.join(detail)}"
+    return _audit_only(node, AuditOnlyEvent.BMC_CHANGED, actor=actor, reason=reason, detail=detail)
 
 
 def change_bmc_access(
@@ -460,14 +468,7 @@ def request_power_action(*, node_id: int, action: str, actor: str) -> None:
 
 
 def audit_power_action(node: Node, *, actor: str, reason: str) -> None:
-    AuditEvent.objects.create(
-        node=node,
-        actor=actor,
-        event=AuditOnlyEvent.POWER_ACTION,
-        from_state=node.state,
-        to_state=node.state,
-        reason=reason,
-    )
+    _audit_only(node, AuditOnlyEvent.POWER_ACTION, actor=actor, reason=reason).save()
 
 
 def request_reinstall(*, node_id: int, image: Image | None, actor: str) -> Node:
@@ -597,12 +598,6 @@ def set_firmware_baselines(baselines: Iterable[firmware.Baseline]) -> tuple[int,
 def record_firmware_check(*, node: Node, actor: str, baseline: str, found: firmware.Found, repaired: list[str]) -> None:
     """Audit that the node runs its baseline: what it runs, and what this inspection repaired to get
     there. Attestation signs it into the node's result (selectors.firmware_checked_in_this_state)."""
-    AuditEvent.objects.create(
-        node=node,
-        actor=actor,
-        event=AuditOnlyEvent.FIRMWARE_CHECKED,
-        from_state=node.state,
-        to_state=node.state,
-        reason=f"matches baseline {baseline}" + (f" after repairing {', '.join(repaired)}" if repaired else ""),
-        detail={"baseline": baseline, **found.facts(), "repaired": repaired},
-    )
+    reason = f"matches baseline {baseline}" + (f" after repairing {', '.join(repaired)}" if repaired else "")
+    detail = {"baseline": baseline, **found.facts(), "repaired": repaired}
+    _audit_only(node, AuditOnlyEvent.FIRMWARE_CHECKED, actor=actor, reason=reason, detail=detail).save()

@@ -342,20 +342,15 @@ def finish_firmware_update(run: Run) -> dict:
     takes effect at boot (a BIOS flash, BIOS settings, Secure Boot). A flash that fails or outlasts
     GPUFLEET_FIRMWARE_UPDATE_TIMEOUT fails the repair: firmware_drift."""
     repair = _handed_on(run)
-    pending = dict(repair["monitors"])
     drifts = "; ".join(repair["drifts"])
 
-    def finished() -> bool:
-        for component, monitor in list(pending.items()):
-            done, state = run.bmc.task_status(monitor)
-            if done and not state.startswith("Completed"):
-                raise FirmwareDrift(f"{drifts}; the reflash of {component} ended {state}")
-            if done:
-                del pending[component]
-        return not pending
+    def reflash_failed(why: str) -> FirmwareDrift:
+        return FirmwareDrift(f"{drifts}; the reflash of {why}")
 
     try:
-        run.wait_until("the firmware updates", finished, settings.FIRMWARE_UPDATE_TIMEOUT)
+        _wait_for_tasks(
+            run, repair["monitors"], "the firmware updates", settings.FIRMWARE_UPDATE_TIMEOUT, reflash_failed
+        )
     except FirmwareDrift:
         raise
     except StepFailed as timed_out:
@@ -529,18 +524,30 @@ def start_drive_erase(run: Run) -> dict:
 
 
 def wait_for_drive_erase(run: Run) -> None:
-    pending = dict(_handed_on(run)["monitors"])
+    def erase_failed(why: str) -> StepFailed:
+        return StepFailed(f"secure erase of {why}")
+
+    monitors = _handed_on(run)["monitors"]
+    _wait_for_tasks(run, monitors, "the secure erase of every drive", settings.WIPE_TIMEOUT, erase_failed)
+
+
+def _wait_for_tasks(
+    run: Run, monitors: dict[str, str], what: str, timeout: float, failed: Callable[[str], StepFailed]
+) -> None:
+    """Wait until every Redfish task in `monitors` (name -> task monitor) has completed; one that
+    ends otherwise raises failed("<name> ended <state>")."""
+    pending = dict(monitors)
 
     def finished() -> bool:
-        for drive, monitor in list(pending.items()):
+        for name, monitor in list(pending.items()):
             done, state = run.bmc.task_status(monitor)
             if done and not state.startswith("Completed"):
-                raise StepFailed(f"secure erase of {drive} ended {state}")
+                raise failed(f"{name} ended {state}")
             if done:
-                del pending[drive]
+                del pending[name]
         return not pending
 
-    run.wait_until("the secure erase of every drive", finished, settings.WIPE_TIMEOUT)
+    run.wait_until(what, finished, timeout)
 
 
 def eject_media(run: Run) -> None:
