@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from attestation import services
 from attestation.models import AttestationPolicy, AttestationResult, ReferenceValue, TrustAnchor
 
 
@@ -13,9 +14,33 @@ class TrustAnchorAdmin(admin.ModelAdmin):
 
 @admin.register(ReferenceValue)
 class ReferenceValueAdmin(admin.ModelAdmin):
-    list_display = ["release", "component", "digest", "imported_at"]
-    list_filter = ["release", "component"]
+    """Retiring acts on whole releases: every component's digests of each selected value's release."""
+
+    list_display = ["release", "component", "digest", "imported_at", "retired_at"]
+    list_filter = [("retired_at", admin.EmptyFieldListFilter), "release", "component"]
     search_fields = ["digest", "release"]
+    readonly_fields = ["retired_at"]
+    actions = ["retire", "return_to_service"]
+
+    @admin.action(
+        description="Retire the selected values' releases (nodes booting them fail attestation)", permissions=["change"]
+    )
+    def retire(self, request, queryset):
+        releases = sorted(set(queryset.values_list("release", flat=True)))
+        retired = services.retire_releases(releases)
+        self._record(request, queryset, "retired")
+        self.message_user(request, f"{retired} of {len(releases)} releases retired: {', '.join(releases)}")
+
+    @admin.action(description="Return the selected values' releases to service", permissions=["change"])
+    def return_to_service(self, request, queryset):
+        releases = sorted(set(queryset.values_list("release", flat=True)))
+        returned = services.return_releases_to_service(releases)
+        self._record(request, queryset, "returned to service")
+        self.message_user(request, f"{returned} of {len(releases)} releases returned to service: {', '.join(releases)}")
+
+    def _record(self, request, queryset, what: str) -> None:
+        for value in queryset:
+            self.log_change(request, value, f"release {value.release} {what}")
 
 
 @admin.register(AttestationPolicy)

@@ -71,6 +71,8 @@ CLAIM_OF = {
     "missing_component": "executables",
     "unknown_component_digest": "executables",
     "gpu_measurement": "executables",
+    "release_retired": "executables",
+    "release_not_pinned": "executables",
     "cc_mode": "configuration",
 }
 CLAIMS = ("instance-identity", "configuration", "executables", "hardware")

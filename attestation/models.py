@@ -44,6 +44,11 @@ class ReferenceValue(models.Model):
     component = models.CharField(max_length=64, help_text='A boot component, or "gpu.<measurement>".')
     digest = models.CharField(max_length=128, help_text="Lowercase hex.")
     imported_at = models.DateTimeField(db_default=Now())
+    retired_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When operators retired its release: a node that still boots it fails attestation, release_retired.",
+    )
 
     class Meta:
         ordering = ["release", "component"]

@@ -12,13 +12,17 @@ else is accepted::
 `parse_manifest` flattens it into entries; a GPU measurement's entry is named with the
 `gpu.` prefix (`gpu.vbios`), a boot component's by its bare name (`kernel`). Component names
 are lowercase letters, digits, `_` and `-`, so the prefix can never be mistaken.
+
+`reference_values` turns entries into the digests a node may present: not those of a release
+operators retired, and, where the node's class is pinned to releases, not another release of a
+component they name. Those it keeps apart (`refused`), so that the verifier names the release.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from core import validation as v
@@ -43,9 +47,20 @@ class ReferenceEntry:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Why a known release's digest is not accepted for this node."""
+
+    release: str
+    retired: bool  # retired by operators; else not among the releases the node's class is pinned to
+
+
+@dataclass(frozen=True)
 class ReferenceValues:
     components: Mapping[str, frozenset[str]]  # boot component -> allowed SHA-256 hex digests
     gpu: Mapping[str, frozenset[str]]  # GPU measurement -> allowed SHA-384 hex digests
+    # Digests of releases known but refused, by entry component ("kernel", "gpu.vbios"): a node
+    # booting one fails as release_retired or release_not_pinned, not as unknown.
+    refused: Mapping[str, Mapping[str, Refusal]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def parse_manifest(document: object) -> list[ReferenceEntry]:
@@ -77,17 +92,40 @@ def _entries(document: object) -> list[ReferenceEntry]:
     return entries
 
 
-def reference_values(entries: Iterable[ReferenceEntry]) -> ReferenceValues:
-    components: dict[str, set[str]] = {}
-    gpu: dict[str, set[str]] = {}
+def reference_values(
+    entries: Iterable[ReferenceEntry], *, retired: Collection[str] = (), pinned: Collection[str] = ()
+) -> ReferenceValues:
+    """The digests a node may present. A `retired` release's are refused for every node. A node
+    class `pinned` to releases may boot, of each component one of them names, only those: pinning
+    "vmlinuz-6.8.0-49-generic" refuses every other kernel and leaves the other components as
+    they were. A digest that an accepted release also has stays accepted."""
+    entries = list(entries)
+    pinned_components = {entry.component for entry in entries if entry.release in pinned}
+    accepted: dict[str, set[str]] = {}
+    refused: dict[str, dict[str, Refusal]] = {}
     for entry in entries:
-        if entry.component.startswith(GPU_PREFIX):
-            gpu.setdefault(entry.component.removeprefix(GPU_PREFIX), set()).add(entry.digest.lower())
+        digest = entry.digest.lower()
+        if entry.release in retired:
+            refused.setdefault(entry.component, {})[digest] = Refusal(entry.release, retired=True)
+        elif entry.component in pinned_components and entry.release not in pinned:
+            refused.setdefault(entry.component, {}).setdefault(digest, Refusal(entry.release, retired=False))
         else:
-            components.setdefault(entry.component, set()).add(entry.digest.lower())
+            accepted.setdefault(entry.component, set()).add(digest)
+    for component, digests in accepted.items():
+        for digest in digests & refused.get(component, {}).keys():
+            del refused[component][digest]
     return ReferenceValues(
-        components=MappingProxyType({name: frozenset(digests) for name, digests in components.items()}),
-        gpu=MappingProxyType({name: frozenset(digests) for name, digests in gpu.items()}),
+        components=MappingProxyType(
+            {name: frozenset(digests) for name, digests in accepted.items() if not name.startswith(GPU_PREFIX)}
+        ),
+        gpu=MappingProxyType(
+            {
+                name.removeprefix(GPU_PREFIX): frozenset(digests)
+                for name, digests in accepted.items()
+                if name.startswith(GPU_PREFIX)
+            }
+        ),
+        refused=MappingProxyType({name: MappingProxyType(by_digest) for name, by_digest in refused.items()}),
     )
 
 

@@ -37,6 +37,8 @@ class NodeToAppraise:
     # What the caller's firmware check found the node running (and repaired), as its BMC reports it:
     # signed into the result as read, for the tenant; None where no firmware was checked.
     firmware: dict | None = None
+    # The releases its class may boot (its firmware baseline's boot_releases); empty: any not retired.
+    boot_releases: Collection[str] = ()
 
 
 @dataclass(frozen=True)
@@ -94,11 +96,16 @@ def _roots(manufacturer_ca: str, gpu_vendor_root: str) -> verifier.TrustedRoots:
     return verifier.TrustedRoots.from_pem(manufacturer_ca=manufacturer_ca, gpu_vendor_root=gpu_vendor_root)
 
 
-def reference_values() -> reference.ReferenceValues:
-    rows = ReferenceValue.objects.values_list("release", "component", "digest")
-    if not rows.exists():
+def reference_values(*, pinned: Collection[str] = ()) -> reference.ReferenceValues:
+    """The digests a node pinned to these releases may present; retired releases refused."""
+    rows = list(ReferenceValue.objects.values_list("release", "component", "digest", "retired_at"))
+    if not rows:
         raise NotConfigured("no reference values imported (manage.py import_reference_values)")
-    return reference.reference_values(reference.ReferenceEntry(*row) for row in rows)
+    return reference.reference_values(
+        (reference.ReferenceEntry(release, component, digest) for release, component, digest, _ in rows),
+        retired={release for release, _, _, retired_at in rows if retired_at is not None},
+        pinned=pinned,
+    )
 
 
 def policy_for(gpu_models: Collection[str]) -> Policy:
@@ -119,7 +126,7 @@ def appraise(*, node: NodeToAppraise, evidence: object, nonce: bytes, now: datet
         evidence=evidence,
         nonce=nonce,
         node=node.identity,
-        reference=reference_values(),
+        reference=reference_values(pinned=node.boot_releases),
         policy=policy,
         roots=trusted_roots(),
         now=now,
@@ -163,6 +170,23 @@ def summary(verdict: verifier.Verdict) -> str:
 
 
 # -- imports -------------------------------------------------------------------------------
+
+
+def retire_releases(releases: Collection[str]) -> int:
+    """Retire releases, every component's digests of them: a node that still boots one fails its
+    next attestation, release_retired. Returns how many releases were in service before."""
+    rows = ReferenceValue.objects.filter(release__in=releases, retired_at__isnull=True)
+    retiring = set(rows.values_list("release", flat=True))
+    rows.update(retired_at=timezone.now())
+    return len(retiring)
+
+
+def return_releases_to_service(releases: Collection[str]) -> int:
+    """Undo a retirement. Returns how many releases were retired before."""
+    rows = ReferenceValue.objects.filter(release__in=releases, retired_at__isnull=False)
+    returning = set(rows.values_list("release", flat=True))
+    rows.update(retired_at=None)
+    return len(returning)
 
 
 @transaction.atomic

@@ -32,6 +32,9 @@ Failure codes, one per check (stable: stored, signed into results, shown to oper
 - `gpu_signature`: a GPU report's signature does not verify.
 - `gpu_nonce`: a GPU report does not carry the nonce.
 - `gpu_measurement`: a GPU measurement is missing, unexpected, or not in the reference values.
+- `release_retired`: a boot component or GPU measurement is a release operators retired.
+- `release_not_pinned`: it is a known release, but not one of those the node's class is pinned to
+  (its firmware baseline's boot releases).
 - `cc_mode`: a GPU reports another confidential-computing mode than the policy demands.
 - `gpu_inventory`: the reported GPUs are not exactly the node's enrolled GPUs.
 - `verifier_error`: the verifier itself failed (a bug); the verdict fails closed.
@@ -62,7 +65,7 @@ from cryptography.x509.oid import NameOID
 from core import validation as v
 
 from .policy import Policy
-from .reference import ReferenceValues
+from .reference import GPU_PREFIX, ReferenceValues
 
 FAILURE_CODES = (
     "malformed",
@@ -82,6 +85,8 @@ FAILURE_CODES = (
     "gpu_signature",
     "gpu_nonce",
     "gpu_measurement",
+    "release_retired",
+    "release_not_pinned",
     "cc_mode",
     "gpu_inventory",
     "verifier_error",
@@ -281,6 +286,17 @@ class _Appraisal:
     def fail(self, code: str, component: str, expected: str, found: str) -> None:
         self.failures.append(Failure(code, component, expected, _shown(found)))
 
+    def fail_unaccepted(self, code: str, where: str, entry_component: str, expected: str, digest: str) -> None:
+        """A digest not accepted: a known release refused for this node (retired, or not one its
+        class is pinned to) fails as such, naming the release; any other digest fails as `code`."""
+        refusal = self.reference.refused.get(entry_component, {}).get(digest)
+        if refusal is None:
+            self.fail(code, where, expected, digest)
+        elif refusal.retired:
+            self.fail("release_retired", where, "a release not retired", f"{refusal.release} (retired)")
+        else:
+            self.fail("release_not_pinned", where, "a release this node class is pinned to", refusal.release)
+
     def run(self, evidence: object) -> None:
         self.check_freshness()
         evidence = self.guarded(v.mapping, evidence, "evidence", expected="an object with quote, event_log and gpus")
@@ -375,7 +391,9 @@ class _Appraisal:
             label = component if component not in self.measurements else f"{component}[{position}]"
             self.measurements[label] = hex_digest
             if hex_digest not in self.reference.components.get(component, ()):
-                self.fail("unknown_component_digest", component, f"a reference digest of {component}", hex_digest)
+                self.fail_unaccepted(
+                    "unknown_component_digest", component, component, f"a reference digest of {component}", hex_digest
+                )
         measured = {component for _, _, component in events}
         for component in self.policy.boot_pcrs:
             if component not in measured:
@@ -450,7 +468,9 @@ class _Appraisal:
                 continue
             self.measurements[f"{component}.{name}"] = value
             if value not in allowed_digests.get(name, ()):
-                self.fail("gpu_measurement", f"{component}.{name}", f"a reference digest of {name}", value)
+                self.fail_unaccepted(
+                    "gpu_measurement", f"{component}.{name}", GPU_PREFIX + name, f"a reference digest of {name}", value
+                )
         for name in sorted(measurements.keys() - set(self.policy.gpu_measurements)):
             self.fail("gpu_measurement", f"{component}.{name}", "only the measurements the policy names", name)
 

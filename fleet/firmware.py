@@ -35,6 +35,8 @@ ATTRIBUTE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 MAX_ATTRIBUTE_TEXT = 256
 MAX_COMPONENTS = 64
 MAX_ATTRIBUTES = 256
+MAX_BOOT_RELEASES = 256
+MAX_RELEASE_LENGTH = 128  # attestation's ReferenceValue.release
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ class Baseline:
     components: Mapping[str, Expected]  # by kind or by one component's name
     bios_attributes: Mapping[str, str | int | bool]
     secure_boot_required: bool
+    # The boot-chain releases the class may boot, as reference values name them; of a component
+    # one of them names, attestation refuses every other release. Empty: any release not retired.
+    boot_releases: tuple[str, ...] = ()
 
     def expected(self, installed: Installed) -> Expected | None:
         return self.components.get(installed.name) or self.components.get(installed.kind)
@@ -254,7 +259,8 @@ def _natural(name: str) -> list:
 
 def parse_baselines(document: object, *, released: Mapping[str, Expected] | None = None) -> list[Baseline]:
     """`{"baselines": [{"name", "gpu_model"?, "components": {COMPONENT: {"version", "sha256",
-    "image"?}}, "bios_attributes"?: {NAME: string | integer | boolean}, "secure_boot_required"?}]}`;
+    "image"?}}, "bios_attributes"?: {NAME: string | integer | boolean}, "secure_boot_required"?,
+    "boot_releases"?: [RELEASE]}]}`;
     anything malformed raises core.validation.Invalid naming the place. Each baseline expects the
     `released` components too (newest_releases), where it names none of its own in their place."""
     entries = v.sequence(v.mapping(document, "").get("baselines"), "baselines", min_items=1, max_items=100)
@@ -271,6 +277,7 @@ def parse_baselines(document: object, *, released: Mapping[str, Expected] | None
                 secure_boot_required=v.one_of(
                     entry.get("secure_boot_required", True), v.at(where, "secure_boot_required"), (True, False)
                 ),
+                boot_releases=parse_boot_releases(entry.get("boot_releases", []), v.at(where, "boot_releases")),
             )
         )
     models = [b.gpu_model for b in baselines]
@@ -321,6 +328,16 @@ def parse_image(value: object, where: str) -> str:
     if value == "":
         return value
     return v.matches(value, where, IMAGE, "a file name (no slash) under the firmware image base URL")
+
+
+def parse_boot_releases(value: object, where: str) -> tuple[str, ...]:
+    """Release names, as the reference values name them ("vmlinuz-6.8.0-49-generic"), each once."""
+    releases = v.sequence(value, where, max_items=MAX_BOOT_RELEASES, expected="a list of release names")
+    for position, release in enumerate(releases):
+        v.text(release, v.at(where, position), max_length=MAX_RELEASE_LENGTH)
+    if len(set(releases)) < len(releases):
+        raise v.Invalid(where, "must name each release once", value)
+    return tuple(releases)
 
 
 def parse_bios_attributes(value: object, where: str) -> dict[str, str | int | bool]:

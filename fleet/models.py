@@ -364,6 +364,13 @@ class FirmwareBaseline(models.Model):
         help_text='Attributes the BIOS must hold, as its Redfish Bios resource names them: {"SriovEnable": true}.',
     )
     secure_boot_required = models.BooleanField(default=True)
+    boot_releases = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The boot-chain releases (bootloader, kernel, initrd, service image...) nodes of this class may "
+        'boot, as the reference values name them: ["vmlinuz-6.8.0-49-generic", ...]. Empty: every imported '
+        "release not retired.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -376,16 +383,26 @@ class FirmwareBaseline(models.Model):
                 ),
                 name="firmware_baseline_bios_attributes_object",
             ),
+            models.CheckConstraint(
+                condition=Exact(
+                    Func(F("boot_releases"), function="jsonb_typeof", output_field=models.TextField()), "array"
+                ),
+                name="firmware_baseline_boot_releases_array",
+            ),
         ]
 
     def __str__(self):
         return self.name
 
     def clean(self):
-        try:
-            firmware.parse_bios_attributes(self.bios_attributes, "bios_attributes")
-        except Invalid as error:
-            raise ValidationError({"bios_attributes": str(error)}) from error
+        for field, parse in (
+            ("bios_attributes", firmware.parse_bios_attributes),
+            ("boot_releases", firmware.parse_boot_releases),
+        ):
+            try:
+                parse(getattr(self, field), field)
+            except Invalid as error:
+                raise ValidationError({field: str(error)}) from error
 
     def as_baseline(self) -> firmware.Baseline:
         return firmware.Baseline(
@@ -394,6 +411,7 @@ class FirmwareBaseline(models.Model):
             components={c.component: firmware.Expected(c.version, c.sha256, c.image) for c in self.components.all()},
             bios_attributes=dict(self.bios_attributes),
             secure_boot_required=self.secure_boot_required,
+            boot_releases=tuple(self.boot_releases),
         )
 
 

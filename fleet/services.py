@@ -579,6 +579,7 @@ def set_firmware_baselines(baselines: Iterable[firmware.Baseline]) -> tuple[int,
                     "name": baseline.name,
                     "bios_attributes": dict(baseline.bios_attributes),
                     "secure_boot_required": baseline.secure_boot_required,
+                    "boot_releases": list(baseline.boot_releases),
                 },
             )
             row.components.all().delete()

@@ -457,9 +457,11 @@ def wait_for_diagnostics(run: Run) -> None:
 
 
 def _to_appraise(node: Node) -> attestation.NodeToAppraise:
-    """What attestation needs to know of the node: who it is, the GPUs it must have, its class,
-    and the firmware this inspection found it running (and repaired), for the signed result."""
+    """What attestation needs to know of the node: who it is, the GPUs it must have, its class and
+    the releases its class may boot, and the firmware this inspection found it running (and
+    repaired), for the signed result."""
     gpus = list(GPU.objects.filter(node=node).order_by("index"))
+    baseline = selectors.firmware_baseline_for(node_id=node.pk)
     return attestation.NodeToAppraise(
         identity=verifier.NodeIdentity(
             name=node.name,
@@ -468,6 +470,7 @@ def _to_appraise(node: Node) -> attestation.NodeToAppraise:
         ),
         gpu_models=frozenset(gpu.model for gpu in gpus),
         firmware=selectors.firmware_checked_in_this_state(node),
+        boot_releases=baseline.boot_releases if baseline is not None else (),
     )
 
 

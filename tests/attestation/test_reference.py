@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from attestation.reference import ManifestError, ReferenceEntry, parse_manifest, reference_values
+from attestation.reference import ManifestError, ReferenceEntry, Refusal, parse_manifest, reference_values
 from bmcsim import releases
 
 
@@ -71,3 +71,43 @@ def test_a_manifest_off_its_shape_is_refused_naming_the_field(change, message):
 def test_a_document_that_is_no_manifest_is_refused(document):
     with pytest.raises(ManifestError, match=r"'manifest' must be an object"):
         parse_manifest(document)
+
+
+KERNEL_OLD, KERNEL_NEW = releases.BOOT_RELEASES["kernel"]
+DRIVER_OLD, DRIVER_NEW = releases.GPU_RELEASES["driver"]
+
+
+def bmcsim_values(**kwargs):
+    return reference_values(parse_manifest(releases.reference_values()), **kwargs)
+
+
+def test_a_retired_release_is_refused_naming_it_for_every_node():
+    values = bmcsim_values(retired={KERNEL_NEW, DRIVER_OLD})
+    new_kernel = releases.boot_digest("kernel", KERNEL_NEW)
+    assert values.components["kernel"] == {releases.boot_digest("kernel", KERNEL_OLD)}
+    assert values.refused["kernel"][new_kernel] == Refusal(KERNEL_NEW, retired=True)
+    assert values.gpu["driver"] == {releases.gpu_digest("driver", DRIVER_NEW)}
+    assert values.refused["gpu.driver"][releases.gpu_digest("driver", DRIVER_OLD)].retired
+    assert len(values.components["bootloader"]) == 2  # nothing else changes
+
+
+def test_pinning_a_release_refuses_the_other_releases_of_its_component_only():
+    values = bmcsim_values(pinned={KERNEL_NEW})
+    old_kernel = releases.boot_digest("kernel", KERNEL_OLD)
+    assert values.components["kernel"] == {releases.boot_digest("kernel", KERNEL_NEW)}
+    assert values.refused["kernel"][old_kernel] == Refusal(KERNEL_OLD, retired=False)
+    assert len(values.components["initrd"]) == 2 and len(values.gpu["driver"]) == 2
+    assert set(values.refused) == {"kernel"}
+
+
+def test_a_retired_release_stays_refused_where_the_class_is_pinned_to_it():
+    values = bmcsim_values(pinned={KERNEL_NEW}, retired={KERNEL_NEW})
+    assert "kernel" not in values.components
+    assert values.refused["kernel"][releases.boot_digest("kernel", KERNEL_NEW)].retired
+
+
+def test_a_digest_another_accepted_release_shares_stays_accepted():
+    entries = [ReferenceEntry("r1", "cmdline", "aa" * 32), ReferenceEntry("r2", "cmdline", "aa" * 32)]
+    values = reference_values(entries, retired={"r1"})
+    assert values.components["cmdline"] == {"aa" * 32}
+    assert values.refused == {"cmdline": {}}

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attestation import verifier
+from attestation import ear, verifier
 from attestation.policy import Policy, load_policy_file
 from attestation.reference import ReferenceValues, parse_manifest, reference_values
 from attestation.verifier import GPUIdentity, NodeIdentity, TrustedRoots, new_nonce, verify
@@ -271,9 +271,40 @@ def test_evidence_altered_in_one_place_fails_with_that_one_code(world, genuine, 
     assert codes(verdict) == {code}, verdict.failures
 
 
-def test_every_documented_code_but_two_has_its_own_test():
-    # `stale` depends on the clock, not the evidence; `verifier_error` on a bug: both tested below.
-    assert set(SINGLE_ALTERATIONS) == set(verifier.FAILURE_CODES) - {"stale", "verifier_error"}
+def test_every_documented_code_of_the_evidence_has_its_own_test():
+    # `stale` depends on the clock, not the evidence; `verifier_error` on a bug; the release codes
+    # on the reference values: all tested below.
+    assert set(SINGLE_ALTERATIONS) == set(verifier.FAILURE_CODES) - {
+        "stale",
+        "verifier_error",
+        "release_retired",
+        "release_not_pinned",
+    }
+
+
+def test_a_node_booting_a_retired_kernel_fails_naming_the_release(world, genuine):
+    kernel = releases.BOOT_RELEASES["kernel"][-1]  # the factory kernel every node boots
+    retired = reference_values(parse_manifest(releases.reference_values()), retired={kernel})
+    verdict = world.verify(genuine, reference=retired)
+    assert [(f.code, f.component, f.expected, f.found) for f in verdict.failures] == [
+        ("release_retired", "kernel", "a release not retired", f"{kernel} (retired)")
+    ]
+    assert ear.trustworthiness_vector(verdict)["executables"] == ear.CONTRAINDICATED
+
+
+def test_a_node_booting_a_release_its_class_is_not_pinned_to_fails_for_each_gpu(world, genuine):
+    older_driver = releases.GPU_RELEASES["driver"][0]
+    pinned = reference_values(parse_manifest(releases.reference_values()), pinned={older_driver})
+    verdict = world.verify(genuine, reference=pinned)
+    assert codes(verdict) == {"release_not_pinned"}
+    assert [f.component for f in verdict.failures] == [f"gpu{i}.driver" for i in range(8)]
+    assert verdict.failures[0].found == releases.GPU_RELEASES["driver"][-1]
+
+
+def test_pinned_to_the_releases_it_boots_a_node_affirms(world, genuine):
+    factory = {releases.BOOT_RELEASES[c][-1] for c in releases.BOOT_COMPONENTS}
+    pinned = reference_values(parse_manifest(releases.reference_values()), pinned=factory)
+    assert world.verify(genuine, reference=pinned).affirming
 
 
 def test_evidence_verified_after_the_policys_age_is_stale(world, genuine):

@@ -1,14 +1,19 @@
 """The firmware baseline end to end, with real workers against bmcsim: a tenant tampers with its
 node's BMC firmware; after the release the wipe succeeds, inspection finds the drift, reflashes
 the BMC, reads it again, and the node comes back available with a signed result that lists the
-repaired component. Firmware that survives its reflash leaves the node quarantined firmware_drift."""
+repaired component. Firmware that survives its reflash leaves the node quarantined firmware_drift.
+A kernel release operators retire fails the next inspection of a node that boots it."""
 
 import json
 from io import StringIO
 
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.test import Client
 from rest_framework.test import APIClient
 
+from attestation.models import ReferenceValue
 from console.invariants import check_all
 from fleet.models import AuditEvent, Node
 from reservations import services as reservations
@@ -129,3 +134,38 @@ def test_bmc_firmware_that_survives_its_reflash_quarantines_the_node_firmware_dr
 
 def state_of_node(node: Node) -> str:
     return Node.objects.values_list("state", flat=True).get(pk=node.pk)
+
+
+def test_a_retired_kernel_fails_the_next_inspection_and_waits_for_no_other(bmcsim, control_plane):
+    """An operator retires the kernel every node boots: the node a tenant hands back fails its
+    attestation release_retired and is quarantined; the others stay available until theirs."""
+    nodes = seed_with_baseline(bmcsim)
+    start(control_plane)
+    wait_for(
+        "every node available",
+        lambda: Node.objects.filter(state="available").count() == len(nodes),
+        timeout=240,
+    )
+    kernel = bmcsim.get("/bmcsim/v1/reference-values").json()["boot"]["components"]["kernel"][-1]["release"]
+    operator = Client()
+    operator.force_login(get_user_model().objects.create_superuser("operator", password="operator-password-1"))
+    answer = operator.post(
+        "/admin/attestation/referencevalue/",
+        {
+            "action": "retire",
+            ACTION_CHECKBOX_NAME: list(ReferenceValue.objects.filter(release=kernel).values_list("pk", flat=True)),
+        },
+    )
+    assert answer.status_code == 302
+    assert ReferenceValue.objects.filter(release=kernel, retired_at__isnull=True).count() == 0
+
+    reservation = reservations.create_reservation(tenant=Tenant.objects.create(name="bob"), node_count=1, actor="test")
+    node = Node.objects.get(reservation=reservation)
+    wait_for("the tenant's node active", lambda: state_of(reservation) == "active", timeout=120)
+    reservations.release_reservation(reservation_id=reservation.pk, actor="tenant:bob")
+    wait_for("quarantine", lambda: state_of_node(node) == "quarantined", timeout=180)
+
+    assert path_since_release(node)[-1] == "attestation_failed"
+    reason = Node.objects.get(pk=node.pk).quarantine_reason
+    assert f"release_retired kernel: expected a release not retired, found {kernel} (retired)" in reason, reason
+    assert Node.objects.filter(state="available").count() == len(nodes) - 1

@@ -18,6 +18,7 @@ from django.contrib.sessions.models import Session
 from django.test import RequestFactory
 from django.utils import timezone
 
+from attestation.models import ReferenceValue
 from remediation.models import Remediation, RemediationStatus
 from reservations.models import Reservation, Tenant
 from tests.support.factories import drive, enrol_default_fleet, tenant_token
@@ -92,8 +93,22 @@ def an_expired_login_attempt():
     return [attempt], {}
 
 
+def a_reference_value(**fields):
+    return [
+        ReferenceValue.objects.create(
+            release="vmlinuz-6.8.0-49-generic", component="kernel", digest="ab" * 32, **fields
+        )
+    ], {}
+
+
+def a_retired_reference_value():
+    return a_reference_value(retired_at=timezone.now())
+
+
 # What each action acts on: the rows to select and whatever else its form posts.
 SCENARIOS = {
+    ("attestation.ReferenceValue", "retire"): a_reference_value,
+    ("attestation.ReferenceValue", "return_to_service"): a_retired_reference_value,
     ("fleet.Node", "quarantine"): a_node_and_a_reason,
     ("fleet.Node", "return_to_service"): a_quarantined_node,
     ("fleet.Node", "put_into_maintenance"): an_enrolled_node,

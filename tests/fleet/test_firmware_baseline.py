@@ -56,12 +56,21 @@ def test_the_database_keeps_baselines_well_formed(db):
     component(row)
     refused(lambda: baseline(name="other"))  # one per node class
     refused(lambda: baseline(name="odd", gpu_model="x", bios_attributes=["SriovEnable"]))
+    refused(lambda: baseline(name="odd", gpu_model="x", boot_releases={"kernel": "vmlinuz-6.8.0-49-generic"}))
     refused(lambda: component(row))  # once per baseline
     refused(lambda: component(row, component="NIC", sha256="AB" * 32))
     refused(lambda: component(row, component="NIC", version=""))
     refused(lambda: component(row, component="NIC", image="../../etc/passwd"))
     refused(lambda: component(row, component="NIC", image="http://elsewhere/x.bin"))
     refused(lambda: component(row, component="/NIC"))
+
+
+@pytest.mark.parametrize("boot_releases", [["vmlinuz-6.8.0-49-generic", "vmlinuz-6.8.0-49-generic"], [""], [42]])
+def test_full_clean_refuses_boot_releases_that_are_not_distinct_names(db, boot_releases):
+    row = FirmwareBaseline(name="x", boot_releases=boot_releases)
+    with pytest.raises(ValidationError) as refusal:
+        row.full_clean()
+    assert "boot_releases" in refusal.value.message_dict
 
 
 def test_full_clean_refuses_bios_attributes_that_are_not_scalars(db):
@@ -156,6 +165,11 @@ def test_the_demo_baseline_takes_bmcsims_newest_releases_and_holds_its_factory_b
     )
     assert set(default.components) == {"BIOS", "BMC", "VBIOS", "NIC"}
     assert default.bios_attributes.items() <= bmcsim_bios.DEFAULTS.items()
+    # Pinned to the boot chain and GPU driver a factory-fresh node boots, its newest.
+    factory_releases = {bmcsim_releases.BOOT_RELEASES[c][-1] for c in bmcsim_releases.BOOT_COMPONENTS}
+    assert set(default.boot_releases) == factory_releases - {"GF-BIOS 2.4.0"} | {
+        bmcsim_releases.GPU_RELEASES["driver"][-1]
+    }
 
 
 def test_a_malformed_release_list_is_refused(db, tmp_path):

@@ -10,7 +10,8 @@ from fleet.services import set_firmware_baselines
 class Command(BaseCommand):
     help = (
         'Set the firmware and BIOS baselines inspection enforces: {"baselines": [{"name", "gpu_model"?, '
-        '"components"?: {COMPONENT: {"version", "sha256", "image"?}}, "bios_attributes"?, "secure_boot_required"?}]} '
+        '"components"?: {COMPONENT: {"version", "sha256", "image"?}}, "bios_attributes"?, "secure_boot_required"?, '
+        '"boot_releases"?: [RELEASE]}]} '
         "from a file or a URL. A node class's baseline (by GPU model; none: the default) is replaced whole."
     )
 
