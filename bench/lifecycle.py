@@ -4,7 +4,9 @@ Builds its own database (gpufleet_bench_lifecycle), starts a private Redis, bmcs
 workers and beat as the end-to-end tests do, enrols the nodes and sets the demo's firmware baseline
 (deploy/firmware-baseline.json with bmcsim's newest releases: every inspection checks firmware, BIOS
 settings and Secure Boot, and the first turns Secure Boot on), lets the workers inspect them once
-(setup), then sends every node to wiping at once and times until each is wiped and inspected again.
+(setup). Then it sends every node to wiping at once and times until each is wiped and inspected
+again: once without a firmware baseline (no firmware check) and once with it, in the same run, so
+the cost of the check reads as a ratio the machine's noise touches less than two runs apart.
 Prints nodes per minute, Redfish and agent calls per node, and where a node's time went (BMC,
 agent, database, the rest of the worker), from the figures each workflow run records with its
 outcome in the audit log.
@@ -51,6 +53,14 @@ outcomes = AuditEvent.objects.filter(event__in=["wipe_succeeded", "inspection_pa
 rows = list(outcomes.values_list("event", "detail"))
 print(json.dumps(rows))
 """
+
+REMOVE_BASELINES = """
+import django; django.setup()
+from fleet.models import FirmwareBaseline
+FirmwareBaseline.objects.all().delete()
+"""
+
+NOW = "import datetime; print(datetime.datetime.now(datetime.UTC).isoformat())"
 
 
 def count_inspected(env) -> int:
@@ -99,42 +109,68 @@ def main() -> None:
         processes.append(start_beat(env, scratch, loglevel="WARNING"))
         print(f"first inspection of {args.nodes} nodes (setup) ...", file=sys.stderr)
         first = wait_until_inspected(env, args.nodes, args.timeout)
-
-        print("wipe and re-inspection ...", file=sys.stderr)
-        since = run(
-            sys.executable, "-c", "import datetime; print(datetime.datetime.now(datetime.UTC).isoformat())"
-        ).stdout.strip()
-        started = time.monotonic()
-        run(sys.executable, "-c", SEND_TO_WIPING, env=env)
-        handed = time.monotonic() - started
-        cycle = wait_until_inspected(env, args.nodes, args.timeout) + handed
-        rows = json.loads(run(sys.executable, "-c", FIGURES % since, env=env).stdout)
+        run(sys.executable, "-c", REMOVE_BASELINES, env=env)
+        without = wipe_and_inspect(env, args, "without a firmware baseline")
+        run(sys.executable, "manage.py", "set_firmware_baseline", FIRMWARE_BASELINE, "--releases", releases, env=env)
+        checked = wipe_and_inspect(env, args, "with the firmware check")
     finally:
         for process in reversed(processes):
             process.stop()
         run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
 
+    print(
+        f"nodes / worker processes: {args.nodes} / {args.workers}; first inspection (setup): "
+        f"{args.nodes / first * 60:.0f} nodes/minute"
+    )
+    print_table(
+        [(name, f"{a:>10}  {b:>10}  {ratio}") for name, a, b, ratio in compare(without, checked)],
+        heading=("wipe + inspection", f"{'no check':>10}  {'checked':>10}  checked / no check"),
+    )
+
+
+def wipe_and_inspect(env, args, what: str) -> dict:
+    """Every node sent to wiping at once; the figures of the wipe and re-inspection that follow."""
+    print(f"wipe and re-inspection, {what} ...", file=sys.stderr)
+    since = run(sys.executable, "-c", NOW).stdout.strip()
+    started = time.monotonic()
+    run(sys.executable, "-c", SEND_TO_WIPING, env=env)
+    handed = time.monotonic() - started
+    cycle = wait_until_inspected(env, args.nodes, args.timeout) + handed
+    rows = json.loads(run(sys.executable, "-c", FIGURES % since, env=env).stdout)
     per_node = {
         key: sum(d.get(key, 0) for _, d in rows) / args.nodes
         for key in ("seconds", "bmc_seconds", "agent_seconds", "database_seconds", "redfish_calls", "agent_calls")
     }
-    other = per_node["seconds"] - per_node["bmc_seconds"] - per_node["agent_seconds"] - per_node["database_seconds"]
-    queued = cycle * args.workers / args.nodes - per_node["seconds"]
-    table = [
-        ("nodes / worker processes", f"{args.nodes} / {args.workers}"),
-        ("first inspection, nodes/minute", f"{args.nodes / first * 60:.0f}"),
-        ("wipe + inspection, wall seconds", f"{cycle:.1f}"),
-        ("wipe + inspection, nodes/minute", f"{args.nodes / cycle * 60:.0f}  (target >= 600)"),
-        ("Redfish calls per node", f"{per_node['redfish_calls']:.1f}"),
-        ("agent calls per node", f"{per_node['agent_calls']:.1f}"),
-        ("worker time per node, s", f"{per_node['seconds']:.3f}"),
-        ("  waiting on the BMC (Redfish), s", f"{per_node['bmc_seconds']:.3f}"),
-        ("  waiting on the agent, s", f"{per_node['agent_seconds']:.3f}"),
-        ("  in the database, s", f"{per_node['database_seconds']:.3f}"),
-        ("  the rest of the worker (Python), s", f"{other:.3f}"),
-        ("Celery: queue and dispatch per node, s", f"{queued:.3f}"),
+    return {
+        "wall seconds": cycle,
+        "nodes/minute (target >= 600)": args.nodes / cycle * 60,
+        "Redfish calls per node": per_node["redfish_calls"],
+        "agent calls per node": per_node["agent_calls"],
+        "worker time per node, s": per_node["seconds"],
+        "  waiting on the BMC (Redfish), s": per_node["bmc_seconds"],
+        "  waiting on the agent, s": per_node["agent_seconds"],
+        "  in the database, s": per_node["database_seconds"],
+        "  the rest of the worker (Python), s": per_node["seconds"]
+        - per_node["bmc_seconds"]
+        - per_node["agent_seconds"]
+        - per_node["database_seconds"],
+        "Celery: queue and dispatch per node, s": cycle * args.workers / args.nodes - per_node["seconds"],
+    }
+
+
+def compare(without: dict, checked: dict) -> list[tuple[str, str, str, str]]:
+    def shown(value: float) -> str:
+        return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+
+    return [
+        (
+            name,
+            shown(without[name]),
+            shown(checked[name]),
+            f"{checked[name] / without[name]:.2f}" if without[name] else "-",
+        )
+        for name in without
     ]
-    print_table(table)
 
 
 if __name__ == "__main__":
