@@ -74,6 +74,7 @@ CLAIM_OF = {
     "release_retired": "executables",
     "release_not_pinned": "executables",
     "cc_mode": "configuration",
+    "secure_boot_off": "configuration",
 }
 CLAIMS = ("instance-identity", "configuration", "executables", "hardware")
 

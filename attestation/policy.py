@@ -1,7 +1,9 @@
 """Attestation policy: what a node must prove, loaded from TOML or JSON against a strict schema.
 
 Every key is required and no other key is allowed, so a typo or an omission is an error at load
-time, never a silently weaker policy. Keys (see `policies/default.toml`):
+time, never a silently weaker policy. The one optional key, `boot.secure_boot_required`, only ever
+strengthens a policy: its absence is what every policy demanded before it existed. Keys (see
+`policies/default.toml`):
 
 - `name` (string): how verdicts and the admin refer to the policy.
 - `cc_mode` (string: "on", "off" or "devtools"): the confidential-computing mode every GPU must
@@ -10,6 +12,11 @@ time, never a silently weaker policy. Keys (see `policies/default.toml`):
   (`verifier.new_nonce`) evidence may still be verified.
 - `boot.pcrs` (table of component -> PCR index 0-23): the boot components that must be measured
   and the SHA-256 PCR each is measured into; the quote must cover exactly these PCRs.
+- `boot.secure_boot_required` (boolean, optional, default false): the boot must have run with UEFI
+  Secure Boot on, which firmware measures into PCR 7 (an EV_EFI_VARIABLE_DRIVER_CONFIG event of
+  the SecureBoot variable); a node whose event log lacks that measurement fails `secure_boot_off`.
+  `boot.pcrs` must then assign the component measured there to PCR 7 (`secureboot = 7`), so that
+  the quote covers it.
 - `gpu.measurements` (array of strings): the measurements every GPU report must carry.
 """
 
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -29,6 +36,7 @@ CC_MODES = ("on", "off", "devtools")
 MAX_EVIDENCE_AGE_SECONDS = 86_400
 PCR_COUNT = 24
 MAX_NAME_LENGTH = 64
+SECURE_BOOT_PCR = 7  # where UEFI firmware measures Secure Boot's state (TCG PC Client Platform Firmware Profile)
 
 
 class PolicyError(ValueError):
@@ -42,6 +50,7 @@ class Policy:
     max_evidence_age_seconds: int
     boot_pcrs: Mapping[str, int]
     gpu_measurements: tuple[str, ...]
+    secure_boot_required: bool = False
 
     @property
     def quoted_pcrs(self) -> tuple[int, ...]:
@@ -89,7 +98,7 @@ def _policy(document: object) -> Policy:
 
 def _read(document: object) -> Policy:
     top = _table(document, "", {"name", "cc_mode", "max_evidence_age_seconds", "boot", "gpu"})
-    boot = _table(top["boot"], "boot", {"pcrs"})
+    boot = _table(top["boot"], "boot", {"pcrs"}, optional={"secure_boot_required"})
     gpu = _table(top["gpu"], "gpu", {"measurements"})
 
     name = _name(top["name"], "name")
@@ -109,6 +118,13 @@ def _read(document: object) -> Policy:
             pcr, key, minimum=0, maximum=PCR_COUNT - 1, expected=f"a PCR index from 0 to {PCR_COUNT - 1}"
         )
 
+    secure_boot_required = v.one_of(boot.get("secure_boot_required", False), "boot.secure_boot_required", (True, False))
+    if secure_boot_required and SECURE_BOOT_PCR not in boot_pcrs.values():
+        raise PolicyError(
+            f"'boot.secure_boot_required' needs PCR {SECURE_BOOT_PCR} quoted, where Secure Boot's state is"
+            f" measured: assign its component to it in boot.pcrs (secureboot = {SECURE_BOOT_PCR})"
+        )
+
     measurements = v.sequence(
         gpu["measurements"], "gpu.measurements", min_items=1, expected="a non-empty array of measurement names"
     )
@@ -123,15 +139,17 @@ def _read(document: object) -> Policy:
         max_evidence_age_seconds=max_age,
         boot_pcrs=MappingProxyType(boot_pcrs),
         gpu_measurements=tuple(measurements),
+        secure_boot_required=secure_boot_required,
     )
 
 
-def _table(value: object, where: str, keys: set[str]) -> dict:
+def _table(value: object, where: str, keys: set[str], optional: Set[str] = frozenset()) -> dict:
     table = v.mapping(value, where, expected="a table")
     prefix = f"{where}." if where else ""
-    unknown = sorted(str(k) for k in table.keys() - keys)
+    unknown = sorted(str(k) for k in table.keys() - keys - optional)
     if unknown:
-        raise PolicyError(f"unknown key '{prefix}{unknown[0]}': allowed keys are {', '.join(sorted(keys))}")
+        allowed = ", ".join(sorted(keys | optional))
+        raise PolicyError(f"unknown key '{prefix}{unknown[0]}': allowed keys are {allowed}")
     missing = sorted(keys - table.keys())
     if "cc_mode" in missing:
         raise PolicyError(

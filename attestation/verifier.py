@@ -27,6 +27,8 @@ Failure codes, one per check (stable: stored, signed into results, shown to oper
 - `pcr_digest`: replaying the event log (`PCR = SHA256(PCR || digest)`) does not give the
   quote's PCR digest.
 - `unknown_component_digest`: a measured boot component's digest is not in the reference values.
+- `secure_boot_off`: the policy requires Secure Boot (`boot.secure_boot_required`) and PCR 7's
+  events lack the SecureBoot variable measured enabled (found: "Disabled", or "not measured").
 - `gpu_chain`: a GPU's certificate chain does not end at the GPU-vendor root, or is not valid now.
 - `gpu_identity`: a GPU's device certificate names another GPU than the one enrolled at its index.
 - `gpu_signature`: a GPU report's signature does not verify.
@@ -50,6 +52,7 @@ import json
 import os
 import re
 import struct
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -64,7 +67,7 @@ from cryptography.x509.oid import NameOID
 
 from core import validation as v
 
-from .policy import Policy
+from .policy import SECURE_BOOT_PCR, Policy
 from .reference import GPU_PREFIX, ReferenceValues
 
 FAILURE_CODES = (
@@ -80,6 +83,7 @@ FAILURE_CODES = (
     "missing_component",
     "pcr_digest",
     "unknown_component_digest",
+    "secure_boot_off",
     "gpu_chain",
     "gpu_identity",
     "gpu_signature",
@@ -119,6 +123,21 @@ NONCE_TIME_BYTES = 8
 NONCE_RANDOM_BYTES = 24
 NONCE_BYTES = NONCE_TIME_BYTES + NONCE_RANDOM_BYTES
 CLOCK_SKEW = timedelta(seconds=5)
+
+# UEFI Secure Boot's state as firmware measures it into PCR 7 (TCG PC Client Platform Firmware
+# Profile): an EV_EFI_VARIABLE_DRIVER_CONFIG event whose digest is SHA-256 of the SecureBoot
+# variable's UEFI_VARIABLE_DATA, that is the EFI global-variable GUID, the lengths of the name (in
+# characters) and of the data, the name in UCS-2, then the value: 01 enabled, 00 disabled.
+SECURE_BOOT_COMPONENT = "secureboot"
+_SECURE_BOOT_VARIABLE = (
+    uuid.UUID("8be4df61-93ca-11d2-aa0d-00e098032b8c").bytes_le
+    + struct.pack("<QQ", len("SecureBoot"), 1)
+    + "SecureBoot".encode("utf-16-le")
+)
+SECURE_BOOT_MEASURED = {
+    hashlib.sha256(_SECURE_BOOT_VARIABLE + b"\x01").digest(): "Enabled",
+    hashlib.sha256(_SECURE_BOOT_VARIABLE + b"\x00").digest(): "Disabled",
+}
 
 CHAIN_CACHE_SIZE = 16_384
 
@@ -304,6 +323,8 @@ class _Appraisal:
             return
         events = self.guarded(self.parse_event_log, evidence.get("event_log"))
         replayed = self.check_events(events) if events is not None else None
+        if events is not None and self.policy.secure_boot_required:
+            self.check_secure_boot(events)
         self.guarded(self.check_quote, evidence.get("quote"), replayed)
         self.guarded(self.check_gpus, evidence.get("gpus"))
 
@@ -399,6 +420,16 @@ class _Appraisal:
             if component not in measured:
                 self.fail("missing_component", component, f"a measurement of {component}", "none in the event log")
         return pcrs
+
+    def check_secure_boot(self, events: list[tuple[int, bytes, str]]) -> None:
+        """The policy requires Secure Boot: PCR 7 holds the SecureBoot variable measured enabled, and
+        never disabled. Read by digest, whatever the agent names the event; the quote of PCR 7 (which
+        the policy requires) vouches for the events."""
+        measured = {SECURE_BOOT_MEASURED.get(digest) for pcr, digest, _ in events if pcr == SECURE_BOOT_PCR}
+        if "Disabled" in measured:
+            self.fail("secure_boot_off", SECURE_BOOT_COMPONENT, "Enabled", "Disabled")
+        elif "Enabled" not in measured:
+            self.fail("secure_boot_off", SECURE_BOOT_COMPONENT, "Enabled", "not measured")
 
     # The GPU reports.
 

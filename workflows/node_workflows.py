@@ -248,6 +248,15 @@ def boot_tenant_image(run: Run) -> None:
     _boot_image(run, image.url if image else settings.TENANT_IMAGE_URL)
 
 
+def enable_secure_boot_for_image(run: Run) -> None:
+    """An image that needs Secure Boot gets it: SecureBootEnable set if it is off, which takes effect
+    at the boot that follows. Any other image leaves Secure Boot as it is (a firmware baseline,
+    checked at inspection, may require it on)."""
+    image = _tenant_image(run.node)
+    if image is not None and image.needs_secure_boot and not firmware.secure_boot(run.bmc.secure_boot()).enabled:
+        run.bmc.enable_secure_boot()
+
+
 def check_booted_image(run: Run) -> None:
     """The node booted the image the catalogue names, checksum for checksum; and its SSH host key,
     for the tenant to check on first login. A reservation without an image (an older one, or a
@@ -266,6 +275,22 @@ def check_booted_image(run: Run) -> None:
     preferred = sorted(host_keys, key=lambda k: k.get("type") != "ssh-ed25519")
     if preferred and isinstance(fingerprint := preferred[0].get("fingerprint"), str):
         services.record_host_key(node_id=run.node.pk, fingerprint=fingerprint[:128])
+
+
+def check_secure_boot_for_image(run: Run) -> None:
+    """An image that needs Secure Boot was booted with Secure Boot running, as the BMC reports the
+    boot (SecureBootCurrentBoot). Else provisioning fails naming why, and the reservation gets
+    another node: enabled is not running when no platform key is enrolled (SecureBootMode SetupMode)."""
+    image = _tenant_image(run.node)
+    if image is None or not image.needs_secure_boot:
+        return
+    resource = run.bmc.secure_boot()
+    found = firmware.secure_boot(resource)
+    if found.current_boot != "Enabled":
+        raise StepFailed(
+            f"{image.name} needs Secure Boot, but the node booted with it {found.current_boot or 'unreported'}"
+            f" (SecureBootEnable {str(found.enabled).lower()}, SecureBootMode {resource.get('SecureBootMode', '?')})"
+        )
 
 
 def wait_for_agent(run: Run) -> None:
@@ -598,8 +623,10 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
             erase_drives_if_reinstalling,
             wait_for_drive_erase,
             prepare_config_drive,
+            enable_secure_boot_for_image,
             boot_tenant_image,
             wait_for_agent,
+            check_secure_boot_for_image,
             check_booted_image,
         ),
         succeeded=E.PROVISION_SUCCEEDED,

@@ -1,5 +1,5 @@
-"""Reads for the server-rendered pages: the fleet floor, a node, incidents and their replay, and
-a tenant's own page.
+"""Reads for the server-rendered pages: the fleet floor, a node, incidents (remediations, failed
+attestations, firmware drift) and their replay, and a tenant's own page.
 
 Every function runs a fixed number of queries whatever the fleet size: rows come back through
 values() with the names they need already joined, and counts are aggregated in SQL. Each takes
@@ -9,16 +9,17 @@ the viewer's `disclosure` (console/pages/disclosure.py), which decides whom the 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, time, timedelta
 
-from django.db.models import Count, F, Prefetch, Q, QuerySet
+from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from attestation.models import AttestationResult
 from console.pages.disclosure import Disclosure
 from fleet.lifecycle import Event, State
-from fleet.models import GPU, AuditEvent, Node
+from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node
 from remediation import reliability, rules
 from remediation import selectors as remediation_selectors
 from remediation import services as remediation_services
@@ -28,6 +29,7 @@ from reservations.models import ReservationEvent as ReservationHistory
 from reservations.selectors import capacity_by_pod, quota_of, reservation_machines, reservation_nodes, usage_of
 from reservations.usage import KINDS as USAGE_KINDS
 from reservations.usage import calendar_month
+from workflows.node_workflows import finish_firmware_update
 
 # Above this many nodes on screen a rack collapses into a bar of per-state counts: 10,000
 # tiles would be megabytes of HTML every poll, and no operator reads them one by one.
@@ -274,7 +276,7 @@ class Step:
 
 @dataclass
 class Incident:
-    key: str  # "remediation-<id>" or "attestation-<id>"
+    key: str  # "remediation-<id>", "attestation-<id>" or "firmware-<id>"
     kind: str
     node: str
     title: str
@@ -353,6 +355,30 @@ VERDICTS = (Event.ATTESTATION_PASSED, Event.ATTESTATION_FAILED)
 ATTESTATION_CYCLE = timedelta(days=1)
 
 
+def _cycle_steps(
+    history: list[AuditEvent],
+    *,
+    until: datetime,
+    ending: AuditEvent | None,
+    verdicts: tuple[str, ...],
+    path: tuple[tuple[str, tuple[str, ...]], ...],
+    detail: Callable[[AuditEvent], str],
+) -> list[Step]:
+    """The steps of `path` in the node's inspection cycle that ended at `until` (in `ending`, if its
+    row is known): among the node's audit rows since the verdict before, each step is the first
+    matching row after the step before it."""
+    before = [e for e in history if e.at <= until and (ending is None or e.pk != ending.pk)]
+    previous_verdict = max((i for i, e in enumerate(before) if e.event in verdicts), default=-1)
+    cycle = before[previous_verdict + 1 :]
+    steps: list[Step] = []
+    for name, kinds in path:
+        after = steps[-1].at if steps else None
+        found = next((e for e in cycle if e.event in kinds and (after is None or e.at >= after)), None)
+        if found:
+            steps.append(Step(name, found.at, detail(found)))
+    return steps
+
+
 def _attestation_incidents(results: list[AttestationResult], disclosure: Disclosure) -> list[Incident]:
     """Released -> wipe succeeded -> inspection -> attestation failed, from the node's audit log."""
     if not results:
@@ -370,16 +396,14 @@ def _attestation_incidents(results: list[AttestationResult], disclosure: Disclos
         history = events[result.node_id]
         failed = next((e for e in history if e.event == Event.ATTESTATION_FAILED and e.at >= result.at), None)
         verdict_at = failed.at if failed else result.at
-        # The cycle that led to this verdict starts after the previous verdict.
-        before = [e for e in history if e.at <= verdict_at and e is not failed]
-        previous_verdict = max((i for i, e in enumerate(before) if e.event in VERDICTS), default=-1)
-        cycle = before[previous_verdict + 1 :]
-        steps: list[Step] = []
-        for name, kinds in ATTESTATION_PATH:
-            after = steps[-1].at if steps else None
-            found = next((e for e in cycle if e.event in kinds and (after is None or e.at >= after)), None)
-            if found:
-                steps.append(Step(name, found.at, disclosure.audit_reason(found)))
+        steps = _cycle_steps(
+            history,
+            until=verdict_at,
+            ending=failed,
+            verdicts=VERDICTS,
+            path=ATTESTATION_PATH,
+            detail=disclosure.audit_reason,
+        )
         codes = ", ".join(sorted({f.get("code", "?") for f in result.failures}))
         steps.append(Step(Event.ATTESTATION_FAILED.value, verdict_at, codes))
         incidents.append(
@@ -392,6 +416,76 @@ def _attestation_incidents(results: list[AttestationResult], disclosure: Disclos
                 outcome="contraindicated",
                 steps=steps,
                 involved=[result.node.name],
+            )
+        )
+    return incidents
+
+
+# A firmware incident's story in the audit log: the reflash is the step that waits on it, whose row
+# holds the drifts the firmware check found. After a repair, the inspection's verdict follows.
+REFLASH_STEP = finish_firmware_update.__name__
+FIRMWARE_PATH = (
+    ("released", (Event.RELEASED,)),
+    ("wipe_succeeded", (Event.WIPE_SUCCEEDED,)),
+    ("reflash", (AuditOnlyEvent.STEP_CHANGED,)),
+)
+FIRMWARE_VERDICTS = (*VERDICTS, Event.FIRMWARE_DRIFT)
+AFTER_REPAIR = (Event.ATTESTATION_PASSED, Event.ATTESTATION_FAILED, Event.INSPECTION_FAILED, Event.DIAGNOSTIC_FAILED)
+
+
+def _firmware_incidents(found: list[AuditEvent], disclosure: Disclosure) -> list[Incident]:
+    """Released -> wipe succeeded -> reflash of the drifts -> firmware_drift (quarantined), or ->
+    firmware_checked naming what was repaired -> the node available, from the node's audit log."""
+    if not found:
+        return []
+    events = defaultdict(list)
+    for event in (
+        AuditEvent.objects.filter(
+            node_id__in={row.node_id for row in found},
+            at__gte=min(row.at for row in found) - ATTESTATION_CYCLE,
+            at__lte=max(row.at for row in found) + ATTESTATION_CYCLE,
+        )
+        .filter(
+            Q(event__in=[Event.RELEASED, Event.WIPE_SUCCEEDED, *FIRMWARE_VERDICTS, *AFTER_REPAIR])
+            | Q(event=AuditOnlyEvent.STEP_CHANGED, reason=REFLASH_STEP)
+        )
+        .order_by("at", "id")
+    ):
+        events[event.node_id].append(event)
+
+    def detail(event: AuditEvent) -> str:
+        if event.event == AuditOnlyEvent.STEP_CHANGED:
+            return disclosure.text("; ".join(event.detail.get("drifts", [])))
+        return disclosure.audit_reason(event)
+
+    incidents = []
+    for row in found:
+        history = events[row.node_id]
+        steps = _cycle_steps(
+            history, until=row.at, ending=row, verdicts=FIRMWARE_VERDICTS, path=FIRMWARE_PATH, detail=detail
+        )
+        steps.append(Step(row.event, row.at, disclosure.audit_reason(row)))
+        if row.event == Event.FIRMWARE_DRIFT:
+            title, outcome = f"{row.event}: {disclosure.audit_reason(row)}", "quarantined"
+        else:
+            title = f"firmware repaired: {', '.join(row.detail['repaired'])} (baseline {row.detail['baseline']})"
+            outcome = "repaired"
+            verdict = next((e for e in history if e.event in AFTER_REPAIR and e.at >= row.at), None)
+            if verdict is None:
+                steps.append(Step(State.AVAILABLE.value, None))  # not attested yet
+            else:
+                name = State.AVAILABLE.value if verdict.event == Event.ATTESTATION_PASSED else verdict.event
+                steps.append(Step(name, verdict.at, disclosure.audit_reason(verdict)))
+        incidents.append(
+            Incident(
+                key=f"firmware-{row.pk}",
+                kind="firmware",
+                node=row.node.name,
+                title=title,
+                at=row.at,
+                outcome=outcome,
+                steps=steps,
+                involved=[row.node.name],
             )
         )
     return incidents
@@ -419,10 +513,32 @@ def _failed_attestations():
     return AttestationResult.objects.filter(affirming=False).select_related("node").order_by("-at", "-id")
 
 
+def _firmware_drifts():
+    """Drift that quarantined its node, and drift repaired in an inspection that a wipe led to:
+    firmware that changed while the node was in a tenant's hands, or out of service. Bringing a
+    newly enrolled node to its baseline (its first inspection) is commissioning, not an incident."""
+    inspection_entered_by = (
+        AuditEvent.objects.filter(node_id=OuterRef("node_id"), id__lt=OuterRef("id"), to_state=State.INSPECTING)
+        .exclude(from_state=State.INSPECTING)
+        .order_by("-id")
+        .values("event")[:1]
+    )
+    repaired_after_a_wipe = Q(event=AuditOnlyEvent.FIRMWARE_CHECKED, entered_by=Event.WIPE_SUCCEEDED) & ~Q(
+        detail__repaired=[]
+    )
+    return (
+        AuditEvent.objects.annotate(entered_by=Subquery(inspection_entered_by))
+        .filter(Q(event=Event.FIRMWARE_DRIFT) | repaired_after_a_wipe)
+        .select_related("node")
+        .order_by("-at", "-id")
+    )
+
+
 def incidents(limit: int = INCIDENT_LIMIT, *, disclosure: Disclosure) -> list[Incident]:
-    """The latest automatic remediations and failed attestations, newest first."""
+    """The latest automatic remediations, failed attestations and firmware drifts, newest first."""
     found = _remediation_incidents(list(_automatic_remediations()[:limit]), disclosure)
     found += _attestation_incidents(list(_failed_attestations()[:limit]), disclosure)
+    found += _firmware_incidents(list(_firmware_drifts()[:limit]), disclosure)
     return sorted(found, key=lambda incident: incident.at, reverse=True)[:limit]
 
 
@@ -434,6 +550,8 @@ def incident(key: str, *, disclosure: Disclosure) -> Incident | None:
         found = _remediation_incidents(list(_automatic_remediations().filter(pk=pk)), disclosure)
     elif kind == "attestation":
         found = _attestation_incidents(list(_failed_attestations().filter(pk=pk)), disclosure)
+    elif kind == "firmware":
+        found = _firmware_incidents(list(_firmware_drifts().filter(pk=pk)), disclosure)
     else:
         return None
     return found[0] if found else None

@@ -25,6 +25,15 @@ def test_the_shipped_policy_demands_cc_mode_on_and_the_whole_boot_chain():
     assert dict(policy.boot_pcrs) == {"firmware": 0, "bootloader": 4, "kernel": 9, "initrd": 9, "cmdline": 8}
     assert policy.quoted_pcrs == (0, 4, 8, 9)
     assert policy.gpu_measurements == ("vbios", "driver")
+    assert policy.secure_boot_required is False  # an optional key: absent, Secure Boot is not required
+
+
+def test_a_policy_can_require_secure_boot_measured_in_a_quoted_pcr_7():
+    document = default_document()
+    document["boot"]["pcrs"]["secureboot"] = 7
+    document["boot"]["secure_boot_required"] = True
+    policy = load_policy(json.dumps(document), format="json")
+    assert policy.secure_boot_required is True and 7 in policy.quoted_pcrs
 
 
 def test_json_loads_the_same_policy():
@@ -64,6 +73,11 @@ def test_the_same_omission_in_toml_is_rejected_with_the_same_message():
         (lambda d: d["gpu"].update(measurements=["vbios", 3]), r"'gpu.measurements\[1\]' must be a string"),
         (lambda d: d["gpu"].update(measurements=["vbios", "vbios"]), r"names a measurement twice"),
         (lambda d: d.update(gpu=["vbios"]), r"'gpu' must be a table"),
+        (lambda d: d["boot"].update(secure_boot="required"), r"unknown key 'boot.secure_boot': allowed keys are pcrs"),
+        (lambda d: d.update(secure_boot_required=True), r"unknown key 'secure_boot_required'"),
+        (lambda d: d["boot"].update(secure_boot_required="yes"), r"'boot.secure_boot_required' must be one of"),
+        (lambda d: d["boot"].update(secure_boot_required=1), r"'boot.secure_boot_required' must be one of"),
+        (lambda d: d["boot"].update(secure_boot_required=True), r"'boot.secure_boot_required' needs PCR 7 quoted"),
     ],
 )
 def test_a_policy_off_the_schema_is_rejected_naming_the_key(change, message):

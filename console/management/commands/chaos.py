@@ -1,10 +1,14 @@
-"""The demo's chaos service: the two incidents that must play out with no operator.
+"""The demo's chaos service: the three incidents that must play out with no operator.
 
 1. acme reserves 12 nodes in p2; after a while XID 79 strikes GPU 3 of one of them. The
    metrics -> Prometheus -> Alertmanager -> webhook path quarantines it and a replacement in
    p2 brings acme's reservation back to active.
 2. A tenant leaves an implant in the kernel image and releases its node. The wipe cannot remove
    it; re-inspection's attestation fails and the node is quarantined before anyone gets it.
+3. A tenant replaces its node's BMC firmware (firmware_tamper) and releases the node. The wipe
+   succeeds; inspection finds the BMC off its firmware baseline, reflashes it, reads it again, and
+   the node comes back available, its firmware check naming the BMC repaired. Played only where a
+   baseline applies (manage.py set_firmware_baseline; make demo sets one).
 With --churn, tenants keep reserving and releasing in the background afterwards.
 """
 
@@ -18,7 +22,9 @@ import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from fleet.models import Node, Pod
+from fleet import selectors
+from fleet.lifecycle import Event, State
+from fleet.models import AuditEvent, AuditOnlyEvent, Node, Pod
 from reservations import services as reservations
 from reservations.models import LIVE_STATES, Reservation, ReservationState, Tenant
 from reservations.placement import PlacementRefused
@@ -67,10 +73,42 @@ class Command(BaseCommand):
         self.say(f"incident 2: mallory left an implant in {implanted.name}'s kernel and released it")
         self.wait(f"{implanted.name} quarantined", lambda: self.node_state(implanted) == "quarantined")
         self.say(f"incident 2 over: {Node.objects.get(pk=implanted.pk).quarantine_reason[:160]}")
+        time.sleep(pause)
+
+        self.firmware_incident(mallory)
         if churn:
             self.churn(pause)
 
     # -- acts ----------------------------------------------------------------------------------
+
+    def firmware_incident(self, tenant: Tenant) -> None:
+        """Incident 3, and its expected outcome: the tampered BMC reflashed, the node available again."""
+        reservation = self.reserve(tenant, 1)
+        self.wait(f"{tenant.name}'s node active", lambda: self.state(reservation) == ReservationState.ACTIVE)
+        node = Node.objects.get(reservation=reservation)
+        actor = f"tenant:{tenant.name}"
+        if selectors.firmware_baseline_for(node_id=node.pk) is None:
+            reservations.release_reservation(reservation_id=reservation.pk, actor=actor)
+            self.say(
+                f"incident 3 skipped: no firmware baseline applies to {node.name} (manage.py set_firmware_baseline)"
+            )
+            return
+        self.fault({"node": node.name, "kind": "firmware_tamper", "component": "BMC"})
+        reservations.release_reservation(reservation_id=reservation.pk, actor=actor)
+        released = AuditEvent.objects.filter(node=node, event=Event.RELEASED).latest("id")
+        self.say(f"incident 3: {tenant.name} replaced {node.name}'s BMC firmware and released it")
+        self.wait(
+            f"{node.name} wiped and inspected", lambda: self.node_state(node) in (State.AVAILABLE, State.QUARANTINED)
+        )
+        check = (
+            AuditEvent.objects.filter(node=node, event=AuditOnlyEvent.FIRMWARE_CHECKED, id__gt=released.pk)
+            .order_by("id")
+            .last()
+        )
+        if self.node_state(node) != State.AVAILABLE or check is None or "BMC" not in check.detail["repaired"]:
+            found = Node.objects.get(pk=node.pk).quarantine_reason or (check.reason if check else "no firmware check")
+            raise CommandError(f"incident 3: {node.name} should be available with its BMC repaired: {found[:160]}")
+        self.say(f"incident 3 over: {node.name} available again, {check.reason}")
 
     def churn(self, pause: float) -> None:
         rng = random.Random()

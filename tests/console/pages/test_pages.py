@@ -7,7 +7,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from console.pages import selectors
-from fleet.models import Node
+from console.pages.disclosure import Disclosure
+from fleet import firmware, leases, services
+from fleet.models import AuditEvent, Node
 from reservations import services as reservations
 from reservations.models import Tenant
 from tests.support.factories import (
@@ -21,6 +23,7 @@ from tests.support.factories import (
     signed_result,
     xid_under_a_tenant,
 )
+from workflows.node_workflows import finish_firmware_update
 
 PUBLIC_PAGES = ["/", "/nodes/node-001", "/incidents", "/remediations"]
 
@@ -178,6 +181,96 @@ def test_a_failed_attestation_is_a_timeline_from_release_to_the_verdict(client, 
     incident = html[html.index(f'data-incident="attestation-{result.pk}"') :]
     steps = re.findall(r'<li class="done" data-step="(\w+)">', incident[: incident.index("</article>")])
     assert steps == ["released", "wipe_succeeded", "inspection", "attestation_failed"]
+
+
+BMC_DRIFT = "BMC expected GF-BMC 1.5.0 (sha256 5d41402abc4b2a76…) found GF-BMC 1.5.0-custom (sha256 7d793037a0760186…)"
+RUNS_ITS_BASELINE = firmware.Found(components={}, bios_attributes={}, secure_boot=firmware.SecureBoot(True, "Enabled"))
+
+
+def bmc_drift_found_after_a_tenant(node: Node) -> leases.Lease:
+    """An active node released and wiped; its inspection's firmware check finds the BMC drifted and
+    reflashes it: the worker's steps under its lease, as the inspection workflow records them."""
+    drive(node, "released", "wipe_succeeded")
+    (lease,) = leases.claim(owner="w1", node_ids=[node.pk])
+    leases.set_step(lease, step="check_firmware", actor="worker:w1")
+    reflash = {"drifts": [BMC_DRIFT], "repairing": ["BMC"]}
+    leases.set_step(lease, step=finish_firmware_update.__name__, actor="worker:w1", detail=reflash)
+    return lease
+
+
+def incident_html(client, key: str) -> str:
+    html = client.get("/incidents").content.decode()
+    incident = html[html.index(f'data-incident="{key}"') :]
+    return incident[: incident.index("</article>")]
+
+
+def steps_of(incident: str) -> list[tuple[str, str]]:
+    return re.findall(r'<li class="(done|waiting)" data-step="(\w+)">', incident)
+
+
+def test_a_repaired_firmware_drift_is_a_timeline_to_the_node_available_again(client, alice, transactional_db):
+    make_available(enrol_default_fleet())
+    reservation = reservations.create_reservation(tenant=alice, node_count=1, actor="test")
+    bring_up(reservation)
+    node = Node.objects.get(reservation=reservation)
+    lease = bmc_drift_found_after_a_tenant(node)
+    services.record_firmware_check(
+        node=node, actor="worker:w1", baseline="bmcsim-default", found=RUNS_ITS_BASELINE, repaired=["BMC"]
+    )
+    checked = AuditEvent.objects.get(node=node, event="firmware_checked")
+    services.complete(lease, event="inspection_passed", actor="worker:w1")
+
+    incident = incident_html(client, f"firmware-{checked.pk}")
+    assert "firmware repaired: BMC (baseline bmcsim-default)" in incident and ">repaired</strong>" in incident
+    assert BMC_DRIFT in incident and "matches baseline bmcsim-default after repairing BMC" in incident
+    assert steps_of(incident) == [
+        ("done", "released"),
+        ("done", "wipe_succeeded"),
+        ("done", "reflash"),
+        ("done", "firmware_checked"),
+        ("waiting", "available"),  # not attested yet
+    ]
+    services.complete(lease, event="attestation_passed", actor="worker:w1")
+    assert steps_of(incident_html(client, f"firmware-{checked.pk}"))[-1] == ("done", "available")
+
+
+def test_a_firmware_drift_that_survives_its_reflash_is_a_timeline_to_the_quarantine(client, alice, transactional_db):
+    *nodes, commissioned = enrol_default_fleet()
+    make_available(nodes)
+    # Bringing a newly enrolled node to its baseline is commissioning, no incident.
+    drive(commissioned, "inspection_started")
+    services.record_firmware_check(
+        node=commissioned,
+        actor="worker:w1",
+        baseline="bmcsim-default",
+        found=RUNS_ITS_BASELINE,
+        repaired=["Secure Boot"],
+    )
+    reservation = reservations.create_reservation(tenant=alice, node_count=2, actor="test")
+    bring_up(reservation)
+    drifted, clean = Node.objects.filter(reservation=reservation).order_by("name")
+    lease = bmc_drift_found_after_a_tenant(drifted)
+    services.complete(lease, event="firmware_drift", actor="worker:w1", reason=f"{BMC_DRIFT} (after repairing BMC)")
+    quarantine = AuditEvent.objects.get(node=drifted, event="firmware_drift")
+    # A firmware check that found nothing to repair is no incident.
+    drive(clean, "released", "wipe_succeeded")
+    services.record_firmware_check(
+        node=clean, actor="worker:w1", baseline="bmcsim-default", found=RUNS_ITS_BASELINE, repaired=[]
+    )
+
+    incident = incident_html(client, f"firmware-{quarantine.pk}")
+    assert f"firmware_drift: {BMC_DRIFT} (after repairing BMC)" in incident and ">quarantined</strong>" in incident
+    assert steps_of(incident) == [
+        ("done", "released"),
+        ("done", "wipe_succeeded"),
+        ("done", "reflash"),
+        ("done", "firmware_drift"),
+    ]
+    assert [i.key for i in selectors.incidents(disclosure=Disclosure())] == [f"firmware-{quarantine.pk}"]
+
+    url = f"/incidents/firmware-{quarantine.pk}/replay"
+    last_step = int(re.findall(r"step \d+ of (\d+)", client.get(url).content.decode())[0])
+    assert tiles(client.get(f"{url}?step={last_step}").content.decode())[drifted.name] == "quarantined"
 
 
 def test_the_replay_starts_before_the_incident_and_steps_to_the_replacement(client, xid_incident):
