@@ -2,7 +2,7 @@
 
 The database holds a history in which tenants, an operator and workers have all acted and left
 their names in actors and in free text; every answer of every public route (every node, both
-kinds of incident, every step of every replay) is searched for every one of those names.
+kinds of incident and a firmware one, every step of every replay) is searched for every one of those names.
 """
 
 import json
@@ -92,6 +92,13 @@ def named_history(transactional_db, settings):
     signed_result(implanted)
     drive(implanted, "attestation_failed", reason="unknown_component_digest: kernel")
 
+    # zyxcorp flashes its node's BMC and releases it; no reflash repairs it: firmware_drift.
+    flashed = reservations.create_reservation(tenant=zyxcorp, node_count=1, actor="tenant:zyxcorp")
+    bring_up(flashed)
+    tampered = Node.objects.get(reservation=flashed)
+    reservations.release_reservation(reservation_id=flashed.pk, actor="tenant:zyxcorp", reason="zyxcorp is done")
+    drive(tampered, "wipe_succeeded", "firmware_drift", reason="BMC expected GF-BMC 1.5.0 found GF-BMC 1.5.0-custom")
+
     # The operator quarantines a node in use, with a note naming its tenant and themself.
     in_use = Node.objects.filter(tenant=zyxcorp, state="active").first()
     transition(
@@ -132,6 +139,8 @@ def filled(route: str) -> list[str]:
     if "<slug:key>" in route:
         keys = [f"remediation-{pk}" for pk in Remediation.objects.values_list("pk", flat=True)]
         keys += [f"attestation-{pk}" for pk in AttestationResult.objects.values_list("pk", flat=True)]
+        firmware = AuditEvent.objects.filter(event__in=["firmware_drift", "firmware_checked"])
+        keys += [f"firmware-{pk}" for pk in firmware.values_list("pk", flat=True)]
         return [route.replace("<slug:key>", key) for key in keys]
     return [route]
 
