@@ -239,6 +239,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RECONCILE_SECONDS,
         "options": {"expires": RECONCILE_SECONDS},
     },
+    # On the workers' queue too: a BMC that hangs must not hold the reconcilers. Each node's log is
+    # read every SEL_POLL_SECONDS; the sweep takes those that are due.
+    "read-bmc-event-logs": {
+        "task": "workflows.tasks.read_bmc_event_logs",
+        "schedule": RECONCILE_SECONDS,
+        "options": {"expires": RECONCILE_SECONDS},
+    },
 }
 
 # How long a worker's claim on a node lasts without a heartbeat.
@@ -264,6 +271,11 @@ REMEDIATION_SHADOW_RULES = [
     name.strip() for name in os.environ.get("GPUFLEET_REMEDIATION_SHADOW_RULES", "").split(",") if name.strip()
 ]
 ALERT_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_ALERT_MAX_BODY_BYTES", str(1024 * 1024)))
+# BMC event logs (workflows/bmc_event_logs.py), a fault source under the same rules and cap: each
+# managed node's SEL is read for new entries every SEL_POLL_SECONDS, SEL_READ_CONCURRENCY (1 or more)
+# BMCs at a time.
+SEL_POLL_SECONDS = float(os.environ.get("GPUFLEET_SEL_POLL_SECONDS", "30"))
+SEL_READ_CONCURRENCY = int(os.environ.get("GPUFLEET_SEL_READ_CONCURRENCY", "16"))
 
 # Attestation: result-signing keys (a PEM file, or a directory of them: the newest signs, the
 # older stay in the JWKS), and the policy used when no policy in the database fits a node.

@@ -2,7 +2,7 @@ from django.contrib import admin, messages
 
 from core.admin_permissions import has_permission
 from remediation import services
-from remediation.models import IncidentEvent, Remediation, RemediationStatus
+from remediation.models import BMCEventLogCursor, IncidentEvent, Remediation, RemediationStatus
 
 
 class IncidentEventInline(admin.TabularInline):
@@ -45,3 +45,20 @@ class RemediationAdmin(admin.ModelAdmin):
         ]
         done = sum(r.status == RemediationStatus.APPLIED for r in applied)
         self.message_user(request, f"Applied {done} of {len(applied)} suppressed remediation(s)", messages.SUCCESS)
+
+
+@admin.register(BMCEventLogCursor)
+class BMCEventLogCursorAdmin(admin.ModelAdmin):
+    """How far each BMC's event log was read, and which BMCs could not be: read-only, the sweep keeps it.
+    The entries it acted on are remediations, with the alert BMCCriticalEvent or BMCWarningEvent."""
+
+    list_display = ["node", "last_entry_id", "last_entry_created", "read_at", "failure"]
+    search_fields = ["node__name", "failure"]
+    list_select_related = ["node"]
+    readonly_fields = [f.name for f in BMCEventLogCursor._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

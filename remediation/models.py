@@ -124,3 +124,34 @@ class IncidentEvent(models.Model):
 
     def __str__(self):
         return f"{self.remediation_id} {self.step}"
+
+
+class BMCEventLogCursor(models.Model):
+    """How far the control plane has read a node's BMC event log (SEL), so that a read asks for what
+    is new only (workflows/bmc_event_logs.py): one per node whose BMC it manages."""
+
+    node = models.OneToOneField("fleet.Node", on_delete=models.CASCADE, related_name="event_log_cursor")
+    entries_path = models.TextField(blank=True, help_text="The SEL's Entries on the BMC, found at the first read.")
+    last_entry_id = models.CharField(
+        max_length=128, blank=True, help_text="The Id of the newest entry read; empty if the log was empty."
+    )
+    last_entry_created = models.CharField(
+        max_length=64, blank=True, help_text="Its Created: with the Id, it names the entry in a log whose Ids restart."
+    )
+    position = models.PositiveIntegerField(
+        default=0, help_text="Where that entry stood in the log, from 1: the next read starts there."
+    )
+    etag = models.TextField(blank=True, help_text="The log's ETag at the last read: while unchanged, the BMC says 304.")
+    read_at = models.DateTimeField(
+        null=True, blank=True, help_text="The last read. The first takes the log as it stands as history."
+    )
+    # In the database, claimed by the sweep (core.due_work): overlapping sweeps never read one BMC twice.
+    read_due_at = models.DateTimeField(db_default=Now(), help_text="When the log is read next.")
+    failure = models.TextField(blank=True, help_text="Why the last read failed, if it did.")
+
+    class Meta:
+        verbose_name = "BMC event log cursor"
+        indexes = [models.Index(fields=["read_due_at"], name="event_log_cursor_due_idx")]
+
+    def __str__(self):
+        return f"{self.node_id} SEL at {self.last_entry_id or '-'}"

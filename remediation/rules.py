@@ -1,4 +1,5 @@
-"""Alertmanager alerts -> remediation actions: the XID table, the other alerts' rules, the webhook payload.
+"""Alertmanager alerts -> remediation actions: the XID table, the other alerts' rules, the webhook payload,
+and the BMC event log entries read as alerts.
 
 Pure: the standard library and core/ only, so it can be read and tested without Django.
 
@@ -32,6 +33,23 @@ Alertmanager (deploy/alertmanager/alertmanager.yml) posts the v4 webhook payload
 POST /v1/alerts/alertmanager; the view checks its envelope, `parse_alerts` each alert, and
 `decide` maps each alert to an action. The alert rules are in deploy/prometheus/rules/gpu.yml;
 tests check that their XID lists and this table agree.
+
+Two more sources are read as alerts and decided by the same rules: the XIDs a node's agent reports
+the moment it sees them (`agent_report`), and the new entries of each BMC's system event log (SEL),
+which the control plane reads (workflows/bmc_event_logs.py, `sel_entry`). What an entry calls for
+rests on the BMC's severity, since the BMC knows what we do not (a power supply that fails is a
+Warning while a redundant one carries the node, Critical when none does):
+
+- Critical (`BMCCriticalEvent`): hardware failed, `hardware_failed`: quarantined for an operator.
+  But a platform error at a GPU (DMTF's PlatformErrorAtLocation, the entry's OriginOfCondition a
+  GPU Processor) is the GPU's PCIe link lost, what XID 79 reports from the driver's side: XID 79's
+  ladder, `gpu_lost` (a reboot, then a power cycle, bring most back). The agent's report and the
+  SEL entry of one such fault are one occurrence, acted on once (remediation.services).
+- Warning (`BMCWarningEvent`): recorded, nothing done (`none`): a fan, a redundant power supply.
+- OK, or no severity: nothing to record.
+
+An entry's reason reads `sel: <MessageId>: <Message>`. A tenant with root on its node can add SEL
+entries through the BMC's in-band interface, as it can report XIDs: for its own node only, capped.
 """
 
 from __future__ import annotations
@@ -270,6 +288,68 @@ def agent_report(*, node: str, gpu: int, xid: int, occurrence: int, seen_at: str
     )
 
 
+# A BMC's SEL entries, by severity (Redfish's LogEntry.Severity); OK entries call for nothing.
+BMC_CRITICAL_EVENT = "BMCCriticalEvent"
+BMC_WARNING_EVENT = "BMCWarningEvent"
+SEL_ALERTS: Mapping[str, str] = MappingProxyType({"Critical": BMC_CRITICAL_EVENT, "Warning": BMC_WARNING_EVENT})
+# (registry, message key) of the MessageIds (Registry.Major.Minor[.Errata].Key, any version) that,
+# at a GPU, mean the GPU is lost to the host.
+GPU_LOST_MESSAGES = frozenset({("Platform", "PlatformErrorAtLocation")})
+# A GPU as a Processor of the System (bmcsim's Id: GPU and its index).
+GPU_PROCESSOR = re.compile(r"/Processors/GPU([0-9]{1,3})$")
+
+
+def sel_entry(node: str, entry: object) -> Alert | None:
+    """A SEL entry (a Redfish LogEntry) as an alert, or None for one of severity OK (or none).
+
+    Its key (fingerprint, startsAt) is the node, the entry's Id and its Created: an entry read twice
+    is recorded once, and a log whose Ids started again is told apart. An entry with no readable
+    Created is keyed by its Id alone. Raises InvalidInput for an entry that cannot be read or stored."""
+    entry = v.mapping(entry, "entry")
+    name = SEL_ALERTS.get(entry.get("Severity"))
+    if name is None:
+        return None
+    entry_id = v.text(entry.get("Id"), "entry.Id", max_length=128)
+    message_id = v.text(entry.get("MessageId", ""), "entry.MessageId", min_length=0, max_length=MAX_LABEL_VALUE)
+    message = v.text(entry.get("Message", ""), "entry.Message", min_length=0, max_length=MAX_ANNOTATION_VALUE)
+    check_text([entry_id, message_id, message], "entry")
+    try:
+        starts_at = _timestamp(entry.get("Created"), "entry.Created")
+    except v.Invalid:
+        starts_at = ""
+    labels = {"alertname": name, "node": node, "entry": entry_id, "message_id": message_id, "source": "bmc"}
+    if (gpu := _gpu_of_origin(entry.get("Links"))) is not None:
+        labels["gpu"] = str(gpu)
+    return Alert(
+        name=name,
+        status="firing",
+        labels=MappingProxyType(labels),
+        annotations=MappingProxyType({"message": message}),
+        fingerprint=hashlib.sha256(f"{node}/sel/{entry_id}".encode()).hexdigest()[:16],
+        starts_at=starts_at,
+    )
+
+
+def _gpu_of_origin(links: object) -> int | None:
+    """The index of the GPU Processor an entry's Links.OriginOfCondition names, if it names one."""
+    origin = links.get("OriginOfCondition") if isinstance(links, dict) else None
+    path = origin.get("@odata.id") if isinstance(origin, dict) else None
+    found = GPU_PROCESSOR.search(path) if isinstance(path, str) else None
+    return int(found.group(1)) if found else None
+
+
+def _sel_rule(alert: Alert, gpu: int | None) -> tuple[str, str]:
+    """The ladder and the reason of a SEL entry's alert (see the module's docstring)."""
+    message_id = alert.labels.get("message_id", "")
+    reason = ": ".join(part for part in ("sel", message_id, alert.annotations.get("message", "")) if part)
+    if alert.name == BMC_WARNING_EVENT:
+        return "none", reason
+    parts = message_id.split(".")
+    if gpu is not None and (parts[0], parts[-1]) in GPU_LOST_MESSAGES:
+        return "gpu_lost", reason
+    return "hardware_failed", reason
+
+
 def is_xid_alert(name: str) -> bool:
     return name in XID_ALERTS or name == AGENT_XID_REPORT
 
@@ -300,6 +380,8 @@ def decide(alert: Alert, *, shadow: frozenset[str] = frozenset()) -> Decision:
     elif alert.name in ALERTS:
         rule = ALERTS[alert.name]
         name, reason = rule.ladder, f"{alert.name}{on_gpu}: {rule.reason}"
+    elif alert.name in SEL_ALERTS.values():
+        name, reason = _sel_rule(alert, gpu)
     else:
         return _nothing(node, gpu, f"no rule for alert {alert.name}")
     ladder = LADDERS[name]

@@ -14,12 +14,14 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from core.due_work import take_due
+from core.parsing import InvalidInput
 from fleet import lifecycle
 from fleet.models import AuditEvent, Node, NodeState
 from fleet.services import ConcurrentTransition, audit_power_action, transition
 from fleet.signals import node_remediation_planned
 from remediation import rules
 from remediation.models import (
+    BMCEventLogCursor,
     IncidentEvent,
     IncidentStep,
     Remediation,
@@ -54,6 +56,64 @@ def receive_agent_report(*, node: Node, gpu: int, xid: int, occurrence: int, see
     occurrence is answered with the first one's record. Raises validation.Invalid for a seen_at
     that is no RFC 3339 time. Whether it was new is the second value."""
     return _receive(rules.agent_report(node=node.name, gpu=gpu, xid=xid, occurrence=occurrence, seen_at=seen_at))
+
+
+# Nodes that operators hold: their SEL is read, so that its cursor stays current, but what it logs
+# is theirs to read (a power supply pulled in maintenance is no fault to quarantine for).
+_HELD_BY_OPERATORS = (NodeState.QUARANTINED, NodeState.MAINTENANCE)
+
+
+def receive_sel_entries(*, node: Node, entries: list[dict]) -> None:
+    """Act on new entries of a node's BMC event log (SEL), each read as an alert (rules.sel_entry)
+    and acted on in its own transaction, under the cap like any other; an entry read again keeps
+    its first record. Nothing is done for a node that operators hold, nor for an entry that
+    cannot be read or stored, which is logged."""
+    if Node.objects.filter(pk=node.pk, state__in=_HELD_BY_OPERATORS).exists():
+        return
+    for entry in entries:
+        try:
+            alert = rules.sel_entry(node.name, entry)
+        except InvalidInput as error:
+            log.warning("%s: SEL entry passed over: %s", node.name, error)
+            continue
+        if alert is not None:
+            _receive(alert)
+
+
+def take_due_event_logs(*, limit: int) -> list[int]:
+    """The cursors of the BMC event logs due a read, each due again SEL_POLL_SECONDS later
+    (core.due_work). A node gets its cursor, due at once, when it leaves `enrolled`: from then on
+    the control plane drives its BMC."""
+    unread = Node.objects.exclude(state=NodeState.ENROLLED).filter(event_log_cursor__isnull=True)
+    BMCEventLogCursor.objects.bulk_create(
+        [BMCEventLogCursor(node_id=pk) for pk in unread.values_list("pk", flat=True)], ignore_conflicts=True
+    )
+    return take_due(
+        BMCEventLogCursor.objects.all(),
+        due_field="read_due_at",
+        again_in=timedelta(seconds=settings.SEL_POLL_SECONDS),
+        limit=limit,
+    )
+
+
+def event_log_read(
+    *, cursor_id: int, entries_path: str, last_entry_id: str, last_entry_created: str, position: int, etag: str
+) -> None:
+    """The log was read up to that entry, and what it held was received: the next read starts there."""
+    BMCEventLogCursor.objects.filter(pk=cursor_id).update(
+        entries_path=entries_path,
+        last_entry_id=last_entry_id,
+        last_entry_created=last_entry_created,
+        position=position,
+        etag=etag,
+        read_at=Now(),
+        failure="",
+    )
+
+
+def event_log_unread(*, cursor_id: int, failure: str) -> None:
+    """The BMC could not be read: the cursor stays, the log is read again when next due."""
+    BMCEventLogCursor.objects.filter(pk=cursor_id).update(failure=failure)
 
 
 def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
@@ -135,30 +195,39 @@ def _act_on(remediation: Remediation, decision: rules.Decision, node: Node | Non
 
 
 def _same_occurrence_acted_on(remediation: Remediation, node: Node, firing_at: datetime) -> Remediation | None:
-    """The other path's record of the XID occurrence `remediation` is about, if it was acted on.
+    """Another path's record of the fault `remediation` is about, if it was acted on.
 
     An agent reports an XID as it sees it; Alertmanager's alert for it begins when Prometheus
     first scrapes it, up to the alert's 5-minute window later. So an alert is the occurrence an
     agent reported within that window before it, and a (late) report the occurrence of an alert
-    that began at or after it was seen (clocks may disagree by rules.CLOCK_SKEW)."""
-    if not rules.is_xid_alert(remediation.alert) or "xid" not in remediation.labels:
-        return None
-    if remediation.alert == rules.AGENT_XID_REPORT:
-        began = (firing_at - rules.CLOCK_SKEW, firing_at + rules.SAME_OCCURRENCE)
-        other_path = ~Q(alert=rules.AGENT_XID_REPORT)
+    that began at or after it was seen (clocks may disagree by rules.CLOCK_SKEW). A BMC logs a GPU
+    lost to the host in its SEL when it happens, but a BMC's clock is its own, and the SEL is read
+    every SEL_POLL_SECONDS: its entry is the occurrence of any record of the same ladder on the
+    same GPU that began within the window either side of it (another entry of the same fault too)."""
+    if remediation.alert == rules.BMC_CRITICAL_EVENT:
+        if remediation.gpu is None:
+            return None
+        same_fault = Q(action=remediation.action) & _began(firing_at, rules.SAME_OCCURRENCE, rules.SAME_OCCURRENCE)
+    elif rules.is_xid_alert(remediation.alert) and "xid" in remediation.labels:
+        if remediation.alert == rules.AGENT_XID_REPORT:
+            other_path = ~Q(alert=rules.AGENT_XID_REPORT) & _began(firing_at, rules.CLOCK_SKEW, rules.SAME_OCCURRENCE)
+        else:
+            other_path = Q(alert=rules.AGENT_XID_REPORT) & _began(firing_at, rules.SAME_OCCURRENCE, rules.CLOCK_SKEW)
+        logged = Q(alert=rules.BMC_CRITICAL_EVENT, action=remediation.action)
+        same_fault = (other_path & Q(labels__xid=remediation.labels["xid"])) | (
+            logged & _began(firing_at, rules.SAME_OCCURRENCE, rules.SAME_OCCURRENCE)
+        )
     else:
-        began = (firing_at - rules.SAME_OCCURRENCE, firing_at + rules.CLOCK_SKEW)
-        other_path = Q(alert=rules.AGENT_XID_REPORT)
+        return None
     others = Remediation.objects.filter(
-        other_path,
-        node=node,
-        gpu=remediation.gpu,
-        labels__xid=remediation.labels["xid"],
-        mode=RemediationMode.ENFORCE,
-        timeline__step=IncidentStep.ALERT_FIRING,
-        timeline__at__range=began,
+        same_fault, node=node, gpu=remediation.gpu, mode=RemediationMode.ENFORCE
     ).exclude(status=RemediationStatus.NO_ACTION)
     return others.order_by("at", "pk").first()
+
+
+def _began(at: datetime, before: timedelta, after: timedelta) -> Q:
+    """Records whose alert began from `before` ahead of `at` to `after` past it."""
+    return Q(timeline__step=IncidentStep.ALERT_FIRING, timeline__at__range=(at - before, at + after))
 
 
 def _climb(remediation: Remediation, step: rules.Step, node: Node) -> None:

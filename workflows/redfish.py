@@ -2,7 +2,7 @@
 
 Why not OpenStack's sushy: the workflows need a handful of calls (power, one-time boot,
 virtual media, drive secure erase and firmware updates with task polling, BIOS settings, Secure
-Boot) with our own retry policy and errors
+Boot, the system event log) with our own retry policy and errors
 that name the node and the call; sushy brings a resource model and its own retry and error
 handling for all of Redfish. The tests drive this client against OpenStack's sushy-tools
 emulator as well as bmcsim, so it speaks Redfish as others do.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import functools
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +64,15 @@ class BMCPermanentError(RedfishError):
 
 
 @dataclass(frozen=True)
+class LogEntries:
+    """A page of a LogService's entries, oldest first as Redfish lists them."""
+
+    members: list[dict]  # LogEntry objects, each with a string Id
+    count: int  # Members@odata.count: the entries of the whole log, not of this page
+    etag: str  # the log's ETag ("" if the BMC sends none): unchanged, a conditional GET answers 304
+
+
+@dataclass(frozen=True)
 class BMCAccess:
     node: str
     base_url: str
@@ -92,6 +102,20 @@ def _retry_after_seconds(value: str | None, now: float) -> float | None:
     if when.tzinfo is None:  # "-0000": the date is in UTC, its source's zone unknown
         when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - now)
+
+
+def _link(value: object) -> str | None:
+    """The `@odata.id` of a link ({"@odata.id": ...}), or None if `value` is no link."""
+    found = value.get("@odata.id") if isinstance(value, dict) else None
+    return found if isinstance(found, str) and found else None
+
+
+def _is_log_entry(value: object) -> bool:
+    """A LogEntry a reader can keep a cursor on: an Id of at most 128 characters, a Created of at most 64."""
+    if not isinstance(value, dict):
+        return False
+    entry_id, created = value.get("Id"), value.get("Created", "")
+    return isinstance(entry_id, str) and 0 < len(entry_id) <= 128 and isinstance(created, str) and len(created) <= 64
 
 
 def _redfish_message(response: requests.Response) -> str:
@@ -146,7 +170,13 @@ class RedfishClient:
     # -- transport -------------------------------------------------------------------------
 
     def request(
-        self, method: str, path: str, *, json: dict | None = None, call: str | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict | None = None,
+        headers: dict[str, str] | None = None,
+        call: str | None = None,
     ) -> requests.Response:
         call = call or f"{method} {path}"
         if self._refused:
@@ -160,20 +190,25 @@ class RedfishClient:
             sleep=self.sleep,
             reraise=True,  # the last BMCTransientError itself, not tenacity's RetryError
         )
-        return retrying(self._attempt, method, url, json, call)
+        return retrying(self._attempt, method, url, json, headers, call)
 
-    def _attempt(self, method: str, url: str, json: dict | None, call: str) -> requests.Response:
+    def _attempt(
+        self, method: str, url: str, json: dict | None, headers: dict[str, str] | None, call: str
+    ) -> requests.Response:
         """One HTTP request; BMCTransientError if it is worth repeating, BMCPermanentError if not."""
         self.calls += 1
         began = time.perf_counter()
         try:
-            response = self.session.request(method, url, json=json, timeout=self.timeout, allow_redirects=False)
+            response = self.session.request(
+                method, url, json=json, headers=headers, timeout=self.timeout, allow_redirects=False
+            )
         except (requests.ConnectionError, requests.Timeout) as error:
             # Not chained: requests' error carries the request, Authorization header and all.
             raise BMCTransientError(self.access.node, call, f"{type(error).__name__}: {error}") from None
         finally:
             self.seconds += time.perf_counter() - began
-        if 300 <= response.status_code < 400:
+        # 304 Not Modified is no redirect: the answer to a conditional GET (If-None-Match).
+        if 300 <= response.status_code < 400 and response.status_code != 304:
             where = response.headers.get("Location", "nowhere")
             raise BMCPermanentError(
                 self.access.node,
@@ -210,13 +245,15 @@ class RedfishClient:
         return tenacity.wait_random_exponential(multiplier=self.backoff, max=self.max_backoff)(retry_state)
 
     def get(self, path: str) -> dict:
-        response = self.request("GET", path)
+        return self._object(self.request("GET", path), f"GET {path}")
+
+    def _object(self, response: requests.Response, call: str) -> dict:
         try:
             body = response.json()
         except ValueError as error:
-            raise BMCTransientError(self.access.node, f"GET {path}", "answer is not JSON") from error
+            raise BMCTransientError(self.access.node, call, "answer is not JSON") from error
         if not isinstance(body, dict):
-            raise BMCTransientError(self.access.node, f"GET {path}", "answer is not a JSON object")
+            raise BMCTransientError(self.access.node, call, "answer is not a JSON object")
         return body
 
     # -- the calls the workflows make ------------------------------------------------------
@@ -251,6 +288,34 @@ class RedfishClient:
         entries = self.get(self.get(console).get("Entries", {}).get("@odata.id", f"{console}/Entries"))
         messages = [str(e.get("Message", "")) for e in entries.get("Members", []) if isinstance(e, dict)]
         return messages[-lines:]
+
+    def event_log_entries_path(self) -> str | None:
+        """The Entries of the node's system event log: the LogService whose LogEntryType is SEL,
+        the System's (bmcsim's, OpenBMC's) or else a Manager's (iDRAC's); None if there is none."""
+        holders = itertools.chain([self._system_as_first_read], (self.get(m) for m in self.managers()))
+        for holder in holders:
+            services = _link(holder.get("LogServices"))
+            members = (self.get(services).get("Members") or []) if services else []
+            for service_path in filter(None, map(_link, members)):
+                service = self.get(service_path)
+                if service.get("LogEntryType") == "SEL":
+                    return _link(service.get("Entries")) or f"{service_path}/Entries"
+        return None
+
+    def log_entries(self, path: str, *, skip: int, top: int, etag: str = "") -> LogEntries | None:
+        """Entries `skip` to `skip + top` of a log (Redfish's $skip and $top), or None if the log has
+        not changed since `etag` (the BMC answered 304 to If-None-Match)."""
+        call = f"GET {path} $skip={skip} $top={top}"
+        response = self.request(
+            "GET", f"{path}?$skip={skip}&$top={top}", headers={"If-None-Match": etag} if etag else None, call=call
+        )
+        if response.status_code == 304:
+            return None
+        body = self._object(response, call)
+        members, count = body.get("Members"), body.get("Members@odata.count")
+        if not isinstance(members, list) or not all(_is_log_entry(m) for m in members) or not isinstance(count, int):
+            raise BMCPermanentError(self.access.node, call, "answer is not a collection of LogEntry with Ids")
+        return LogEntries(members, count, response.headers.get("ETag") or str(body.get("@odata.etag", "")))
 
     def reset(self, reset_type: str) -> None:
         self.request(

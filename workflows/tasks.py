@@ -11,7 +11,7 @@ from fleet import services as fleet_services
 from fleet.selectors import nodes_owing_work
 from remediation import services as remediation_services
 from reservations import services as reservation_services
-from workflows import node_workflows, repairs, triggers, webhooks
+from workflows import bmc_event_logs, node_workflows, repairs, triggers, webhooks
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -105,6 +105,12 @@ def reconcile_remediations(limit: int = 500) -> dict:
     for remediation_id in due:
         repair_gpu.apply_async(args=[remediation_id], expires=settings.REMEDIATION_RECHECK_SECONDS)
     return {"repairs_looked_at": len(due)}
+
+
+@shared_task(ignore_result=True)
+def read_bmc_event_logs(limit: int = 500) -> dict:
+    """Read the BMC event logs (SEL) that are due, and act on their new entries."""
+    return bmc_event_logs.read_due(limit=limit)
 
 
 # -- diagnostics on idle nodes ----------------------------------------------------------------
