@@ -5,10 +5,11 @@ BMC access changes through fleet.services.change_bmc_access, and only with the p
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
+from django.db.models import Case, When
 from django.template.response import TemplateResponse
 
 from core.admin_permissions import has_permission
-from fleet import lifecycle
+from fleet import firmware_rollout, firmware_rollouts, lifecycle
 from fleet.bmc_access import BMCAddressRefused, check_bmc_url
 from fleet.models import (
     GPU,
@@ -16,12 +17,15 @@ from fleet.models import (
     AuditEvent,
     FirmwareBaseline,
     FirmwareBaselineComponent,
+    FirmwareRollout,
+    FirmwareRolloutNode,
     Image,
     Node,
     NodeAddress,
     Pod,
     Rack,
 )
+from fleet.selectors import rollout_progress
 from fleet.services import (
     BMC_ACCESS_FIELDS,
     SECRET_ACCESS_FIELDS,
@@ -275,12 +279,152 @@ class FirmwareBaselineComponentInline(admin.TabularInline):
     fields = ["component", "version", "sha256", "image"]
 
 
+class RollOutForm(forms.Form):
+    batch_size = forms.IntegerField(
+        min_value=1, initial=firmware_rollout.DEFAULT_BATCH_SIZE, help_text="Nodes updated at once, in all."
+    )
+    per_pod_cap = forms.IntegerField(
+        min_value=1, initial=firmware_rollout.DEFAULT_PER_POD_CAP, help_text="Nodes of one pod updated at once."
+    )
+
+
 @admin.register(FirmwareBaseline)
 class FirmwareBaselineAdmin(admin.ModelAdmin):
     """What inspection holds every node of a class to after every wipe (fleet/firmware.py): a node
-    off it is repaired with the baseline's images and settings, or quarantined firmware_drift."""
+    off it is repaired with the baseline's images and settings, or quarantined firmware_drift. An
+    operator rolls a changed baseline out to the idle nodes at once (fleet/firmware_rollouts.py)."""
 
     list_display = ["name", "gpu_model", "secure_boot_required", "updated_at"]
     search_fields = ["name", "gpu_model"]
     readonly_fields = ["updated_at"]
     inlines = [FirmwareBaselineComponentInline]
+    actions = ["roll_out"]
+
+    # The rollout model's own permission: leave to edit baselines is no leave to take nodes out of service.
+    has_start_firmware_rollout_permission = has_permission("fleet.start_firmware_rollout")
+
+    @admin.action(
+        description="Roll out to the fleet (asks batch size and per-pod cap)", permissions=["start_firmware_rollout"]
+    )
+    def roll_out(self, request, queryset):
+        form = RollOutForm(request.POST if "apply" in request.POST else None)
+        if not form.is_valid():
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Roll out firmware baselines",
+                "opts": self.model._meta,
+                "baselines": queryset.order_by("name"),
+                "form": form,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            }
+            return TemplateResponse(request, "admin/fleet/firmwarebaseline/roll_out.html", context)
+        actor = f"operator:{request.user.get_username()}"
+        for baseline in queryset.order_by("name"):
+            try:
+                rollout = firmware_rollouts.start_rollout(baseline=baseline, actor=actor, **form.cleaned_data)
+            except firmware_rollouts.RolloutRefused as refused:
+                self.message_user(request, str(refused), messages.ERROR)
+            else:
+                self.message_user(request, f"Started {rollout}: {rollout_progress(rollout)}", messages.SUCCESS)
+        return None
+
+
+class FirmwareRolloutNodeInline(admin.TabularInline):
+    """Where each node's update stands: failures first, with their reasons."""
+
+    model = FirmwareRolloutNode
+    extra = 0
+    can_delete = False
+    fields = ["node", "pod", "node_state", "status", "reason", "started_at", "finished_at"]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        first = [firmware_rollout.NodeStatus.FAILED, firmware_rollout.NodeStatus.UPDATING]
+        shown_first = Case(*(When(status=s, then=i) for i, s in enumerate(first)), default=len(first))
+        return super().get_queryset(request).select_related("node__rack__pod").order_by(shown_first, "node__name")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="pod")
+    def pod(self, row):
+        return row.node.rack.pod.name
+
+    @admin.display(description="node state")
+    def node_state(self, row):
+        return row.node.state
+
+
+@admin.register(FirmwareRollout)
+class FirmwareRolloutAdmin(admin.ModelAdmin):
+    """Rollouts and how far each has come. They start from a baseline's action (or manage.py
+    roll_out_firmware) and change only through the actions: the reconciler does the rest."""
+
+    list_display = [
+        "__str__",
+        "status",
+        "progress",
+        "batch_size",
+        "per_pod_cap",
+        "started_by",
+        "started_at",
+        "paused_reason",
+    ]
+    list_filter = ["status", "baseline"]
+    list_select_related = ["baseline"]
+    fields = [
+        "baseline",
+        "status",
+        "progress",
+        "batch_size",
+        "per_pod_cap",
+        "started_by",
+        "started_at",
+        "paused_reason",
+        "finished_at",
+    ]
+    readonly_fields = fields
+    inlines = [FirmwareRolloutNodeInline]
+    actions = ["pause", "resume", "cancel"]
+
+    has_pause_firmware_rollout_permission = has_permission("fleet.pause_firmware_rollout")
+    has_resume_firmware_rollout_permission = has_permission("fleet.resume_firmware_rollout")
+    has_cancel_firmware_rollout_permission = has_permission("fleet.cancel_firmware_rollout")
+
+    @admin.display(description="progress")
+    def progress(self, rollout):
+        return rollout_progress(rollout)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # what it did to the nodes is history
+
+    def _each(self, request, queryset, move, done: str):
+        for rollout in queryset.order_by("pk"):
+            try:
+                moved = move(rollout)
+            except firmware_rollouts.RolloutRefused as refused:
+                self.message_user(request, str(refused), messages.ERROR)
+            else:
+                self.log_change(request, moved, done)
+                self.message_user(request, f"{moved} {done}", messages.SUCCESS)
+
+    @admin.action(description="Pause selected rollouts", permissions=["pause_firmware_rollout"])
+    def pause(self, request, queryset):
+        actor = f"operator:{request.user.get_username()}"
+        self._each(request, queryset, lambda r: firmware_rollouts.pause(rollout_id=r.pk, actor=actor), "paused")
+
+    @admin.action(description="Resume selected rollouts", permissions=["resume_firmware_rollout"])
+    def resume(self, request, queryset):
+        self._each(request, queryset, lambda r: firmware_rollouts.resume(rollout_id=r.pk), "resumed")
+
+    @admin.action(
+        description="Cancel selected rollouts (nodes inspecting finish)", permissions=["cancel_firmware_rollout"]
+    )
+    def cancel(self, request, queryset):
+        self._each(request, queryset, lambda r: firmware_rollouts.cancel(rollout_id=r.pk), "cancelled")

@@ -8,6 +8,11 @@ inspecting -> available. Inspection ends with attestation, so the only way into 
 is `attestation_passed`, and the only way into `inspecting` after a tenant is
 `wipe_succeeded`: no node serves a second tenant without a wipe and a passing attestation.
 A quarantined node comes back only by an operator, and then only through wiping.
+
+An available node goes back into inspection on `firmware_update`, when an operator's firmware
+rollout (fleet/firmware_rollout.py) takes it: it then runs the whole inspection again (firmware
+check and repair, inventory, diagnostics, attestation), so it comes back available only with a
+passing attestation, as every node does. It held no tenant, so no wipe comes first.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class Event(enum.StrEnum):
     OPERATOR_RETURN = "operator_return"
     TENANT_REPORT = "tenant_report"
     REINSTALL_REQUESTED = "reinstall_requested"
+    FIRMWARE_UPDATE = "firmware_update"
 
 
 class IllegalTransition(Conflict, ValueError):
@@ -73,6 +79,9 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     # Firmware, BIOS settings or Secure Boot off the node class's baseline, and not repaired.
     (S.INSPECTING, E.FIRMWARE_DRIFT): S.QUARANTINED,
     (S.INSPECTING, E.ATTESTATION_PASSED): S.AVAILABLE,
+    # A firmware rollout brings an idle node to its baseline: the whole inspection again, no wipe
+    # (no tenant had it since its last one). Nodes in use get the baseline at their next handoff.
+    (S.AVAILABLE, E.FIRMWARE_UPDATE): S.INSPECTING,
     (S.INSPECTING, E.ATTESTATION_FAILED): S.QUARANTINED,
     (S.AVAILABLE, E.PROVISION_REQUESTED): S.PROVISIONING,
     (S.PROVISIONING, E.PROVISION_SUCCEEDED): S.ACTIVE,

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from django.db.models.lookups import Exact
 
 from core.validation import Invalid
-from fleet import diagnostics, firmware, lifecycle
+from fleet import diagnostics, firmware, firmware_rollout, lifecycle
 
 NodeState = models.TextChoices("NodeState", [(s.name, s.value) for s in lifecycle.State])
 NodeEvent = models.TextChoices("NodeEvent", [(e.name, e.value) for e in lifecycle.Event])
@@ -446,3 +446,106 @@ class FirmwareBaselineComponent(models.Model):
 
     def __str__(self):
         return f"{self.baseline.name} {self.component} {self.version}"
+
+
+RolloutStatus = models.TextChoices("RolloutStatus", [(s.name, s.value) for s in firmware_rollout.RolloutStatus])
+RolloutNodeStatus = models.TextChoices("RolloutNodeStatus", [(s.name, s.value) for s in firmware_rollout.NodeStatus])
+
+
+def _values(statuses) -> list[str]:
+    return sorted(s.value for s in statuses)
+
+
+class FirmwareRollout(models.Model):
+    """An operator's rollout of a baseline to the idle nodes of its class, in batches under a per-pod
+    cap, paused on the first failure (fleet/firmware_rollout.py decides, fleet/firmware_rollouts.py
+    applies it). Nodes in use get the baseline at their next handoff; the rollout counts them."""
+
+    baseline = models.ForeignKey(FirmwareBaseline, on_delete=models.PROTECT, related_name="rollouts")
+    status = models.CharField(max_length=16, choices=RolloutStatus.choices, default=RolloutStatus.RUNNING)
+    batch_size = models.PositiveIntegerField(help_text="Nodes updated at once, in all.")
+    per_pod_cap = models.PositiveIntegerField(help_text="Nodes of one pod updated at once.")
+    started_by = models.CharField(max_length=128, help_text="Who started it: operator:<name>.")
+    started_at = models.DateTimeField(db_default=Now())
+    paused_reason = models.TextField(blank=True, help_text="Why it paused: the first failure, or who paused it.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        # The admin's actions (starting one is the baseline's): `change` is too broad for taking nodes
+        # out of service, or for stopping that.
+        permissions = [
+            ("start_firmware_rollout", "Can roll a firmware baseline out to the fleet"),
+            ("pause_firmware_rollout", "Can pause a firmware rollout"),
+            ("resume_firmware_rollout", "Can resume a firmware rollout"),
+            ("cancel_firmware_rollout", "Can cancel a firmware rollout"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["baseline"],
+                condition=Q(status__in=_values(firmware_rollout.UNDER_WAY)),
+                name="firmware_rollout_one_under_way_per_baseline",
+            ),
+            models.CheckConstraint(condition=Q(status__in=RolloutStatus.values), name="firmware_rollout_status_known"),
+            models.CheckConstraint(
+                condition=Q(batch_size__gte=1, per_pod_cap__gte=1), name="firmware_rollout_limits_at_least_1"
+            ),
+            models.CheckConstraint(condition=~Q(started_by=""), name="firmware_rollout_has_starter"),
+            models.CheckConstraint(
+                condition=~Q(status=RolloutStatus.PAUSED) | ~Q(paused_reason=""),
+                name="firmware_rollout_paused_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=_values(firmware_rollout.FINISHED), finished_at__isnull=False)
+                | (~Q(status__in=_values(firmware_rollout.FINISHED)) & Q(finished_at__isnull=True)),
+                name="firmware_rollout_finished_exactly_when_over",
+            ),
+        ]
+
+    def __str__(self):
+        return f"rollout {self.pk} of {self.baseline.name}"
+
+    @property
+    def limits(self) -> firmware_rollout.Limits:
+        return firmware_rollout.Limits(batch_size=self.batch_size, per_pod_cap=self.per_pod_cap)
+
+    @property
+    def actor(self) -> str:
+        """Who acts on the nodes in its name: the rollout, and the operator who started it."""
+        return f"rollout:{self.pk} by {self.started_by}"
+
+
+class FirmwareRolloutNode(models.Model):
+    """One node of the baseline's class in a rollout: where its update stands, and why."""
+
+    rollout = models.ForeignKey(FirmwareRollout, on_delete=models.CASCADE, related_name="nodes")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="firmware_rollouts")
+    status = models.CharField(max_length=16, choices=RolloutNodeStatus.choices)
+    reason = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When the rollout sent it to inspection.")
+    finished_at = models.DateTimeField(null=True, blank=True, help_text="When it was found updated, or failed.")
+
+    class Meta:
+        ordering = ["rollout", "node"]
+        constraints = [
+            models.UniqueConstraint(fields=["rollout", "node"], name="firmware_rollout_node_once"),
+            models.CheckConstraint(
+                condition=Q(status__in=RolloutNodeStatus.values), name="firmware_rollout_node_status_known"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=RolloutNodeStatus.FAILED) | ~Q(reason=""),
+                name="firmware_rollout_node_failed_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=RolloutNodeStatus.UPDATING) | Q(started_at__isnull=False),
+                name="firmware_rollout_node_updating_has_start",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=_values(firmware_rollout.DONE), finished_at__isnull=False)
+                | (~Q(status__in=_values(firmware_rollout.DONE)) & Q(finished_at__isnull=True)),
+                name="firmware_rollout_node_finished_exactly_when_done",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.node} in rollout {self.rollout_id}: {self.status}"

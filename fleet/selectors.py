@@ -1,19 +1,23 @@
 """Reads of the fleet."""
 
+from collections import Counter
 from collections.abc import Iterable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, JSONField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Now
 
-from fleet import diagnostics, firmware, lifecycle
+from fleet import diagnostics, firmware, firmware_rollout, lifecycle
+from fleet.firmware_rollout import NodeStatus
 from fleet.models import (
     GPU,
     AuditEvent,
     AuditOnlyEvent,
     ConfigDrive,
     FirmwareBaseline,
+    FirmwareRollout,
+    FirmwareRolloutNode,
     IdleDiagnosticRun,
     IdleDiagnosticStatus,
     Node,
@@ -92,3 +96,36 @@ def firmware_checked_in_this_state(node: Node) -> dict | None:
         .values_list("detail", flat=True)
         .first()
     )
+
+
+def nodes_of_baseline(baseline: FirmwareBaseline) -> QuerySet[Node]:
+    """The nodes whose baseline it is, by firmware_baseline_for's rule (their GPU model's baseline,
+    else the default one), for the whole fleet in one query."""
+    gpu_models = GPU.objects.filter(node_id=OuterRef(OuterRef("pk"))).values("model")
+    theirs = (
+        FirmwareBaseline.objects.filter(Q(gpu_model__in=gpu_models) | Q(gpu_model=""))
+        .order_by("-gpu_model")
+        .values("pk")[:1]
+    )
+    return Node.objects.annotate(firmware_baseline=Subquery(theirs)).filter(firmware_baseline=baseline.pk)
+
+
+def rollout_nodes(rollout: FirmwareRollout) -> QuerySet[FirmwareRolloutNode]:
+    """The rollout's nodes, with their node and pod, and the facts of the last firmware check against
+    the baseline since it last changed (`last_check`, None if there was none): a check is recorded
+    (firmware_checked) only when it found no drift from the whole baseline."""
+    baseline = rollout.baseline
+    checks = AuditEvent.objects.filter(
+        node=OuterRef("node"),
+        event=AuditOnlyEvent.FIRMWARE_CHECKED,
+        at__gte=baseline.updated_at,
+        detail__baseline=baseline.name,
+    ).order_by("-id")
+    last_check = Subquery(checks.values("detail")[:1], output_field=JSONField())
+    return rollout.nodes.select_related("node__rack__pod").annotate(last_check=last_check).order_by("node__name")
+
+
+def rollout_progress(rollout: FirmwareRollout) -> str:
+    """How many of the rollout's nodes stand where, in one line."""
+    counts = Counter(rollout.nodes.values_list("status", flat=True))
+    return firmware_rollout.describe({NodeStatus(status): n for status, n in counts.items()})

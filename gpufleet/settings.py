@@ -211,6 +211,7 @@ CELERY_TASK_ROUTES = {
     "workflows.tasks.reconcile_reservations": {"queue": "reconcile"},
     "workflows.tasks.reconcile_remediations": {"queue": "reconcile"},
     "workflows.tasks.reconcile_idle_diagnostics": {"queue": "reconcile"},
+    "workflows.tasks.advance_firmware_rollouts": {"queue": "reconcile"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-nodes": {
@@ -230,6 +231,11 @@ CELERY_BEAT_SCHEDULE = {
     },
     "reconcile-idle-diagnostics": {
         "task": "workflows.tasks.reconcile_idle_diagnostics",
+        "schedule": RECONCILE_SECONDS,
+        "options": {"expires": RECONCILE_SECONDS},
+    },
+    "advance-firmware-rollouts": {
+        "task": "workflows.tasks.advance_firmware_rollouts",
         "schedule": RECONCILE_SECONDS,
         "options": {"expires": RECONCILE_SECONDS},
     },

@@ -6,11 +6,14 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
+from fleet import firmware_rollouts
 from fleet import services as fleet_services
 from fleet.selectors import nodes_owing_work
 from remediation import services as remediation_services
 from reservations import services as reservation_services
+from reservations.selectors import live_allocations
 from workflows import bmc_event_logs, node_workflows, repairs, triggers, webhooks
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
@@ -129,3 +132,15 @@ def reconcile_idle_diagnostics(limit: int = 500) -> dict:
 @shared_task(ignore_result=True)
 def look_at_idle_diagnostics(run_id: int) -> str:
     return node_workflows.look_at_idle_diagnostics(run_id)
+
+
+# -- firmware rollouts ------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def advance_firmware_rollouts() -> dict:
+    """Settle what the firmware rollouts' nodes did, pause at a failure, send the next batches to
+    inspection. A node a booking holds from now until an inspection could have ended is left for its tenant."""
+    soon = timezone.now() + timedelta(seconds=settings.INSPECTION_DEADLINE)
+    held = live_allocations().filter(period__startswith__lt=soon).values_list("node_id", flat=True)
+    return firmware_rollouts.advance_all(held=set(held))

@@ -19,6 +19,8 @@ from django.test import RequestFactory
 from django.utils import timezone
 
 from attestation.models import ReferenceValue
+from fleet import firmware_rollouts
+from fleet.models import FirmwareBaseline
 from remediation.models import Remediation, RemediationStatus
 from reservations.models import Reservation, Tenant
 from tests.support.factories import drive, enrol_default_fleet, tenant_token
@@ -53,6 +55,22 @@ def a_node_and_a_reason():
 def a_quarantined_node():
     (node,) = enrol_default_fleet(1)
     return [drive(node, "operator_quarantine")], {}
+
+
+def a_baseline_and_a_batch():
+    enrol_default_fleet(1)
+    return [FirmwareBaseline.objects.create(name="default")], {"apply": "Roll out", "batch_size": 4, "per_pod_cap": 1}
+
+
+def a_running_rollout():
+    enrol_default_fleet(1)  # inspected later: the rollout waits for it
+    baseline = FirmwareBaseline.objects.create(name="default")
+    return [firmware_rollouts.start_rollout(baseline=baseline, batch_size=4, per_pod_cap=1, actor="test")], {}
+
+
+def a_paused_rollout():
+    (rollout,), extra = a_running_rollout()
+    return [firmware_rollouts.pause(rollout_id=rollout.pk, actor="test")], extra
 
 
 def a_reservation():
@@ -112,6 +130,10 @@ SCENARIOS = {
     ("fleet.Node", "quarantine"): a_node_and_a_reason,
     ("fleet.Node", "return_to_service"): a_quarantined_node,
     ("fleet.Node", "put_into_maintenance"): an_enrolled_node,
+    ("fleet.FirmwareBaseline", "roll_out"): a_baseline_and_a_batch,
+    ("fleet.FirmwareRollout", "pause"): a_running_rollout,
+    ("fleet.FirmwareRollout", "resume"): a_paused_rollout,
+    ("fleet.FirmwareRollout", "cancel"): a_running_rollout,
     ("reservations.Reservation", "release"): a_reservation,
     ("reservations.Tenant", "revoke_api_tokens"): a_tenant_with_a_token,
     ("reservations.Tenant", "export_usage_csv"): a_tenant_with_a_token,
@@ -146,13 +168,13 @@ def view_permission(model) -> Permission:
 
 
 def action_permissions(model, function) -> list[Permission]:
-    """The permissions an action declares; a custom one is the model's Meta permission of that codename."""
+    """The permissions an action declares; a custom one is its app's Meta permission of that codename
+    (`has_perm("app.codename")`), the model's own or another's: starting a rollout is a baseline's action."""
     content_type = ContentType.objects.get_for_model(model)
     return [
-        Permission.objects.get(
-            content_type=content_type,
-            codename=get_permission_codename(name, model._meta) if name in DJANGO_PERMISSIONS else name,
-        )
+        Permission.objects.get(content_type=content_type, codename=get_permission_codename(name, model._meta))
+        if name in DJANGO_PERMISSIONS
+        else Permission.objects.get(content_type__app_label=model._meta.app_label, codename=name)
         for name in function.allowed_permissions
     ]
 

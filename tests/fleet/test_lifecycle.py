@@ -30,6 +30,7 @@ EXPECTED = {
     (S.PROVISIONING, E.DIAGNOSTIC_FAILED): S.QUARANTINED,
     (S.INSPECTING, E.FIRMWARE_DRIFT): S.QUARANTINED,
     (S.INSPECTING, E.ATTESTATION_PASSED): S.AVAILABLE,
+    (S.AVAILABLE, E.FIRMWARE_UPDATE): S.INSPECTING,
     (S.INSPECTING, E.ATTESTATION_FAILED): S.QUARANTINED,
     (S.AVAILABLE, E.PROVISION_REQUESTED): S.PROVISIONING,
     (S.PROVISIONING, E.PROVISION_SUCCEEDED): S.ACTIVE,
@@ -89,7 +90,13 @@ def test_available_is_reached_only_by_attestation_passed():
 
 def test_after_a_tenant_inspection_is_reached_only_through_a_successful_wipe():
     into_inspecting = {(old, event) for (old, event), new in TRANSITIONS.items() if new is S.INSPECTING and old != new}
-    assert into_inspecting == {(S.ENROLLED, E.INSPECTION_STARTED), (S.WIPING, E.WIPE_SUCCEEDED)}
+    # A firmware rollout inspects an available node again: available is clean, reached only by attestation.
+    assert into_inspecting == {
+        (S.ENROLLED, E.INSPECTION_STARTED),
+        (S.WIPING, E.WIPE_SUCCEEDED),
+        (S.AVAILABLE, E.FIRMWARE_UPDATE),
+    }
+    assert S.AVAILABLE in CLEAN_STATES
 
 
 def test_no_path_from_a_tenant_to_available_skips_wipe_and_attestation():
