@@ -204,6 +204,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout"
 # Publishing gives up fast: the reconciler enqueues again whatever a lost message was for.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 RECONCILE_SECONDS = float(os.environ.get("GPUFLEET_RECONCILE_SECONDS", "5"))
+# A sweep on the workers' queue waits behind the workflow runs there: it must outlive a backlog, or
+# a busy fleet discards every sweep before a worker takes it. Each sweep claims its rows in the
+# database, so a late one does nothing twice; the limit only keeps messages from piling up while no
+# worker runs.
+WORKER_SWEEP_EXPIRES = max(60.0, RECONCILE_SECONDS)
 # The reconcilers have a queue of their own, consumed by the beat process itself: workers busy
 # with long workflows must never starve the safety net that re-sends lost work.
 CELERY_TASK_ROUTES = {
@@ -243,14 +248,14 @@ CELERY_BEAT_SCHEDULE = {
     "deliver-webhooks": {
         "task": "workflows.tasks.deliver_webhooks",
         "schedule": RECONCILE_SECONDS,
-        "options": {"expires": RECONCILE_SECONDS},
+        "options": {"expires": WORKER_SWEEP_EXPIRES},
     },
     # On the workers' queue too: a BMC that hangs must not hold the reconcilers. Each node's log is
     # read every SEL_POLL_SECONDS; the sweep takes those that are due.
     "read-bmc-event-logs": {
         "task": "workflows.tasks.read_bmc_event_logs",
         "schedule": RECONCILE_SECONDS,
-        "options": {"expires": RECONCILE_SECONDS},
+        "options": {"expires": WORKER_SWEEP_EXPIRES},
     },
 }
 
