@@ -1,6 +1,6 @@
-"""bmcsim's own API under /bmcsim/v1: inventory, trust roots, reference values, firmware releases,
-faults, sample OS images, what each node's BMC fetched into its virtual media and what its last
-boot measured.
+"""bmcsim's own API under /bmcsim/v1: inventory (with the fabric), trust roots, reference values,
+firmware releases, faults of nodes and switches, sample OS images, what each node's BMC fetched
+into its virtual media and what its last boot measured.
 
 This is the data-center side of the simulation (what an inventory system and a lab bench
 give), so it needs no credentials. Errors are JSON {"detail": ...}.
@@ -14,7 +14,7 @@ import json
 from aiohttp import web
 
 from agent.app import detail
-from core.topology import agent_token
+from core.topology import agent_token, fabric_levels
 
 from . import evidence, faults, images, releases, state
 from .sim import SIM, Simulator
@@ -22,8 +22,10 @@ from .sim import SIM, Simulator
 
 @functools.cache
 def inventory(sim: Simulator) -> bytes:
-    """The fleet as a data-center inventory hands it over; it never changes, so it is built once."""
+    """The fleet as a data-center inventory hands it over, with its fabric's levels, each node's
+    domain at every level and the fabric's switches; it never changes, so it is built once."""
     base = sim.settings.base_url
+    specs = [node.spec for node in sim.fleet.nodes.values()]
     nodes = [
         {
             "name": spec.name,
@@ -38,10 +40,15 @@ def inventory(sim: Simulator) -> bytes:
             "agent_token": agent_token(spec.name),
             "macs": state.macs(spec.name),
             "gpus": [{"index": g.index, "uuid": g.uuid, "serial": g.serial, "model": g.model} for g in spec.gpus],
+            "fabric": dict(spec.fabric),
         }
-        for spec in (node.spec for node in sim.fleet.nodes.values())
+        for spec in specs
     ]
-    return json.dumps({"nodes": nodes}).encode()
+    switches = [
+        {"name": s.spec.name, "kind": s.spec.kind, "level": s.spec.level, "domain": s.spec.domain}
+        for s in sim.fleet.switches.values()
+    ]
+    return json.dumps({"fabric_levels": fabric_levels(specs), "nodes": nodes, "switches": switches}).encode()
 
 
 async def get_inventory(request: web.Request) -> web.Response:
@@ -70,16 +77,16 @@ async def post_fault(request: web.Request) -> web.Response:
     except (ValueError, UnicodeDecodeError):
         return detail(400, "body must be a JSON object")
     try:
-        node, fault = faults.inject(request.app[SIM].fleet, payload, request.app[SIM].now())
+        fault = faults.inject(request.app[SIM].fleet, payload, request.app[SIM].now())
     except faults.FaultError as err:
         return detail(err.status, err.detail)
-    return web.json_response({"node": node.name, **fault}, status=201)
+    return web.json_response(fault, status=201)
 
 
 async def delete_faults(request: web.Request) -> web.Response:
     sim = request.app[SIM]
     try:
-        cleared = faults.clear(sim.fleet, request.query.get("node"))
+        cleared = faults.clear(sim.fleet, request.query.get("node"), request.query.get("switch"))
     except faults.FaultError as err:
         return detail(err.status, err.detail)
     sim.faults_cleared()

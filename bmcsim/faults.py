@@ -1,6 +1,6 @@
-"""Fault injection: parse a request, apply it to a node, clear it.
+"""Fault injection: parse a request, apply it to a node or a fabric switch, clear it.
 
-Kinds (POST /bmcsim/v1/faults with {"node", "kind", ...}):
+Kinds of a node (POST /bmcsim/v1/faults with {"node", "kind", ...}):
 - xid {"gpu", "xid", "clears"?}: the GPU reports that XID; it counts in the metrics (once, when
   injected) and the GPU turns unhealthy until the fault is cleared. XID 79 ("GPU has fallen off
   the bus") also puts a Critical entry in the BMC's SEL, as a BMC logs the PCIe link it lost.
@@ -38,6 +38,17 @@ Kinds (POST /bmcsim/v1/faults with {"node", "kind", ...}):
   gets "message" or its MessageId as the message. An event, not a standing fault: it is not
   listed, and DELETE /bmcsim/v1/faults leaves the SEL as it is (LogService.ClearLog empties it).
 
+Kinds of a fabric switch (POST /bmcsim/v1/faults with {"switch", "kind", ...}; the switches are
+core.topology.fabric_switches', listed in the inventory; what their ports do is in fabric.py):
+- switch_down: the switch is offline (Redfish State UnavailableOffline, Health Critical) and every
+  link of its ports is down, seen from both ends of each cable, until cleared.
+- port_flap {"port", "period_s"?}: the link on that port (named after the node or switch it
+  reaches) goes down for `period_s` (default FLAP_PERIOD_S, simulated time), up for as long, and
+  so on, seen from both ends; the switch's Health is Warning while it flaps. Injected again on the
+  same port, it starts over with the new period.
+Both are listed with "switch" instead of "node", and end with DELETE /bmcsim/v1/faults (all) or
+?switch=<name> (that switch's).
+
 `clears` says what, beside DELETE /bmcsim/v1/faults, ends a GPU health fault (xid, ecc_dbe,
 row_remap_failure); each action also ends what a weaker one does:
 - "gpu_reset": a GPU reset of that GPU through its agent (POST /gpu-reset) that succeeds; the GPU
@@ -59,6 +70,7 @@ import time
 from agent.sim import DIAGNOSTIC_TESTS
 
 from . import bios, releases, sel
+from .fabric import PORT_FLAP, SWITCH_DOWN
 from .state import CLEARS, Fleet, NodeState
 
 KINDS = (
@@ -78,7 +90,10 @@ KINDS = (
     "firmware_tamper",
     "bios_tamper",
     "sel",
+    SWITCH_DOWN,
+    PORT_FLAP,
 )
+SWITCH_KINDS = (SWITCH_DOWN, PORT_FLAP)
 GPU_KINDS = ("xid", "ecc_dbe", "row_remap_failure", "diag_fail")
 CLEARABLE_KINDS = ("xid", "ecc_dbe", "row_remap_failure")
 TESTS = tuple(test for level in sorted(DIAGNOSTIC_TESTS) for test in DIAGNOSTIC_TESTS[level])
@@ -87,6 +102,8 @@ HANG_S = 120.0
 GPU_FELL_OFF_THE_BUS = 79
 MESSAGE_ID = re.compile(r"[A-Za-z0-9_.]{1,128}")
 MAX_MESSAGE_CHARS = 1024
+FLAP_PERIOD_S = 5.0
+MAX_FLAP_PERIOD_S = 3600.0
 
 
 class FaultError(Exception):
@@ -96,17 +113,20 @@ class FaultError(Exception):
         self.detail = detail
 
 
-def inject(fleet: Fleet, payload: object, now: float | None = None) -> tuple[NodeState, dict]:
-    """Validate a fault request and apply it; returns the node and the fault as stored (a `sel`
-    event, which is not stored: as logged)."""
+def inject(fleet: Fleet, payload: object, now: float | None = None) -> dict:
+    """Validate a fault request and apply it; returns the fault as listed, with its "node" or
+    "switch" (a `sel` event, which is not stored: as logged)."""
     now = time.time() if now is None else now
     if not isinstance(payload, dict):
-        raise FaultError(400, "body must be a JSON object with 'node' and 'kind'")
-    name, kind = payload.get("node"), payload.get("kind")
-    if not isinstance(name, str) or not name:
-        raise FaultError(400, "'node' is required")
+        raise FaultError(400, "body must be a JSON object with 'kind' and 'node' (or 'switch')")
+    kind = payload.get("kind")
     if kind not in KINDS:
         raise FaultError(400, f"'kind' must be one of {', '.join(KINDS)}")
+    if kind in SWITCH_KINDS:
+        return _switch_fault(fleet, kind, payload, now)
+    name = payload.get("node")
+    if not isinstance(name, str) or not name:
+        raise FaultError(400, "'node' is required")
     node = fleet.nodes.get(name)
     if node is None:
         raise FaultError(404, f"no node named {name!r}")
@@ -157,23 +177,64 @@ def inject(fleet: Fleet, payload: object, now: float | None = None) -> tuple[Nod
         if not node.has_fault(kind):
             node.faults.append(fault)
     fleet.touch(node)
-    return node, fault
+    return {"node": node.name, **fault}
 
 
-def clear(fleet: Fleet, name: str | None) -> int:
-    """Clear every fault, or one node's; returns how many were cleared."""
-    if name is not None and name not in fleet.nodes:
-        raise FaultError(404, f"no node named {name!r}")
-    nodes = [fleet.nodes[name]] if name is not None else [n for n in fleet.nodes.values() if n.faults]
+def clear(fleet: Fleet, node: str | None = None, switch: str | None = None) -> int:
+    """Clear every fault, or one node's, or one switch's; returns how many were cleared."""
+    if node is not None and switch is not None:
+        raise FaultError(400, "give 'node' or 'switch', not both")
+    if node is not None and node not in fleet.nodes:
+        raise FaultError(404, f"no node named {node!r}")
+    if switch is not None and switch not in fleet.switches:
+        raise FaultError(404, f"no switch named {switch!r}")
+    if node is not None:
+        nodes, switches = [fleet.nodes[node]], []
+    elif switch is not None:
+        nodes, switches = [], [fleet.switches[switch]]
+    else:
+        nodes, switches = list(fleet.nodes.values()), list(fleet.switches.values())
     cleared = 0
-    for node in nodes:
-        cleared += node.clear_faults()
-        fleet.touch(node)
+    for state in nodes:
+        if state.faults:
+            cleared += state.clear_faults()
+            fleet.touch(state)
+    for state in switches:
+        if state.faults:
+            cleared += state.clear_faults()
+            fleet.touch_switch(state)
     return cleared
 
 
 def listing(fleet: Fleet) -> list[dict]:
-    return [{"node": n.name, **f} for n in fleet.nodes.values() for f in n.faults]
+    return [{"node": n.name, **f} for n in fleet.nodes.values() for f in n.faults] + [
+        {"switch": s.name, **f} for s in fleet.switches.values() for f in s.faults
+    ]
+
+
+def _switch_fault(fleet: Fleet, kind: str, payload: dict, now: float) -> dict:
+    name = payload.get("switch")
+    if not isinstance(name, str) or not name:
+        raise FaultError(400, "'switch' is required")
+    switch = fleet.switches.get(name)
+    if switch is None:
+        raise FaultError(404, f"no switch named {name!r}")
+    if kind == SWITCH_DOWN:
+        fault = {"kind": kind}
+        if not switch.is_down:
+            switch.faults.append(fault)
+    else:
+        port = payload.get("port")
+        if port not in switch.spec.ports:
+            raise FaultError(400, f"'port' must be one of {', '.join(switch.spec.ports)}")
+        period = payload.get("period_s", FLAP_PERIOD_S)
+        if not isinstance(period, int | float) or isinstance(period, bool) or not 0 < period <= MAX_FLAP_PERIOD_S:
+            raise FaultError(400, f"'period_s' must be a number of seconds above 0, at most {MAX_FLAP_PERIOD_S:g}")
+        fault = {"kind": kind, "port": port, "period_s": period, "started_at": now}
+        previous = switch.flap(port)
+        switch.faults = [f for f in switch.faults if f is not previous] + [fault]
+    fleet.touch_switch(switch)
+    return {"switch": switch.name, **fault}
 
 
 def _firmware_tamper(node: NodeState, payload: dict) -> dict:

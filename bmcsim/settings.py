@@ -59,7 +59,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         "--topology",
         type=Path,
         default=env.get("BMCSIM_TOPOLOGY") or None,
-        help='JSON file {"nodes": N, "nodes_per_rack"?, "pods"?, "gpus_per_node"?} for other fleet shapes',
+        help='JSON file {"nodes": N, "nodes_per_rack"?, "pods"?, "gpus_per_node"?, "racks_per_leaf"?, '
+        '"spine_groups_per_pod"?} for other fleet shapes and fabrics',
     )
     parser.add_argument(
         "--data-dir",
@@ -123,6 +124,16 @@ def _pcr_list(text: str) -> tuple[int, ...]:
     return pcrs
 
 
+# A topology file's keys but "nodes", and the default_layout argument each gives.
+TOPOLOGY_KEYS = {
+    "nodes_per_rack": "nodes_per_rack",
+    "pods": "pod_count",
+    "gpus_per_node": "gpus_per_node",
+    "racks_per_leaf": "racks_per_leaf",
+    "spine_groups_per_pod": "spine_groups_per_pod",
+}
+
+
 def layout(settings: Settings) -> list[NodeSpec]:
     """The fleet from core.topology, so the control plane's seed_fleet names the same hardware."""
     if settings.topology is None:
@@ -130,19 +141,13 @@ def layout(settings: Settings) -> list[NodeSpec]:
     shape = json.loads(settings.topology.read_text())
     if not isinstance(shape, dict):
         raise ValueError(f"{settings.topology} must hold a JSON object")
-    unknown = set(shape) - {"nodes", "nodes_per_rack", "pods", "gpus_per_node"}
+    unknown = set(shape) - {"nodes", *TOPOLOGY_KEYS}
     if unknown:
         raise ValueError(f"unknown keys in {settings.topology}: {', '.join(sorted(unknown))}")
     count = shape.get("nodes", settings.nodes)
     if not isinstance(count, int) or not 1 <= count <= MAX_NODES:
         raise ValueError(f"'nodes' in {settings.topology} must be an integer from 1 to {MAX_NODES}")
-    kwargs = {
-        key: shape[src]
-        for key, src in (
-            ("nodes_per_rack", "nodes_per_rack"),
-            ("pod_count", "pods"),
-            ("gpus_per_node", "gpus_per_node"),
-        )
-        if src in shape
-    }
+    kwargs = {argument: shape[key] for key, argument in TOPOLOGY_KEYS.items() if key in shape}
+    if not all(isinstance(value, int) and not isinstance(value, bool) for value in kwargs.values()):
+        raise ValueError(f"{', '.join(TOPOLOGY_KEYS)} in {settings.topology} must be integers")
     return default_layout(count, **kwargs)

@@ -1,4 +1,5 @@
-"""The simulated hardware of every node, and the fleet that holds it.
+"""The simulated hardware of every node, and the fleet that holds it and the fabric's switches
+(fabric.py).
 
 Timed behaviour (power transitions, boot, secure erase, firmware update, GPU wipe, the console's
 lines, a BMC's own reset) is kept as timestamps and derived when read, so nothing runs in the
@@ -16,9 +17,10 @@ import hashlib
 import math
 
 from agent.sim import GPU_FAULTS, kill_running, operation_state
-from core.topology import NodeSpec
+from core.topology import NodeSpec, fabric_switches
 
 from . import bios, guest, releases, sel
+from .fabric import SwitchState
 from .store import Store
 
 # Durations in seconds at SIM_TIME_SCALE=1.
@@ -455,22 +457,34 @@ class NodeState:
 
 
 class Fleet:
-    """Every node, its persistence, and the lookups the HTTP layer needs."""
+    """Every node and fabric switch, their persistence, and the lookups the HTTP layer needs."""
 
     def __init__(self, specs: list[NodeSpec], store: Store):
         self.store = store
         self.nodes: dict[str, NodeState] = {spec.name: NodeState(spec) for spec in specs}
+        self.switches: dict[str, SwitchState] = {spec.name: SwitchState(spec) for spec in fabric_switches(specs)}
         self.by_password = {spec.bmc_password: spec.name for spec in specs}
         self._dirty: set[str] = set()
-        for name, data in store.load_nodes().items():
-            if name in self.nodes:
-                self.nodes[name].restore(data)
+        self._dirty_switches: set[str] = set()
+        for table, held in (("nodes", self.nodes), ("switches", self.switches)):
+            for name, data in store.load(table).items():
+                if name in held:
+                    held[name].restore(data)
 
     def touch(self, node: NodeState) -> None:
         """Mark a node changed; `flush` writes it."""
         self._dirty.add(node.name)
 
+    def touch_switch(self, switch: SwitchState) -> None:
+        self._dirty_switches.add(switch.name)
+
     def flush(self) -> None:
-        if self._dirty:
-            dirty, self._dirty = self._dirty, set()
-            self.store.save_nodes({name: self.nodes[name].dump() for name in dirty})
+        if self._dirty or self._dirty_switches:
+            nodes, self._dirty = self._dirty, set()
+            switches, self._dirty_switches = self._dirty_switches, set()
+            self.store.save(
+                {
+                    "nodes": {name: self.nodes[name].dump() for name in nodes},
+                    "switches": {name: self.switches[name].dump() for name in switches},
+                }
+            )

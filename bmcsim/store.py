@@ -1,7 +1,8 @@
-"""Persistence under the data directory: one SQLite file for node state and issued certificates.
+"""Persistence under the data directory: one SQLite file for node and switch state and issued
+certificates.
 
-SQLite commits are atomic, so a crash never leaves half a state; node rows are written in
-batches by the debounced flusher in `server.py`, so a burst of requests costs one commit.
+SQLite commits are atomic, so a crash never leaves half a state; node and switch rows are written
+in batches by the debounced flusher in `server.py`, so a burst of requests costs one commit.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import sqlite3
 import tempfile
 from pathlib import Path
+
+STATE_TABLES = ("nodes", "switches")
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -34,19 +37,23 @@ class Store:
         self._db = sqlite3.connect(directory / "state.sqlite3", isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, state TEXT NOT NULL)")
+        for table in STATE_TABLES:
+            self._db.execute(f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, state TEXT NOT NULL)")
         self._db.execute("CREATE TABLE IF NOT EXISTS certs (label TEXT PRIMARY KEY, pem TEXT NOT NULL)")
 
-    def load_nodes(self) -> dict[str, dict]:
-        return {name: json.loads(state) for name, state in self._db.execute("SELECT name, state FROM nodes")}
+    def load(self, table: str) -> dict[str, dict]:
+        """Every row of a STATE_TABLES table: name -> state."""
+        return {name: json.loads(state) for name, state in self._db.execute(f"SELECT name, state FROM {table}")}
 
-    def save_nodes(self, states: dict[str, dict]) -> None:
+    def save(self, states: dict[str, dict[str, dict]]) -> None:
+        """Write {table: {name: state}} in one commit."""
         with self._db:
             self._db.execute("BEGIN")
-            self._db.executemany(
-                "INSERT OR REPLACE INTO nodes (name, state) VALUES (?, ?)",
-                [(name, json.dumps(state, separators=(",", ":"))) for name, state in states.items()],
-            )
+            for table, rows in states.items():
+                self._db.executemany(
+                    f"INSERT OR REPLACE INTO {table} (name, state) VALUES (?, ?)",
+                    [(name, json.dumps(state, separators=(",", ":"))) for name, state in rows.items()],
+                )
 
     def get_cert(self, label: str) -> str | None:
         row = self._db.execute("SELECT pem FROM certs WHERE label = ?", (label,)).fetchone()

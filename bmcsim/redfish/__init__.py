@@ -1,4 +1,5 @@
-"""The Redfish service: one service with every node as a System, Manager and Chassis.
+"""The Redfish service: one service with every node as a System, Manager and Chassis, and the
+fabric's switches under Fabrics.
 
 The shape follows what OpenStack's sushy-tools gives Ironic and DMTF's public-rackmount1 mockup.
 Each module holds one area's resource bodies (built from node state when read) and handlers.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import accounts, bios_settings, chassis, logs, managers, service, storage, systems, tasks, update
+from . import accounts, bios_settings, chassis, fabrics, logs, managers, service, storage, systems, tasks, update
 from .access import redfish_middleware
 
 __all__ = ["add_routes", "redfish_middleware"]
@@ -18,7 +19,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     """One resource per path, so that its Allow header lists every method; each path also answers
     with a trailing slash, as Redfish clients use both."""
     by_path: dict[str, list] = {}
-    for module in (service, systems, bios_settings, storage, logs, managers, chassis, tasks, update, accounts):
+    for module in (service, systems, bios_settings, storage, logs, managers, chassis, tasks, update, accounts, fabrics):
         for method, path, handler in module.ROUTES:
             by_path.setdefault(path, []).append((method, handler))
     for path, routes in by_path.items():

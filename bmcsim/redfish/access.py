@@ -1,4 +1,8 @@
-"""Who may reach what: authentication, per-BMC scoping of node resources, BMC faults, error bodies."""
+"""Who may reach what: authentication, per-BMC scoping of node resources, BMC faults, error bodies.
+
+The fabric (Fabrics/...) is fleet-wide: the operator credential reads it; a node's BMC
+credential sees an empty Fabrics collection and is refused (403) below it.
+"""
 
 from __future__ import annotations
 
@@ -112,6 +116,11 @@ async def check_bmc(request: web.Request, node: NodeState) -> None:
             raise RedfishError(503, "ServiceTemporarilyUnavailable", f"The BMC of {node.name} is not responding.")
     if node.has_fault("bmc_error"):
         raise RedfishError(500, "InternalError", f"The BMC of {node.name} encountered an internal error.")
+
+
+def check_fabric_reader(request: web.Request) -> None:
+    if request["principal"] != OPERATOR:
+        raise RedfishError(403, "InsufficientPrivilege", "The credentials of a BMC do not reach the fabric.")
 
 
 def visible_nodes(request: web.Request) -> list[str]:

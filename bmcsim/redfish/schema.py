@@ -55,6 +55,9 @@ TYPES = {
     # Measurement (the one place for an image's digest) is deprecated from v1_6_0 in favour of
     # ComponentIntegrity, but still defined: bmcsim serves it.
     "SoftwareInventory": "v1_13_0",
+    "Fabric": "v1_4_0",
+    "Switch": "v1_11_0",
+    "Port": "v1_18_0",
 }
 
 COLLECTIONS = (
@@ -74,6 +77,9 @@ COLLECTIONS = (
     "LogServiceCollection",
     "LogEntryCollection",
     "SoftwareInventoryCollection",
+    "FabricCollection",
+    "SwitchCollection",
+    "PortCollection",
 )
 
 # Namespaces of types used inside resources: Settings.v1_4_0's OperationApplyTimeSupport (Volumes),

@@ -44,6 +44,7 @@ def odata_document() -> dict:
         "UpdateService": "/redfish/v1/UpdateService",
         "SessionService": "/redfish/v1/SessionService",
         "AccountService": "/redfish/v1/AccountService",
+        "Fabrics": "/redfish/v1/Fabrics",
     }
     return {
         "@odata.context": "/redfish/v1/$metadata",
@@ -75,6 +76,7 @@ def service_root() -> dict:
         "UpdateService": ref("/redfish/v1/UpdateService"),
         "SessionService": ref("/redfish/v1/SessionService"),
         "AccountService": ref("/redfish/v1/AccountService"),
+        "Fabrics": ref("/redfish/v1/Fabrics"),
         "Links": {"Sessions": ref("/redfish/v1/SessionService/Sessions")},
     }
 
