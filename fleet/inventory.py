@@ -14,6 +14,7 @@ from typing import Any
 
 from core import validation as v
 from core.topology import NodeSpec, agent_token
+from fleet import fabric
 
 
 class InventoryError(ValueError):
@@ -42,6 +43,7 @@ class NodeRecord:
     agent_url: str
     agent_token: str
     gpus: tuple[GPURecord, ...]
+    fabric: fabric.Path = ()  # its domains at the fabric's levels between its pod and its rack
 
 
 def _field(entry: dict, key: str, kind: type, where: str) -> Any:
@@ -71,17 +73,24 @@ def parse_inventory(document: Any) -> list[NodeRecord]:
 
 def _records(document: Any) -> list[NodeRecord]:
     nodes = document.get("nodes") if isinstance(document, dict) else None
+    # Optional: an inventory without levels has pods and racks only.
+    levels = (
+        fabric.parse_levels(document["fabric_levels"])
+        if isinstance(document, dict) and "fabric_levels" in document
+        else None
+    )
     records = []
     for number, entry in enumerate(v.sequence(nodes, "inventory", expected="an object with a 'nodes' list")):
         entry = v.mapping(entry, v.at("nodes", number))
         name = _field(entry, "name", str, v.at("nodes", number))
         credentials = _field(entry, "credentials", dict, name)
         gpus = _field(entry, "gpus", list, name)
+        pod, rack = _field(entry, "pod", str, name), _field(entry, "rack", str, name)
         records.append(
             NodeRecord(
                 name=name,
-                pod=_field(entry, "pod", str, name),
-                rack=_field(entry, "rack", str, name),
+                pod=pod,
+                rack=rack,
                 position=_field(entry, "position", int, name),
                 serial=_field(entry, "serial", str, name),
                 redfish_url=_field(entry, "redfish_url", str, name),
@@ -91,11 +100,16 @@ def _records(document: Any) -> list[NodeRecord]:
                 agent_url=_field(entry, "agent_url", str, name),
                 agent_token=_field(entry, "agent_token", str, name),
                 gpus=tuple(_parse_gpu(gpu, v.at(f"{name}.gpus", index)) for index, gpu in enumerate(gpus)),
+                fabric=()
+                if levels is None
+                else fabric.parse_position(entry.get("fabric"), f"{name}.fabric", levels=levels, pod=pod, rack=rack),
             )
         )
     names = [r.name for r in records]
     if len(set(names)) != len(names):
         raise InventoryError("inventory names a node twice")
+    if levels is not None:
+        fabric.check_tree((r.pod, r.rack, r.fabric) for r in records)
     return records
 
 
@@ -168,6 +182,7 @@ def records_from_layout(layout: list[NodeSpec], bmcsim_url: str) -> list[NodeRec
             agent_url=f"{base}/agent/{spec.name}",
             agent_token=agent_token(spec.name),
             gpus=tuple(GPURecord(index=g.index, uuid=g.uuid, serial=g.serial, model=g.model) for g in spec.gpus),
+            fabric=spec.fabric[1:-1],
         )
         for spec in layout
     ]

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from django.db.models.lookups import Exact
 
 from core.validation import Invalid
-from fleet import diagnostics, firmware, firmware_rollout, lifecycle
+from fleet import diagnostics, fabric, firmware, firmware_rollout, lifecycle
 
 NodeState = models.TextChoices("NodeState", [(s.name, s.value) for s in lifecycle.State])
 NodeEvent = models.TextChoices("NodeEvent", [(e.name, e.value) for e in lifecycle.Event])
@@ -56,9 +56,62 @@ class Pod(models.Model):
         return self.name
 
 
+class FabricLevel(models.Model):
+    """A level of the fabric between the pods and the racks (fleet/fabric.py): a leaf, a spine group."""
+
+    name = models.CharField(max_length=32, unique=True)
+    depth = models.PositiveSmallIntegerField(unique=True, help_text="1 just under the pod, counting down.")
+
+    class Meta:
+        ordering = ["depth"]
+        constraints = [
+            models.CheckConstraint(condition=Q(name__regex=f"^{fabric.LEVEL.pattern}$"), name="fabric_level_named"),
+            models.CheckConstraint(
+                condition=~Q(name__in=[fabric.POD, fabric.NVLINK_DOMAIN]), name="fabric_level_between_pod_and_rack"
+            ),
+            models.CheckConstraint(condition=Q(depth__gte=1), name="fabric_level_under_the_pod"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class FabricDomain(models.Model):
+    """One domain of a fabric level: the nodes under one leaf switch, one spine group's."""
+
+    level = models.ForeignKey(FabricLevel, on_delete=models.PROTECT, related_name="domains")
+    name = models.SlugField(max_length=64, unique=True)
+    pod = models.ForeignKey("Pod", on_delete=models.PROTECT, related_name="fabric_domains")
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
+        help_text="The domain one level up; none at the first level under the pod.",
+    )
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.CheckConstraint(condition=~Q(parent=F("pk")), name="fabric_domain_not_its_own_parent")]
+
+    def __str__(self):
+        return f"{self.level.name} {self.name}"
+
+
 class Rack(models.Model):
+    """A rack: one NVLink domain, the fabric's lowest level."""
+
     pod = models.ForeignKey(Pod, on_delete=models.PROTECT, related_name="racks")
     name = models.SlugField(max_length=32, unique=True)
+    fabric_domain = models.ForeignKey(
+        FabricDomain,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="racks",
+        help_text="Its domain at the fabric's deepest level above the racks (its leaf); none without levels.",
+    )
 
     class Meta:
         ordering = ["name"]

@@ -8,19 +8,21 @@ from django.conf import settings
 from django.db.models import Exists, F, JSONField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Now
 
-from fleet import diagnostics, firmware, firmware_rollout, lifecycle
+from fleet import diagnostics, fabric, firmware, firmware_rollout, lifecycle
 from fleet.firmware_rollout import NodeStatus
 from fleet.models import (
     GPU,
     AuditEvent,
     AuditOnlyEvent,
     ConfigDrive,
+    FabricDomain,
     FirmwareBaseline,
     FirmwareRollout,
     FirmwareRolloutNode,
     IdleDiagnosticRun,
     IdleDiagnosticStatus,
     Node,
+    Rack,
 )
 
 
@@ -129,3 +131,20 @@ def rollout_progress(rollout: FirmwareRollout) -> str:
     """How many of the rollout's nodes stand where, in one line."""
     counts = Counter(rollout.nodes.values_list("status", flat=True))
     return firmware_rollout.describe({NodeStatus(status): n for status, n in counts.items()})
+
+
+def rack_fabric_paths() -> dict[str, fabric.Path]:
+    """Each rack's domains at the fabric's levels between its pod and itself, top down (fleet/fabric.py)."""
+    domains = {
+        pk: (level, name, parent)
+        for pk, level, name, parent in FabricDomain.objects.values_list("pk", "level__name", "name", "parent_id")
+    }
+
+    def path(domain_id: int | None) -> fabric.Path:
+        steps = []
+        while domain_id is not None:
+            level, name, domain_id = domains[domain_id]
+            steps.append((level, name))
+        return tuple(reversed(steps))
+
+    return {name: path(domain_id) for name, domain_id in Rack.objects.values_list("name", "fabric_domain_id")}

@@ -32,6 +32,8 @@ from fleet.models import (
     AuditEvent,
     AuditOnlyEvent,
     ConfigDrive,
+    FabricDomain,
+    FabricLevel,
     FirmwareBaseline,
     FirmwareBaselineComponent,
     IdleDiagnosticRun,
@@ -194,16 +196,19 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
 
     Idempotent: a node already enrolled keeps its state, position and GPUs; a change of its BMC
     access is audited. Raises BMCAddressRefused, before writing anything, if a record's BMC or
-    agent URL is outside the BMC networks. `progress`, if given, is called with the number of
-    records handled after each batch.
+    agent URL is outside the BMC networks, and FabricLevelsChanged if the records name other fabric
+    levels than the fleet has. Racks move to the fabric domains the records give them. `progress`,
+    if given, is called with the number of records handled after each batch.
     """
     records = list(records)
     _check_bmc_addresses(records)
+    _check_fabric_levels(records)
     pods = {name: Pod.objects.get_or_create(name=name)[0] for name in sorted({r.pod for r in records})}
     rack_pods = {r.rack: pods[r.pod] for r in records}
     known_racks = set(Rack.objects.filter(name__in=rack_pods).values_list("name", flat=True))
     Rack.objects.bulk_create(Rack(name=name, pod=pod) for name, pod in rack_pods.items() if name not in known_racks)
     racks = Rack.objects.in_bulk(list(rack_pods), field_name="name")
+    _place_racks_in_fabric(records, pods, racks)
     created = updated = 0
     for batch in _batches(records, ENROLMENT_BATCH):
         with transaction.atomic():
@@ -331,6 +336,57 @@ def change_bmc_access(
 # -- the tenant network: addresses and config drives --------------------------------------------
 
 ADDRESS_ATTEMPTS = 8
+
+
+class FabricLevelsChanged(Conflict):
+    """An inventory names other fabric levels than the fleet's: levels are not redrawn by enrolment."""
+
+
+def _check_fabric_levels(records: list[NodeRecord]) -> None:
+    levels = next((tuple(level for level, _ in r.fabric) for r in records if r.fabric), None)
+    known = tuple(FabricLevel.objects.order_by("depth").values_list("name", flat=True))
+    if levels is not None and known and levels != known:
+        raise FabricLevelsChanged(
+            f"the inventory's fabric levels between pod and rack are {', '.join(levels)}; "
+            f"the fleet's are {', '.join(known)}"
+        )
+
+
+def _place_racks_in_fabric(records: list[NodeRecord], pods: dict[str, Pod], racks: dict[str, Rack]) -> None:
+    """Create the fabric's levels and domains the records name, top down, and put each rack under
+    its deepest one. Records without a fabric leave their racks where they are."""
+    paths = {r.rack: (r.pod, r.fabric) for r in records if r.fabric}
+    if not paths:
+        return
+    levels = [level for level, _ in next(iter(paths.values()))[1]]
+    if not FabricLevel.objects.exists():
+        FabricLevel.objects.bulk_create(FabricLevel(name=name, depth=depth) for depth, name in enumerate(levels, 1))
+    level_ids = dict(FabricLevel.objects.values_list("name", "pk"))
+    named = {name for _, path in paths.values() for _, name in path}
+    domains = {d.name: d for d in FabricDomain.objects.filter(name__in=named)}
+    for depth in range(len(levels)):
+        wanted = {}
+        for pod, path in paths.values():
+            level, name = path[depth]
+            parent = domains[path[depth - 1][1]] if depth else None
+            wanted[name] = FabricDomain(name=name, level_id=level_ids[level], pod=pods[pod], parent=parent)
+        moved = [d for name, d in wanted.items() if name in domains and _domain_moved(domains[name], d)]
+        for domain in moved:
+            domain.pk = domains[domain.name].pk
+        FabricDomain.objects.bulk_update(moved, ["level", "pod", "parent"])
+        FabricDomain.objects.bulk_create(d for name, d in wanted.items() if name not in domains)
+        domains |= {d.name: d for d in FabricDomain.objects.filter(name__in=wanted)}
+    placed = []
+    for name, (_, path) in paths.items():
+        rack = racks[name]
+        if rack.fabric_domain_id != domains[path[-1][1]].pk:
+            rack.fabric_domain = domains[path[-1][1]]
+            placed.append(rack)
+    Rack.objects.bulk_update(placed, ["fabric_domain"])
+
+
+def _domain_moved(known: FabricDomain, wanted: FabricDomain) -> bool:
+    return (known.level_id, known.pod_id, known.parent_id) != (wanted.level_id, wanted.pod_id, wanted.parent_id)
 
 
 class NoAddressFree(Conflict):

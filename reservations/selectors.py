@@ -13,9 +13,10 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from psycopg.types.range import Range
 
+from fleet import fabric
 from fleet.lifecycle import State
 from fleet.models import AuditEvent, Node
-from fleet.selectors import recently_passed_long_diagnostics
+from fleet.selectors import rack_fabric_paths, recently_passed_long_diagnostics
 from reservations import usage
 from reservations.models import Allocation, Quota, Reservation, ReservationEvent, ReservationEventKind, Tenant
 from reservations.offers import Busy
@@ -48,6 +49,7 @@ class Topology:
     rack_ids: tuple[tuple[int, ...], ...]  # node ids of each rack, in slot order
     rack_of: dict[int, int]  # node id -> index into racks
     node_ids: dict[str, int]  # node name -> id
+    rack_paths: tuple[fabric.Path, ...]  # each rack's fabric domains between its pod and itself
 
 
 _topology: list[Topology] = []
@@ -63,6 +65,7 @@ def topology() -> Topology:
         cursor.execute("SELECT version FROM fleet_topology_version")  # see fleet/migrations/0004
         (version,) = cursor.fetchone()
     if not _topology or _topology[0].version != version:
+        paths = rack_fabric_paths()
         racks: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
         rows = Node.objects.order_by("rack__pod__name", "rack__name", "position")
         for node_id, name, rack, pod in rows.values_list("id", "name", "rack__name", "rack__pod__name"):
@@ -78,6 +81,7 @@ def topology() -> Topology:
                 rack_ids=tuple(ids for ids, _ in members),
                 rack_of={node_id: i for i, (ids, _) in enumerate(members) for node_id in ids},
                 node_ids={name: node_id for ids, names in members for node_id, name in zip(ids, names, strict=True)},
+                rack_paths=tuple(paths[rack] for _, rack in racks),
             )
         ]
     return _topology[0]
@@ -216,14 +220,16 @@ def node_hours_booked(tenant: Tenant, month: usage.Span) -> float:
 
 def capacity_by_pod() -> list[dict]:
     """Per pod: nodes, nodes free now, nodes free now and for as long as a reservation without
-    ends_at lasts (no later booking holds them), and racks whose every node is free now."""
+    ends_at lasts (no later booking holds them), racks whose every node is free now, and its
+    fabric domains as a tree down to its racks, with their nodes and those free now."""
     now = timezone.now()
     fleet = topology()
     # Counts only: no rack's free nodes are listed, as placement needs them.
     busy_now = set(_not_free(starts_at=now, ends_at=now + INSTANT))
     busy_open_ended = set(_not_free(starts_at=now, ends_at=now + booking_limits().max_duration))
     pods: dict[str, dict] = {}
-    for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True):
+    loads = []
+    for rack, ids, path in zip(fleet.racks, fleet.rack_ids, fleet.rack_paths, strict=True):
         summary = pods.setdefault(
             rack.pod,
             {"name": rack.pod, "nodes": 0, "available": 0, "available_open_ended": 0, "whole_free_racks": 0},
@@ -233,7 +239,9 @@ def capacity_by_pod() -> list[dict]:
         summary["available"] += free_now
         summary["available_open_ended"] += sum(node_id not in busy_open_ended for node_id in ids)
         summary["whole_free_racks"] += free_now == len(ids)
-    return [pods[name] for name in sorted(pods)]
+        loads.append(fabric.RackLoad(pod=rack.pod, path=path, rack=rack.rack, nodes=len(ids), available=free_now))
+    trees = fabric.domain_tree(loads)
+    return [{**pods[name], "domains": trees[name]} for name in sorted(pods)]
 
 
 def reservation_machines(reservations: list[Reservation]) -> dict[int, list[dict]]:

@@ -142,6 +142,16 @@ class ReservationSerializer(serializers.ModelSerializer):
         return MachineSerializer(self.context["machines"].get(reservation.pk, []), many=True).data
 
 
+class DomainCapacitySerializer(serializers.Serializer):
+    level = serializers.CharField(help_text='A fabric level: "leaf", "spine_group", ..., "nvlink_domain" (a rack).')
+    name = serializers.CharField()
+    nodes = serializers.IntegerField()
+    available = serializers.IntegerField(help_text="Nodes free now.")
+    children = serializers.ListField(
+        child=serializers.DictField(), help_text="The domains one level down, each of this shape; none under a rack."
+    )
+
+
 class PodCapacitySerializer(serializers.Serializer):
     name = serializers.CharField()
     nodes = serializers.IntegerField()
@@ -151,6 +161,7 @@ class PodCapacitySerializer(serializers.Serializer):
         "what a reservation without ends_at can get."
     )
     whole_free_racks = serializers.IntegerField()
+    domains = DomainCapacitySerializer(many=True, help_text="The pod's fabric domains, top down to its racks.")
 
 
 class CapacitySerializer(serializers.Serializer):

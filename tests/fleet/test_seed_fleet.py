@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from core.topology import agent_token, bmc_password, default_layout
 from fleet.inventory import CSV_COLUMNS
-from fleet.models import GPU, AuditEvent, Node, Pod, Rack
+from fleet.models import GPU, AuditEvent, FabricDomain, FabricLevel, Node, Pod, Rack
 
 
 def seed(*args) -> str:
@@ -34,6 +34,17 @@ def test_default_topology_is_fifty_nodes_in_two_pods_and_seven_racks(db):
     assert (node.rack.name, node.position, node.system_id) == ("r01", 1, "node-001")
     assert node.bmc_password == bmc_password("node-001")
     assert [g.uuid for g in node.gpus.all()] == [g.uuid for g in default_layout(1)[0].gpus]
+    # A leaf switch per rack pair in each pod: the fabric level between pod and rack.
+    assert list(FabricLevel.objects.values_list("name", flat=True)) == ["leaf"]
+    assert leaf_of_each_rack() == {
+        "r01": "p1-leaf1",
+        "r02": "p1-leaf1",
+        "r03": "p1-leaf2",
+        "r04": "p1-leaf2",
+        "r05": "p2-leaf1",
+        "r06": "p2-leaf1",
+        "r07": "p2-leaf2",
+    }
 
 
 def test_seeding_twice_changes_nothing(db):
@@ -174,3 +185,69 @@ def test_a_bad_inventory_file_is_refused_with_a_clear_error(db, tmp_path, name, 
     with pytest.raises(CommandError, match=message):
         seed("--inventory", str(path))
     assert not Node.objects.exists()
+
+
+def fabric_inventory(leaves: dict[str, str]) -> dict:
+    """Three nodes in racks of one node each (r01-r03 of pod p1), each rack under the leaf `leaves` names."""
+    document = inventory()
+    document["fabric_levels"] = ["pod", "leaf", "nvlink_domain"]
+    for number, node in enumerate(document["nodes"], start=1):
+        node.update(rack=f"r0{number}", position=1)
+        node["fabric"] = {"pod": "p1", "leaf": leaves[node["rack"]], "nvlink_domain": node["rack"]}
+    return document
+
+
+def leaf_of_each_rack() -> dict[str, str | None]:
+    return dict(Rack.objects.order_by("name").values_list("name", "fabric_domain__name"))
+
+
+def test_an_inventory_with_fabric_levels_puts_each_rack_under_its_leaf(db, tmp_path):
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(fabric_inventory({"r01": "p1-leaf1", "r02": "p1-leaf1", "r03": "p1-leaf2"})))
+    assert "3 enrolled" in seed("--inventory", str(path))
+    assert list(FabricLevel.objects.values_list("name", "depth")) == [("leaf", 1)]
+    assert leaf_of_each_rack() == {"r01": "p1-leaf1", "r02": "p1-leaf1", "r03": "p1-leaf2"}
+    assert set(FabricDomain.objects.values_list("name", "pod__name", "parent")) == {
+        ("p1-leaf1", "p1", None),
+        ("p1-leaf2", "p1", None),
+    }
+
+    # The fabric is recabled: r02 moves to the second leaf.
+    path.write_text(json.dumps(fabric_inventory({"r01": "p1-leaf1", "r02": "p1-leaf2", "r03": "p1-leaf2"})))
+    assert seed("--inventory", str(path)).endswith("3 unchanged\n")
+    assert leaf_of_each_rack() == {"r01": "p1-leaf1", "r02": "p1-leaf2", "r03": "p1-leaf2"}
+
+
+def test_enrolment_does_not_redraw_the_fabrics_levels(db, tmp_path):
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(fabric_inventory({"r01": "l1", "r02": "l1", "r03": "l2"})))
+    seed("--inventory", str(path))
+    document = fabric_inventory({"r01": "l1", "r02": "l1", "r03": "l2"})
+    document["fabric_levels"] = ["pod", "spine_group", "nvlink_domain"]
+    for node in document["nodes"]:
+        node["fabric"] = {"pod": "p1", "spine_group": node["fabric"]["leaf"], "nvlink_domain": node["rack"]}
+    path.write_text(json.dumps(document))
+    with pytest.raises(CommandError, match="fabric levels between pod and rack are spine_group; the fleet's are leaf"):
+        seed("--inventory", str(path))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["nodes"][0]["fabric"].pop("leaf"), "node-001.fabric: must name a domain at each level"),
+        (lambda d: d["nodes"][0]["fabric"].update(nvlink_domain="r09"), "must put the node in its pod p1 and rack r01"),
+        (  # r01 under p1-leaf1 for node-001, and under p1-leaf2 for node-003
+            lambda d: (d["nodes"][2].update(rack="r01"), d["nodes"][2]["fabric"].update(nvlink_domain="r01")),
+            "a rack must sit in one place",
+        ),
+        (lambda d: d.update(fabric_levels=["leaf"]), "fabric_levels: must be a list of 2 to 8 level names"),
+    ],
+)
+def test_an_inventory_whose_fabric_is_no_tree_is_refused(db, tmp_path, change, message):
+    document = fabric_inventory({"r01": "p1-leaf1", "r02": "p1-leaf1", "r03": "p1-leaf2"})
+    change(document)
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(CommandError, match=message):
+        seed("--inventory", str(path))
+    assert not Node.objects.exists() and not FabricDomain.objects.exists()

@@ -76,7 +76,7 @@ def test_capacity_shows_nodes_a_later_booking_holds_as_free_now_but_not_for_an_o
 ):
     starts = timezone.now() + 2 * DAY
     assert book_p2_for_a_day(acme, starts).status_code == 201
-    assert capacity("p2") == {
+    assert {k: v for k, v in capacity("p2").items() if k != "domains"} == {
         "name": "p2",
         "nodes": 4,
         "available": 4,

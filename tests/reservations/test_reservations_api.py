@@ -71,12 +71,24 @@ def test_capacity_per_pod(available_fleet, acme):
     post(acme, "/v1/reservations", {"node_count": 1, "pod": "p1"})
     answer = APIClient().get("/v1/capacity")
     assert answer.status_code == 200
-    assert answer.json() == {
-        "pods": [
-            {"name": "p1", "nodes": 8, "available": 7, "available_open_ended": 7, "whole_free_racks": 0},
-            {"name": "p2", "nodes": 4, "available": 4, "available_open_ended": 4, "whole_free_racks": 1},
-        ]
-    }
+    pods = answer.json()["pods"]
+    assert [{k: v for k, v in pod.items() if k != "domains"} for pod in pods] == [
+        {"name": "p1", "nodes": 8, "available": 7, "available_open_ended": 7, "whole_free_racks": 0},
+        {"name": "p2", "nodes": 4, "available": 4, "available_open_ended": 4, "whole_free_racks": 1},
+    ]
+    # The fabric below each pod: its leaves, then its racks (NVLink domains).
+    assert pods[0]["domains"] == [
+        {
+            "level": "leaf",
+            "name": "p1-leaf1",
+            "nodes": 8,
+            "available": 7,
+            "children": [{"level": "nvlink_domain", "name": "r01", "nodes": 8, "available": 7, "children": []}],
+        }
+    ]
+    assert [(d["name"], d["available"], d["children"][0]["name"]) for d in pods[1]["domains"]] == [
+        ("p2-leaf1", 4, "r02")
+    ]
 
 
 @pytest.mark.parametrize(

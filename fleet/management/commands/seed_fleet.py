@@ -10,7 +10,7 @@ from tqdm import tqdm
 from core.topology import DEFAULT_NODE_COUNT, default_layout
 from fleet.bmc_access import BMCAddressRefused
 from fleet.inventory import InventoryError, parse_csv_inventory, parse_inventory, records_from_layout
-from fleet.services import enrol_nodes
+from fleet.services import FabricLevelsChanged, enrol_nodes
 
 PROGRESS_FROM_NODES = 500
 
@@ -50,7 +50,7 @@ class Command(BaseCommand):
         try:
             with tqdm(total=len(records), desc="enrolling", unit="node", disable=not show_progress) as bar:
                 result = enrol_nodes(records=records, actor="operator:seed_fleet", progress=bar.update)
-        except BMCAddressRefused as exc:
+        except (BMCAddressRefused, FabricLevelsChanged) as exc:
             raise CommandError(f"nothing enrolled: {exc}") from exc
         self.stdout.write(
             f"fleet of {len(records)} nodes: {result.created} enrolled, {result.updated} updated, "

@@ -1,0 +1,108 @@
+"""The fabric's levels, and where a node sits in each: pure, no Django.
+
+A fleet's fabric is a tree of domains, one level under another, from the pod at the top (a
+scalable unit: the widest domain a reservation stays in) to the NVLink domain at the bottom (a
+rack whose nodes share one NVLink fabric). Between them an operator's fabric has levels of its
+own, named by its inventory: the leaf switches of an InfiniBand or RoCE fabric, the spine groups
+above them. `("pod", "spine_group", "leaf", "nvlink_domain")` is such a list; a fleet that names
+none has only the two ends, as the control plane had before levels existed.
+
+The ends are the fleet's pods and racks; only the levels between them are stored as levels
+(fleet.models.FabricLevel). An inventory gives each node its domain at every level
+(`{"pod": "p1", "leaf": "p1-leaf1", "nvlink_domain": "r01"}`), which must agree with its pod
+and rack.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from core import validation as v
+from core.topology import NVLINK_DOMAIN, POD
+
+MAX_LEVELS = 8
+LEVEL = re.compile(r"[a-z][a-z0-9_]{0,31}")
+DOMAIN = re.compile(r"[-a-zA-Z0-9_]{1,64}")  # a slug, as pods and racks are named
+
+Path = tuple[tuple[str, str], ...]  # (level, domain) of the levels between the pod and the rack, top down
+
+
+def parse_levels(value: object, where: str = "fabric_levels") -> tuple[str, ...]:
+    """The fabric's levels, top down: `pod` first, `nvlink_domain` last, each a distinct lowercase name."""
+    levels = v.sequence(
+        value, where, min_items=2, max_items=MAX_LEVELS, expected=f"a list of 2 to {MAX_LEVELS} level names"
+    )
+    for position, level in enumerate(levels):
+        v.matches(level, v.at(where, position), LEVEL, "a level name: lowercase letters, digits and _")
+    if levels[0] != POD or levels[-1] != NVLINK_DOMAIN:
+        raise v.Invalid(where, f"must start with {POD!r} and end with {NVLINK_DOMAIN!r}", levels)
+    if len(set(levels)) < len(levels):
+        raise v.Invalid(where, "must name each level once", levels)
+    return tuple(levels)
+
+
+def parse_position(value: object, where: str, *, levels: Sequence[str], pod: str, rack: str) -> Path:
+    """A node's domain at every level (`{level: domain}`), checked against its pod and rack; the
+    levels between them, top down."""
+    position = v.mapping(value, where, expected="an object of level -> domain")
+    if set(position) != set(levels):
+        raise v.Invalid(where, f"must name a domain at each level: {', '.join(levels)}", sorted(position))
+    for level in levels:
+        v.matches(position[level], v.at(where, level), DOMAIN, "a domain name: letters, digits, - and _")
+    if position[POD] != pod or position[NVLINK_DOMAIN] != rack:
+        raise v.Invalid(where, f"must put the node in its pod {pod} and rack {rack}", position)
+    return tuple((level, position[level]) for level in levels[1:-1])
+
+
+@dataclass(frozen=True)
+class RackLoad:
+    """One rack (NVLink domain) as capacity counts it."""
+
+    pod: str
+    path: Path
+    rack: str
+    nodes: int
+    available: int
+
+
+def domain_tree(racks: Iterable[RackLoad]) -> dict[str, list[dict]]:
+    """Per pod, its domains as a tree, each `{"level", "name", "nodes", "available", "children"}`,
+    down to its racks (level `nvlink_domain`, no children); every list sorted by name."""
+    trees: dict[str, dict] = {}
+    for rack in racks:
+        children = trees.setdefault(rack.pod, {})
+        for level, name in (*rack.path, (NVLINK_DOMAIN, rack.rack)):
+            domain = children.setdefault(
+                name, {"level": level, "name": name, "nodes": 0, "available": 0, "children": {}}
+            )
+            domain["nodes"] += rack.nodes
+            domain["available"] += rack.available
+            children = domain["children"]
+    return {pod: _listed(children) for pod, children in trees.items()}
+
+
+def _listed(children: Mapping[str, dict]) -> list[dict]:
+    return [{**domain, "children": _listed(domain["children"])} for _, domain in sorted(children.items())]
+
+
+def check_tree(placed: Iterable[tuple[str, str, Path]]) -> None:
+    """(pod, rack, path) of every node: one list of levels for all, and one tree: each rack under one
+    path, each domain at one level, in one pod, under one parent. Invalid names the first clash."""
+    placed = list(placed)
+    levels = {tuple(level for level, _ in path) for _, _, path in placed}
+    if len(levels) > 1:
+        raise v.Invalid("fabric", "every node must name the same levels", sorted(levels))
+    rack_paths: dict[str, tuple[str, Path]] = {}
+    domains: dict[str, tuple[str, str, str | None]] = {}
+    for pod, rack, path in placed:
+        if rack_paths.setdefault(rack, (pod, path)) != (pod, path):
+            raise v.Invalid(
+                f"fabric.{rack}", "a rack must sit in one place in the fabric", [rack_paths[rack], (pod, path)]
+            )
+        parent = None
+        for level, name in path:
+            if domains.setdefault(name, (level, pod, parent)) != (level, pod, parent):
+                raise v.Invalid(f"fabric.{name}", "a domain must have one level, pod and parent", domains[name])
+            parent = name
