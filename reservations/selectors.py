@@ -232,12 +232,12 @@ def capacity_by_pod() -> list[dict]:
     for rack, ids, path in zip(fleet.racks, fleet.rack_ids, fleet.rack_paths, strict=True):
         summary = pods.setdefault(
             rack.pod,
-            {"name": rack.pod, "nodes": 0, "available": 0, "available_open_ended": 0, "whole_free_racks": 0},
+            {"name": rack.pod, "nodes": 0, "available": 0, "free_open_ended": 0, "whole_free_racks": 0},
         )
         free_now = sum(node_id not in busy_now for node_id in ids)
         summary["nodes"] += len(ids)
         summary["available"] += free_now
-        summary["available_open_ended"] += sum(node_id not in busy_open_ended for node_id in ids)
+        summary["free_open_ended"] += sum(node_id not in busy_open_ended for node_id in ids)
         summary["whole_free_racks"] += free_now == len(ids)
         loads.append(fabric.RackLoad(pod=rack.pod, path=path, rack=rack.rack, nodes=len(ids), available=free_now))
     trees = fabric.domain_tree(loads)

@@ -429,7 +429,7 @@ def do_capacity(args, config: Config) -> int:
         emit_json(answer)
         return OK
     rows = [
-        (p["name"], p["nodes"], p["available"], p.get("available_open_ended"), p.get("whole_free_racks"))
+        (p["name"], p["nodes"], p["available"], p.get("free_open_ended"), p.get("whole_free_racks"))
         for p in answer.get("pods", [])
     ]
     print(table(("POD", "NODES", "FREE", "FREE OPEN-ENDED", "WHOLE FREE RACKS"), rows))

@@ -156,7 +156,7 @@ class PodCapacitySerializer(serializers.Serializer):
     name = serializers.CharField()
     nodes = serializers.IntegerField()
     available = serializers.IntegerField(help_text="Nodes free now.")
-    available_open_ended = serializers.IntegerField(
+    free_open_ended = serializers.IntegerField(
         help_text="Nodes free now that no later booking holds within the maximum duration: "
         "what a reservation without ends_at can get."
     )

@@ -73,8 +73,8 @@ def test_capacity_per_pod(available_fleet, acme):
     assert answer.status_code == 200
     pods = answer.json()["pods"]
     assert [{k: v for k, v in pod.items() if k != "domains"} for pod in pods] == [
-        {"name": "p1", "nodes": 8, "available": 7, "available_open_ended": 7, "whole_free_racks": 0},
-        {"name": "p2", "nodes": 4, "available": 4, "available_open_ended": 4, "whole_free_racks": 1},
+        {"name": "p1", "nodes": 8, "available": 7, "free_open_ended": 7, "whole_free_racks": 0},
+        {"name": "p2", "nodes": 4, "available": 4, "free_open_ended": 4, "whole_free_racks": 1},
     ]
     # The fabric below each pod: its leaves, then its racks (NVLink domains).
     assert pods[0]["domains"] == [
