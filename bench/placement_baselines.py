@@ -1,70 +1,111 @@
 """What best-fit placement (reservations.placement.place) is measured against: first-fit, random
-placement, and the count of whole free racks that tells them apart. Used by
-bench/placement_quality.py and by the placement tests; never by the control plane.
+placement, a Kueue-style most-free-first, and the counts of whole free domains that tell them
+apart. Used by bench/placement_quality.py and by the placement tests; never by the control plane.
 
-The baselines see a request and the racks through placement's own helpers, so that the
-comparison differs only in the choice each makes.
+The baselines see a request and the racks through placement's own helpers (the domains of the
+required level, the whole units, the refusals), so that the comparison differs only in the
+choice each makes.
 """
 
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
+from core.topology import NVLINK_DOMAIN
 from reservations.placement import (
     PlacementRefused,
     PlacementRequest,
     RackCapacity,
-    _first_whole_racks,
+    _fabric_levels,
+    _first_whole_units,
+    _Objective,
     _pods_in_scope,
-    _rack_scale_refusal,
-    _shortage_refusal,
-    _usable_nodes,
+    _Rack,
 )
 
 Strategy = Callable[[PlacementRequest, Sequence[RackCapacity]], list[str]]
+Domains = dict[tuple[str, ...], list[_Rack]]
+
+
+def _scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> tuple[_Objective, Domains]:
+    pods = _pods_in_scope(request, racks)
+    objective = _Objective(request, _fabric_levels(request, racks))
+    return objective, objective.domains(pods)
+
+
+def _fill(objective: _Objective, racks: list[_Rack], count: int) -> list[str] | None:
+    """The first nodes of `racks` in the given order, or the first whole units adding up to
+    `count`; None if they cannot hold the request."""
+    if objective.whole is None:
+        usable = [node for rack in racks for node in rack.usable]
+        return usable[:count] if len(usable) >= count else None
+    units = objective.whole_units(racks)
+    chosen = _first_whole_units([sum(r.size for r in unit) for unit in units], count)
+    return None if chosen is None else [node for i in chosen for rack in units[i] for node in rack.nodes]
 
 
 def first_fit(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
-    """The first pod by name that can hold the request; within it, free nodes in rack and slot order."""
-    pods = _pods_in_scope(request, racks)
-    count = request.node_count
-    for rs in pods.values():
-        if request.rack_scale:
-            chosen = _first_whole_racks([r for r in rs if r.whole_usable], count)
-            if chosen is not None:
-                return [node for rack in chosen for node in rack.nodes]
-        elif _usable_nodes(rs) >= count:
-            return [node for rack in rs for node in rack.usable][:count]
-    raise PlacementRefused(
-        _rack_scale_refusal(request, pods) if request.rack_scale else _shortage_refusal(request, pods)
-    )
+    """The first domain of the required level by name that can hold the request; within it, free
+    nodes (or whole units) in fabric, rack and slot order."""
+    objective, domains = _scope(request, racks)
+    for rs in domains.values():
+        if (chosen := _fill(objective, rs, request.node_count)) is not None:
+            return chosen
+    raise PlacementRefused(objective.refusal(domains))
+
+
+def most_free_first(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
+    """Kueue-style topology-aware placement: the domain of the required level with the most free
+    capacity, and within it, at each level down, the domain with the most free capacity first
+    (fewest domains spanned, at the cost of breaking the roomiest ones)."""
+    objective, domains = _scope(request, racks)
+    by_room = sorted(domains.items(), key=lambda item: -objective.capacity(item[1]))
+    for _, rs in by_room:
+        under: dict[tuple[str, ...], list[_Rack]] = defaultdict(list)
+        for rack in rs:
+            for depth in range(objective.required + 1, len(rack.domains)):
+                under[rack.domains[: depth + 1]].append(rack)
+        room = {key: objective.capacity(members) for key, members in under.items()}
+        ordered = sorted(
+            rs,
+            key=lambda r: (
+                *(-room[r.domains[: d + 1]] for d in range(objective.required + 1, len(r.domains))),
+                r.domains,
+            ),
+        )
+        if (chosen := _fill(objective, ordered, request.node_count)) is not None:
+            return chosen
+    raise PlacementRefused(objective.refusal(domains))
 
 
 def random_fit(seed: int) -> Strategy:
-    """A strategy that picks a random feasible pod and random nodes (or whole racks) in it.
+    """A strategy that picks a random feasible domain of the required level and random nodes (or
+    whole units) in it.
 
     It keeps its own random.Random, so a sequence of calls is reproducible from the seed.
     """
     rng = random.Random(seed)
 
     def strategy(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
-        pods = _pods_in_scope(request, racks)
+        objective, domains = _scope(request, racks)
         count = request.node_count
-        if request.rack_scale:
-            options = {}
-            for pod, rs in pods.items():
-                wholes = [r for r in rs if r.whole_usable]
-                rng.shuffle(wholes)
-                if (chosen := _first_whole_racks(wholes, count)) is not None:
-                    options[pod] = [node for rack in chosen for node in rack.nodes]
+        if objective.whole is not None:
+            options = []
+            for rs in domains.values():
+                units = objective.whole_units(rs)
+                rng.shuffle(units)
+                chosen = _first_whole_units([sum(r.size for r in unit) for unit in units], count)
+                if chosen is not None:
+                    options.append([node for i in chosen for rack in units[i] for node in rack.nodes])
             if not options:
-                raise PlacementRefused(_rack_scale_refusal(request, pods))
-            return options[rng.choice(sorted(options))]
-        feasible = [pod for pod, rs in pods.items() if _usable_nodes(rs) >= count]
+                raise PlacementRefused(objective.refusal(domains))
+            return rng.choice(options)
+        feasible = [rs for rs in domains.values() if objective.capacity(rs) >= count]
         if not feasible:
-            raise PlacementRefused(_shortage_refusal(request, pods))
-        return rng.sample([node for rack in pods[rng.choice(feasible)] for node in rack.usable], count)
+            raise PlacementRefused(objective.refusal(domains))
+        return rng.sample([node for rack in rng.choice(feasible) for node in rack.usable], count)
 
     return strategy
 
@@ -72,3 +113,21 @@ def random_fit(seed: int) -> Strategy:
 def count_whole_free_racks(racks: Iterable[RackCapacity], *, pod: str | None = None) -> int:
     """Racks (of `pod`, or of all pods) whose every node is free: what rack-scale requests need."""
     return sum(1 for r in racks if r.nodes and (pod is None or r.pod == pod) and set(r.nodes) <= set(r.free))
+
+
+def count_domains(racks: Iterable[RackCapacity], level: str) -> tuple[int, int]:
+    """(whole free, partly used) domains of `level` (NVLINK_DOMAIN for racks, or a level of the
+    racks' paths): partly used means some but not every node free."""
+    free: dict[tuple[str, ...], list[int]] = {}
+    for r in racks:
+        if level == NVLINK_DOMAIN:
+            key = (r.pod, r.rack)
+        else:
+            depth = [name for name, _ in r.path].index(level)
+            key = (r.pod, *(domain for _, domain in r.path[: depth + 1]))
+        counts = free.setdefault(key, [0, 0])
+        counts[0] += len(r.free)
+        counts[1] += len(r.nodes)
+    whole = sum(1 for have, size in free.values() if size and have == size)
+    partly = sum(1 for have, size in free.values() if 0 < have < size)
+    return whole, partly

@@ -4,22 +4,43 @@ No Django import. The service reads free capacity per rack for the requested per
 a transaction, calls `place`, and inserts allocations; the exclusion constraint on
 allocations stays the final guard against double booking.
 
-A rack is an NVLink domain and a pod a fabric domain, so a reservation never spans pods.
-Within a pod, placement is best-fit: it uses partly used racks first, tightest fit first,
-and breaks whole racks only when it must, so whole racks stay free for rack-scale requests.
-Among choices equal by those rules (racks that fit as tightly, the free nodes of one rack), nodes
-with a recent diagnostics pass go first: a tie-breaker, never a reason to touch another rack.
-bench/placement_baselines.py holds first-fit and random placement to measure that choice against.
+The fabric is a tree of domains (fleet/fabric.py): the pod at the top, the rack (NVLink domain)
+at the bottom, and between them the switch levels each rack's `path` names, such as spine
+groups and leaves. A reservation stays inside one domain of its `required` level (a pod unless
+it asks for a deeper one), and takes whole domains of its `whole` level if it asks for them
+(`rack_scale` is whole racks). Inside the required domain placement chooses the nodes that
+minimise, in this order:
+
+1. nodes outside the racks `near` (a growing reservation fills its own racks first);
+2. domains spanned at the `preferred` level, if the request names one below the required level;
+3. domains spanned at each switch level, the deepest first: fewest leaves, then fewest spine
+   groups (and for whole racks, then fewest racks);
+4. whole domains broken at each level below the pod (and above a whole level), top down: partly
+   used domains are used first, so whole domains stay free for whole-domain requests;
+5. free nodes left beside the chosen ones in each domain touched, top down: the tightest fit;
+6. nodes chosen without a recent diagnostics pass: a tie-breaker, never a reason to touch
+   another domain; then names.
+
+The required domain is chosen by the same order (so by 4 and 5 it is today's pod choice: the
+fewest whole racks broken, then the tightest). `_Objective` solves this exactly by dynamic
+programming over the tree, one table per domain of the least cost for each node count; its
+input is per-domain free counts, the seam for keeping such summaries incrementally. A fleet
+without switch levels and a request without levels has nothing to span, and takes the direct
+greedy `_place_in_pods` (the same objective, and fast at 10,000 nodes).
+bench/placement_baselines.py holds first-fit, random and most-free-first placement to measure
+that choice against.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from core.errors import Conflict
+from core.topology import NVLINK_DOMAIN, POD
+from fleet.fabric import Path
 
 
 @dataclass(frozen=True)
@@ -30,15 +51,25 @@ class RackCapacity:
     free: tuple[str, ...]  # the nodes free for the requested period
     gpu_models: Mapping[str, str] | None = None  # node -> GPU model; None: models unknown
     recently_tested: frozenset[str] = frozenset()  # nodes with a recent long diagnostics pass
+    path: Path = ()  # the rack's domains between its pod and itself; () when the fabric has no such level
+    attributes: Mapping[str, Mapping[str, str]] | None = None  # node -> operator-defined attributes
 
 
 @dataclass(frozen=True)
 class PlacementRequest:
     node_count: int
     pod: str | None = None  # None: any pod
-    rack_scale: bool = False  # whole racks only, every node of each chosen rack
+    rack_scale: bool = False  # whole racks only, every node of each chosen rack: whole="nvlink_domain"
     gpu_model: str | None = None  # None: any model
     near: frozenset[str] = frozenset()  # racks to fill first: where a growing reservation has its nodes
+    required: str = POD  # the level one domain of which holds every chosen node
+    preferred: str | None = None  # a level whose domains spanned are minimised before any other's
+    whole: str | None = None  # a level whose domains are taken whole, every node of each
+    attributes: Mapping[str, str] = field(default_factory=dict)  # every chosen node has these values
+
+    @property
+    def whole_level(self) -> str | None:
+        return self.whole or (NVLINK_DOMAIN if self.rack_scale else None)
 
 
 class PlacementRefused(Conflict):
@@ -57,41 +88,62 @@ class _Rack(NamedTuple):
     pod: str
     name: str
     nodes: tuple[str, ...]
-    usable: tuple[str, ...]  # free nodes of the requested model, in slot order
+    usable: tuple[str, ...]  # free nodes of the requested model and attributes, in slot order
     whole: bool  # every node free: taking any of it costs a whole rack
-    whole_usable: bool  # whole, and every node of the requested model: fit for rack_scale
+    whole_usable: bool  # whole, and every node usable: fit for a whole-rack request
     tested: int = 0  # usable nodes with a recent diagnostics pass, which `usable` lists first
+    path: Path = ()
 
     @property
     def size(self) -> int:
         return len(self.nodes)
 
+    @property
+    def domains(self) -> tuple[str, ...]:
+        """Its domain at every level, top down: pod, the path's domains, the rack."""
+        return (self.pod, *(name for _, name in self.path), self.name)
+
 
 def place(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
-    """Best-fit placement: the chosen node names, all in one pod, or PlacementRefused.
+    """The chosen node names, all in one domain of the required level, or PlacementRefused.
 
-    With no pod given, the pod is the one that breaks the fewest whole racks, then the one with
-    the fewest usable free nodes (the tightest fit), then the first by name; for rack_scale, the
-    one that needs the fewest racks, then the least whole capacity, then the name.
     ValueError for a node_count below one or inconsistent capacity: those are the caller's bugs.
     """
     pods = _pods_in_scope(request, racks)
+    levels = _fabric_levels(request, racks)
+    whole = request.whole_level
+    if len(levels) == 2 and request.required == POD and request.preferred in (None, POD) and whole != POD:
+        return _place_in_pods(request, pods)
+    return _Objective(request, levels).place(pods)
+
+
+def _place_in_pods(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> list[str]:
+    """The objective where the fabric has no switch level and the request is by pod and rack only.
+
+    With no pod given, the pod is the one that breaks the fewest whole racks, then the one with
+    the fewest usable free nodes (the tightest fit), then the first by name; for whole racks, the
+    one that needs the fewest racks, then the least whole capacity, then the name.
+    """
     count = request.node_count
-    if request.rack_scale:
+    if request.whole_level:
         options = {pod: chosen for pod, rs in pods.items() if (chosen := _fewest_whole_racks(rs, count)) is not None}
         if not options:
-            raise PlacementRefused(_rack_scale_refusal(request, pods))
+            raise PlacementRefused(_refusal_by_pod(request, pods))
         # Fewest racks first; then the pod with the least whole capacity, so bigger pods keep theirs.
         pod = min(options, key=lambda p: (len(options[p]), _whole_usable_nodes(pods[p]), p))
         return [node for rack in options[pod] for node in rack.nodes]
 
     options = {pod: _best_fit(rs, count, request.near) for pod, rs in pods.items() if _usable_nodes(rs) >= count}
     if not options:
-        raise PlacementRefused(_shortage_refusal(request, pods))
+        raise PlacementRefused(_refusal_by_pod(request, pods))
     # Breaking no whole rack beats fitting tightly: a tighter pod that must break a rack loses
     # to a roomier one that can use its partly used racks.
     pod = min(options, key=lambda p: (_whole_racks_broken(options[p]), _usable_nodes(pods[p]), p))
     return [node for rack, taken in options[pod] for node in rack.usable[:taken]]
+
+
+def _refusal_by_pod(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> str:
+    return _Objective(request, (POD, NVLINK_DOMAIN)).refusal({(pod,): rs for pod, rs in pods.items()})
 
 
 def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> dict[str, list[_Rack]]:
@@ -101,33 +153,62 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
     _check_capacity(racks)
     if request.pod is not None and all(r.pod != request.pod for r in racks):
         raise PlacementRefused(f"pod {request.pod} does not exist")
-    model = request.gpu_model
+    model, wanted = request.gpu_model, request.attributes
+    any_node = model is None and not wanted
     pods: dict[str, list[_Rack]] = defaultdict(list)
-    model_present = model is None
+    selectors_present = any_node
     for r in sorted(racks, key=lambda r: (r.pod, r.rack)):
         # A rack with no nodes can hold nothing and is no NVLink domain to keep whole.
         if not r.nodes or request.pod not in (None, r.pod):
             continue
-        if model is None and r.free is r.nodes:  # a wholly free rack, as the service hands most of them
+        if any_node and r.free is r.nodes:  # a wholly free rack, as the service hands most of them
             usable, tested = _tested_first(r.nodes, r.recently_tested)
-            pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, usable, True, True, tested))
+            pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, usable, True, True, tested, r.path))
             continue
         free = set(r.free)  # a subset of r.nodes: _check_capacity made sure
-        models = r.gpu_models or {}
-        if model is None and len(free) == len(r.nodes):
-            usable = r.nodes
+        if any_node:
+            usable = r.nodes if len(free) == len(r.nodes) else tuple(n for n in r.nodes if n in free)
         else:
-            usable = tuple(n for n in r.nodes if n in free and (model is None or models.get(n) == model))
-        model_present = model_present or any(models.get(n) == model for n in r.nodes)
+            selected = _selected(request, r)
+            usable = tuple(n for n in r.nodes if n in free and n in selected)
+            selectors_present = selectors_present or bool(selected)
         whole = len(free) == len(r.nodes)
         usable, tested = _tested_first(usable, r.recently_tested)
-        pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, usable, whole, whole and len(usable) == len(r.nodes), tested))
+        whole_usable = whole and len(usable) == len(r.nodes)
+        pods[r.pod].append(_Rack(r.pod, r.rack, r.nodes, usable, whole, whole_usable, tested, r.path))
     if not pods:
         raise PlacementRefused("no rack is known to placement")
-    if not model_present:
+    if not selectors_present:
         where = f"in pod {request.pod} " if request.pod else ""
-        raise PlacementRefused(f"no node {where}has GPU model {model}")
+        raise PlacementRefused(f"no node {where}has {_selectors(request)}")
     return dict(sorted(pods.items()))
+
+
+def _selected(request: PlacementRequest, rack: RackCapacity) -> set[str]:
+    """The rack's nodes, free or not, of the requested GPU model and attributes."""
+    models, attributes = rack.gpu_models or {}, rack.attributes or {}
+    return {
+        node
+        for node in rack.nodes
+        if request.gpu_model in (None, models.get(node))
+        and all(attributes.get(node, {}).get(key) == value for key, value in request.attributes.items())
+    }
+
+
+def _fabric_levels(request: PlacementRequest, racks: Sequence[RackCapacity]) -> tuple[str, ...]:
+    """The fleet's levels, top down, from the racks' paths; a refusal for a request naming another
+    level or whole domains wider than its required one. ValueError if the racks disagree."""
+    shapes = {tuple(level for level, _ in r.path) if r.path else () for r in racks}
+    if len(shapes) > 1:
+        raise ValueError(f"racks name different fabric levels: {sorted(shapes)}")
+    levels = (POD, *shapes.pop(), NVLINK_DOMAIN)
+    for level in (request.required, request.preferred, request.whole):
+        if level is not None and level not in levels:
+            raise PlacementRefused(f"the fabric has no level {level}; its levels are {', '.join(levels)}")
+    whole = request.whole_level
+    if whole is not None and levels.index(whole) < levels.index(request.required):
+        raise PlacementRefused(f"whole {whole} domains cannot stay inside one {request.required}")
+    return levels
 
 
 def _tested_first(usable: tuple[str, ...], tested: frozenset[str]) -> tuple[tuple[str, ...], int]:
@@ -228,12 +309,196 @@ def _fewest_whole_racks(racks: list[_Rack], count: int) -> list[_Rack] | None:
     )
 
 
-def give_back(held: Mapping[str, Sequence[str]], count: int, *, rack_scale: bool) -> list[str]:
+class _Subtree(NamedTuple):
+    """One domain as the objective sees it: table[c] is the least cost of taking c nodes from it
+    (None: c cannot be taken); a domain with children took choices[i][c] nodes from children[i]
+    when children[:i + 1] gave c; a rack or a whole unit gives a prefix of `nodes`."""
+
+    table: list[int | None]
+    children: list[_Subtree]
+    choices: list[list[int]]
+    nodes: tuple[str, ...]
+
+
+class _Objective:
+    """The module docstring's order of costs as one integer per choice: each cost is a digit in
+    base `base`, which exceeds any cost's value, so comparing integers compares the order."""
+
+    def __init__(self, request: PlacementRequest, levels: tuple[str, ...]):
+        self.request, self.levels, self.count = request, levels, request.node_count
+        self.required = levels.index(request.required)
+        self.rack = len(levels) - 1
+        whole = request.whole_level
+        self.whole = levels.index(whole) if whole else None
+        deepest = self.whole if self.whole is not None else self.rack
+        spans = [d for d in range(min(deepest, self.rack - 1), self.required, -1)]
+        if self.whole == self.rack:
+            spans.append(self.rack)  # whole racks: fewest racks, after fewest leaves and spines
+        preferred = levels.index(request.preferred) if request.preferred else None
+        if preferred is not None and self.required < preferred <= deepest:
+            spans = [preferred, *(d for d in spans if d != preferred)]
+        below = range(self.required, deepest + (self.whole is None))  # levels taken in part, top down
+        self.order = [
+            *(("near",) if request.near and self.whole is None else ()),
+            *(("span", d) for d in spans),
+            *(("broken", d) for d in below if d > 0),
+            *(("left", d) for d in below),
+            ("untested",),
+        ]
+
+    def place(self, pods: dict[str, list[_Rack]]) -> list[str]:
+        domains = self.domains(pods)
+        capacity = {key: self.capacity(rs) for key, rs in domains.items()}
+        self.base = max(self.count, *capacity.values()) + 1
+        self.weight = {name: self.base ** (len(self.order) - 1 - i) for i, name in enumerate(self.order)}
+        best = None
+        for key, rs in domains.items():
+            if capacity[key] < self.count:
+                continue
+            subtree = self._subtree(rs, self.required)
+            cost = subtree.table[self.count] if len(subtree.table) > self.count else None
+            if cost is not None and (best is None or cost < best[0]):
+                best = (cost, subtree)
+        if best is None:
+            raise PlacementRefused(self.refusal(domains))
+        return self._take(best[1], self.count)
+
+    def domains(self, pods: dict[str, list[_Rack]]) -> dict[tuple[str, ...], list[_Rack]]:
+        """The domains of the required level, each keyed by its domains from the pod down, in order."""
+        domains: dict[tuple[str, ...], list[_Rack]] = defaultdict(list)
+        for rs in pods.values():
+            for rack in rs:
+                domains[rack.domains[: self.required + 1]].append(rack)
+        return {key: sorted(domains[key], key=lambda r: r.domains) for key in sorted(domains)}
+
+    def capacity(self, racks: list[_Rack]) -> int:
+        """What the request can use of these racks: usable nodes, or the nodes of whole usable units."""
+        if self.whole is None:
+            return _usable_nodes(racks)
+        return sum(sum(r.size for r in unit) for unit in self.whole_units(racks))
+
+    def whole_units(self, racks: list[_Rack]) -> list[list[_Rack]]:
+        """The domains of the whole level in these racks that are usable in full, each as its racks."""
+        units: dict[tuple[str, ...], list[_Rack]] = defaultdict(list)
+        for rack in racks:
+            units[rack.domains[: self.whole + 1]].append(rack)
+        return [unit for _, unit in sorted(units.items()) if all(r.whole_usable for r in unit)]
+
+    def refusal(self, domains: dict[tuple[str, ...], list[_Rack]]) -> str:
+        level = self.levels[self.required]
+        if self.whole is None:
+            return _shortage_refusal(self.request, level, [(key[-1], _usable_nodes(rs)) for key, rs in domains.items()])
+        units = [(key[-1], [sum(r.size for r in unit) for unit in self.whole_units(rs)]) for key, rs in domains.items()]
+        return _whole_refusal(self.request, level, units)
+
+    def _cost(self, name: tuple, times: int = 1) -> int:
+        return self.weight.get(name, 0) * times
+
+    def _subtree(self, racks: list[_Rack], depth: int) -> _Subtree:
+        """The table of the domain at `depth` that holds `racks` (all of it, sorted by domains)."""
+        if depth == self.whole:
+            return self._whole_unit(racks)
+        if depth == self.rack:
+            return self._rack(racks[0])
+        groups: dict[str, list[_Rack]] = defaultdict(list)
+        for rack in racks:
+            groups[rack.domains[depth + 1]].append(rack)
+        children, seen = [], Counter()
+        for _, group in sorted(groups.items()):
+            child = self._subtree(group, depth + 1)
+            # Children with equal tables are interchangeable: no choice takes from more than
+            # `count` of them, so the rest (later by name) need not be merged in.
+            signature = tuple(child.table)
+            if len(child.table) > 1 and seen[signature] < self.count:
+                seen[signature] += 1
+                children.append(child)
+        table, choices = _merge([c.table for c in children], self.count)
+        capacity = self.capacity(racks)
+        broken = self._cost(("broken", depth)) if all(r.whole for r in racks) else 0
+        own = self._cost(("span", depth)) + broken
+        for c in range(1, len(table)):
+            if table[c] is not None:
+                table[c] += own + self._cost(("left", depth), capacity - c)
+        return _Subtree(table, children, choices, ())
+
+    def _rack(self, rack: _Rack) -> _Subtree:
+        depth, near = self.rack, rack.name in self.request.near
+        own = self._cost(("span", depth)) + (self._cost(("broken", depth)) if rack.whole else 0)
+        table: list[int | None] = [0]
+        for c in range(1, min(len(rack.usable), self.count) + 1):
+            table.append(
+                own
+                + (0 if near else self._cost(("near",), c))
+                + self._cost(("left", depth), len(rack.usable) - c)
+                + self._cost(("untested",), max(0, c - rack.tested))
+            )
+        return _Subtree(table, [], [], rack.usable)
+
+    def _whole_unit(self, racks: list[_Rack]) -> _Subtree:
+        size = sum(r.size for r in racks)
+        if not all(r.whole_usable for r in racks) or size > self.count:
+            return _Subtree([0], [], [], ())
+        tested = sum(r.tested for r in racks)
+        table: list[int | None] = [0, *([None] * (size - 1))]
+        table.append(self._cost(("span", self.whole)) + self._cost(("untested",), size - tested))
+        return _Subtree(table, [], [], tuple(node for r in racks for node in r.nodes))
+
+    def _take(self, subtree: _Subtree, count: int) -> list[str]:
+        if not subtree.children:
+            return list(subtree.nodes[:count])
+        parts = []
+        for child, choice in zip(reversed(subtree.children), reversed(subtree.choices), strict=True):
+            parts.append(self._take(child, choice[count]) if choice[count] else [])
+            count -= choice[count]
+        return [node for part in reversed(parts) for node in part]
+
+
+def _merge(tables: list[list[int | None]], cap: int) -> tuple[list[int | None], list[list[int]]]:
+    """The least cost of c nodes (c up to cap) from several domains together, and for each domain
+    how many of the c it gives, given each domain's table. Ties go to the earlier domains."""
+    merged: list[int | None] = [0]
+    choices = []
+    for table in tables:
+        takeable = [(b, cost) for b, cost in enumerate(table) if cost is not None]
+        best: list[int | None] = [None] * min(cap + 1, len(merged) + len(table) - 1)
+        choice = [0] * len(best)
+        for a in reversed(range(len(merged))):  # the most from the earlier domains first: ties go to them
+            so_far = merged[a]
+            if so_far is None:
+                continue
+            for b, cost in takeable:
+                if a + b > cap:
+                    break
+                total = so_far + cost
+                if best[a + b] is None or total < best[a + b]:
+                    best[a + b], choice[a + b] = total, b
+        merged = best
+        choices.append(choice)
+    return merged, choices
+
+
+def give_back(
+    held: Mapping[str, Sequence[str]], count: int, *, rack_scale: bool, paths: Mapping[str, Path] | None = None
+) -> list[str]:
     """Which `count` of a reservation's nodes to release, given them by rack (rack -> nodes, in
     slot order): whole holdings first, smallest first, so each rack given back is whole again
-    for others, then the last slots of the smallest holding left. rack_scale gives back whole
-    holdings only; PlacementRefused if none add up to `count`."""
-    racks = sorted(held.items(), key=lambda item: (len(item[1]), item[0]))
+    for others, then the last slots of the smallest holding left. With every rack's `paths`,
+    the smallest holding is the smallest in its widest domain first (spine group, then leaf, then
+    rack), so the reservation keeps to fewer domains. rack_scale gives back whole holdings
+    only; PlacementRefused if none add up to `count`."""
+    paths = paths or {}
+    held_under: Counter[Path] = Counter()
+    for rack, nodes in held.items():
+        path = paths.get(rack, ())
+        for depth in range(1, len(path) + 1):
+            held_under[path[:depth]] += len(nodes)
+
+    def smallest_first(item: tuple[str, Sequence[str]]) -> tuple:
+        rack, nodes = item
+        path = paths.get(rack, ())
+        return (*(held_under[path[:depth]] for depth in range(1, len(path) + 1)), len(nodes), rack)
+
+    racks = sorted(held.items(), key=smallest_first)
     if rack_scale:
         as_racks = [_Rack("", name, tuple(nodes), tuple(nodes), True, True) for name, nodes in racks]
         chosen = _fewest_whole_racks(as_racks, count)
@@ -252,61 +517,78 @@ def give_back(held: Mapping[str, Sequence[str]], count: int, *, rack_scale: bool
     return chosen
 
 
-def _first_whole_racks(racks: list[_Rack], count: int) -> list[_Rack] | None:
-    """The first racks in the given order whose sizes add up to exactly `count`; None if none do.
+def _first_whole_units(sizes: list[int], count: int) -> list[int] | None:
+    """The indexes of the first units in the given order whose sizes add up to exactly `count`;
+    None if none do.
 
-    reachable[i] has bit s set when racks[i:] hold a subset of total s, so walking the racks in
+    reachable[i] has bit s set when sizes[i:] hold a subset of total s, so walking the units in
     order we take each one that still leaves the rest reachable.
     """
     mask = (1 << (count + 1)) - 1
-    reachable = [1] * (len(racks) + 1)
-    for i in reversed(range(len(racks))):
-        reachable[i] = (reachable[i + 1] | reachable[i + 1] << racks[i].size) & mask
+    reachable = [1] * (len(sizes) + 1)
+    for i in reversed(range(len(sizes))):
+        reachable[i] = (reachable[i + 1] | reachable[i + 1] << sizes[i]) & mask
     if not reachable[0] >> count & 1:
         return None
     chosen, remainder = [], count
-    for i, rack in enumerate(racks):
+    for i, size in enumerate(sizes):
         if remainder == 0:
             break
-        if rack.size <= remainder and reachable[i + 1] >> (remainder - rack.size) & 1:
-            chosen.append(rack)
-            remainder -= rack.size
+        if size <= remainder and reachable[i + 1] >> (remainder - size) & 1:
+            chosen.append(i)
+            remainder -= size
     return chosen
 
 
-def _shortage_refusal(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> str:
-    nodes = f"free nodes with GPU model {request.gpu_model}" if request.gpu_model else "free nodes"
-    if request.pod is not None:
-        have = _usable_nodes(pods[request.pod])
+def _selectors(request: PlacementRequest) -> str:
+    """'GPU model B200 and nic=cx7': what every chosen node must have; '' for any node."""
+    wanted = [f"GPU model {request.gpu_model}"] if request.gpu_model else []
+    return " and ".join(wanted + [f"{key}={value}" for key, value in sorted(request.attributes.items())])
+
+
+def _shortage_refusal(request: PlacementRequest, level: str, usable: list[tuple[str, int]]) -> str:
+    """Not enough usable nodes in any domain of `level`; `usable` is each domain's count, by name."""
+    selectors = _selectors(request)
+    nodes = f"free nodes with {selectors}" if selectors else "free nodes"
+    if level == POD and request.pod is not None:
+        have = dict(usable).get(request.pod, 0)
         return f"pod {request.pod} has {have} {nodes}, fewer than the {request.node_count} requested"
-    roomiest = max(pods, key=lambda p: _usable_nodes(pods[p]))
-    return f"no pod has {request.node_count} {nodes}; the most is {roomiest} with {_usable_nodes(pods[roomiest])}"
+    scope = f" in pod {request.pod}" if request.pod is not None else ""
+    roomiest, most = max(usable, key=lambda item: item[1])
+    return f"no {level}{scope} has {request.node_count} {nodes}; the most is {roomiest} with {most}"
 
 
-def _rack_scale_refusal(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> str:
-    count = request.node_count
-    model = f" of GPU model {request.gpu_model}" if request.gpu_model else ""
-    needs = f"rack_scale needs {count} nodes in whole racks{model}"
-    if request.pod is not None:
-        racks = pods[request.pod]
-        why = f"pod {request.pod} has {_describe_whole_racks(racks)}"
-        if _whole_usable_nodes(racks) >= count:
+def _whole_refusal(request: PlacementRequest, level: str, sizes: list[tuple[str, list[int]]]) -> str:
+    """No domain of `level` has whole units adding up to the count; `sizes` lists each domain's
+    whole usable units by size, by name."""
+    count, whole = request.node_count, request.whole_level or NVLINK_DOMAIN
+    unit = "rack" if whole == NVLINK_DOMAIN else f"{whole} domain"
+    selectors = _selectors(request)
+    label = "rack_scale" if request.whole is None else f"whole {whole}"
+    needs = f"{label} needs {count} nodes in whole {unit}s{f' of {selectors}' if selectors else ''}"
+    if level == POD and request.pod is not None:
+        have = dict(sizes).get(request.pod, [])
+        why = f"pod {request.pod} has {_describe_whole(have, unit)}"
+        if sum(have) >= count:
             why += f", which cannot add up to exactly {count}"
         return f"{needs}; {why}"
-    roomiest = max(pods, key=lambda p: _whole_usable_nodes(pods[p]))
-    if not _whole_usable_nodes(pods[roomiest]):
-        return f"{needs}; no pod has a free whole rack"
-    most = f"the most is {roomiest} with {_describe_whole_racks(pods[roomiest])}"
-    return f"{needs}; no pod has free whole racks adding up to exactly {count}; {most}"
+    scope = f" in pod {request.pod}" if request.pod is not None else ""
+    roomiest, most = max(sizes, key=lambda item: sum(item[1]))
+    if not most:
+        return f"{needs}; no {level}{scope} has a free whole {unit}"
+    return (
+        f"{needs}; no {level}{scope} has free whole {unit}s adding up to exactly {count}; "
+        f"the most is {roomiest} with {_describe_whole(most, unit)}"
+    )
 
 
-def _describe_whole_racks(racks: list[_Rack]) -> str:
-    """'2 free whole racks of 8 nodes and 1 of 2 nodes', largest racks first."""
-    groups = sorted(Counter(r.size for r in racks if r.whole_usable).items(), reverse=True)
+def _describe_whole(sizes: list[int], unit: str) -> str:
+    """'2 free whole racks of 8 nodes and 1 of 2 nodes', largest first."""
+    groups = sorted(Counter(sizes).items(), reverse=True)
     if not groups:
-        return "no free whole rack"
+        return f"no free whole {unit}"
     (size, how_many), *others = groups
-    first = f"{how_many} free whole rack{_plural(how_many)} of {size} node{_plural(size)}"
+    first = f"{how_many} free whole {unit}{_plural(how_many)} of {size} node{_plural(size)}"
     return " and ".join([first, *(f"{n} of {s} node{_plural(s)}" for s, n in others)])
 
 
