@@ -15,6 +15,7 @@ from fleet.models import (
     GPU,
     AddressPool,
     AuditEvent,
+    FabricSwitch,
     FirmwareBaseline,
     FirmwareBaselineComponent,
     FirmwareRollout,
@@ -228,6 +229,25 @@ class AuditEventAdmin(admin.ModelAdmin):
     search_fields = ["node__name", "actor", "reason"]
     list_select_related = ["node"]
     date_hierarchy = "at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(FabricSwitch)
+class FabricSwitchAdmin(admin.ModelAdmin):
+    """Read-only: enrolment names the switches, the fabric sweep reads their health."""
+
+    list_display = ["name", "kind", "fabric_domain", "pod", "health", "state", "links_down", "read_at", "failure"]
+    list_filter = ["kind", "health", "pod"]
+    search_fields = ["name", "fabric_domain__name", "pod__name"]
+    list_select_related = ["fabric_domain__level", "pod"]
 
     def has_add_permission(self, request):
         return False

@@ -11,6 +11,10 @@ The ends are the fleet's pods and racks; only the levels between them are stored
 (fleet.models.FabricLevel). An inventory gives each node its domain at every level
 (`{"pod": "p1", "leaf": "p1-leaf1", "nvlink_domain": "r01"}`), which must agree with its pod
 and rack.
+
+The switches of the fabric serve its domains (`Switch`): a leaf switch the domain at the deepest
+level above the racks (its leaf), a spine switch a domain higher up (its pod, or its spine group).
+Which nodes an unhealthy switch cuts off is fleet/fabric_health.py's.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from core import validation as v
-from core.topology import NVLINK_DOMAIN, POD
+from core.topology import LEAF_SWITCH, NVLINK_DOMAIN, POD, SPINE_SWITCH
 
 MAX_LEVELS = 8
 LEVEL = re.compile(r"[a-z][a-z0-9_]{0,31}")
 DOMAIN = re.compile(r"[-a-zA-Z0-9_]{1,64}")  # a slug, as pods and racks are named
+MAX_SWITCHES = 100_000
 
 Path = tuple[tuple[str, str], ...]  # (level, domain) of the levels between the pod and the rack, top down
 
@@ -54,6 +59,44 @@ def parse_position(value: object, where: str, *, levels: Sequence[str], pod: str
     if position[POD] != pod or position[NVLINK_DOMAIN] != rack:
         raise v.Invalid(where, f"must put the node in its pod {pod} and rack {rack}", position)
     return tuple((level, position[level]) for level in levels[1:-1])
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One switch and the domain it serves (`domain` is a pod's name when `level` is the pod)."""
+
+    name: str
+    kind: str  # LEAF_SWITCH or SPINE_SWITCH
+    level: str
+    domain: str
+
+
+def parse_switches(
+    value: object, where: str, *, levels: Sequence[str], domains: Mapping[str, set[str]]
+) -> list[Switch]:
+    """The fabric's switches, each serving a domain the nodes name (`domains`: those of each level,
+    the pods' under `pod`): a leaf switch one of the deepest level above the racks, a spine one higher."""
+    leaf_level = levels[-2]
+    parsed = []
+    for number, entry in enumerate(v.sequence(value, where, max_items=MAX_SWITCHES, expected="a list of switches")):
+        here = v.at(where, number)
+        entry = v.mapping(entry, here)
+        name = v.matches(entry.get("name"), v.at(here, "name"), DOMAIN, "a switch name: letters, digits, - and _")
+        kind = v.one_of(entry.get("kind"), v.at(here, "kind"), (LEAF_SWITCH, SPINE_SWITCH))
+        level = v.one_of(entry.get("level"), v.at(here, "level"), tuple(levels[:-1]))
+        if kind == LEAF_SWITCH and level != leaf_level:
+            raise v.Invalid(
+                v.at(here, "level"), f"a leaf switch must serve the level above the racks, {leaf_level}", level
+            )
+        if kind == SPINE_SWITCH and level not in levels[:-2]:
+            raise v.Invalid(v.at(here, "level"), f"a spine switch must serve a level above {leaf_level}", level)
+        domain = entry.get("domain")
+        if not isinstance(domain, str) or domain not in domains.get(level, ()):
+            raise v.Invalid(v.at(here, "domain"), f"must be a {level} domain that the nodes name", domain)
+        parsed.append(Switch(name=name, kind=kind, level=level, domain=domain))
+    if len({switch.name for switch in parsed}) < len(parsed):
+        raise v.Invalid(where, "must name each switch once", sorted(switch.name for switch in parsed))
+    return parsed
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from core import validation as v
-from core.topology import NodeSpec, agent_token
+from core.topology import POD, NodeSpec, agent_token, fabric_switches
 from fleet import fabric
 
 
@@ -44,6 +46,8 @@ class NodeRecord:
     agent_token: str
     gpus: tuple[GPURecord, ...]
     fabric: fabric.Path = ()  # its domains at the fabric's levels between its pod and its rack
+    # The switches serving its pod and those domains: enrolment keeps each once, whichever nodes name it.
+    switches: tuple[fabric.Switch, ...] = ()
 
 
 def _field(entry: dict, key: str, kind: type, where: str) -> Any:
@@ -110,7 +114,29 @@ def _records(document: Any) -> list[NodeRecord]:
         raise InventoryError("inventory names a node twice")
     if levels is not None:
         fabric.check_tree((r.pod, r.rack, r.fabric) for r in records)
+    if isinstance(document, dict) and "switches" in document:
+        if levels is None:
+            raise v.Invalid("switches", "an inventory with switches must name its fabric_levels")
+        domains: dict[str, set[str]] = defaultdict(set)
+        for record in records:
+            for level, domain in ((POD, record.pod), *record.fabric):
+                domains[level].add(domain)
+        switches = fabric.parse_switches(document["switches"], "switches", levels=levels, domains=domains)
+        records = _with_switches(records, switches)
     return records
+
+
+def _with_switches(records: list[NodeRecord], switches: Iterable[fabric.Switch]) -> list[NodeRecord]:
+    """Each record with the switches serving its pod or one of its domains."""
+    serving: dict[tuple[str, str], list[fabric.Switch]] = defaultdict(list)
+    for switch in switches:
+        serving[(switch.level, switch.domain)].append(switch)
+    return [
+        replace(
+            record, switches=tuple(s for step in ((POD, record.pod), *record.fabric) for s in serving.get(step, ()))
+        )
+        for record in records
+    ]
 
 
 # A CSV inventory's columns: the JSON shape's fields, the credentials flat, and each node's GPUs as
@@ -168,7 +194,8 @@ def parse_csv_inventory(text: str) -> list[NodeRecord]:
 def records_from_layout(layout: list[NodeSpec], bmcsim_url: str) -> list[NodeRecord]:
     """The records bmcsim's inventory would give for this layout."""
     base = bmcsim_url.rstrip("/")
-    return [
+    switches = [fabric.Switch(s.name, s.kind, s.level, s.domain) for s in fabric_switches(layout)]
+    records = [
         NodeRecord(
             name=spec.name,
             pod=spec.pod,
@@ -186,3 +213,4 @@ def records_from_layout(layout: list[NodeSpec], bmcsim_url: str) -> list[NodeRec
         )
         for spec in layout
     ]
+    return _with_switches(records, switches)

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 from django.db.models.lookups import Exact
 
 from core.validation import Invalid
-from fleet import diagnostics, fabric, firmware, firmware_rollout, lifecycle
+from fleet import diagnostics, fabric, fabric_health, firmware, firmware_rollout, lifecycle
 
 NodeState = models.TextChoices("NodeState", [(s.name, s.value) for s in lifecycle.State])
 NodeEvent = models.TextChoices("NodeEvent", [(e.name, e.value) for e in lifecycle.Event])
@@ -97,6 +97,58 @@ class FabricDomain(models.Model):
 
     def __str__(self):
         return f"{self.level.name} {self.name}"
+
+
+class SwitchKind(models.TextChoices):
+    LEAF = fabric.LEAF_SWITCH
+    SPINE = fabric.SPINE_SWITCH
+
+
+SwitchHealth = models.TextChoices("SwitchHealth", [(h.upper(), (h, h)) for h in fabric_health.HEALTHS])
+
+
+class FabricSwitch(models.Model):
+    """A switch of the fabric, the domain it serves (a leaf switch its leaf, a spine its pod or spine
+    group), and its health as workflows/fabric_health.py last read it from the switch manager."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=8, choices=SwitchKind.choices)
+    fabric_domain = models.ForeignKey(
+        FabricDomain,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="switches",
+        help_text="The domain it serves; none when it serves a pod.",
+    )
+    pod = models.ForeignKey(
+        Pod,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="switches",
+        help_text="The pod it serves (a pod's spines); none when it serves a fabric domain.",
+    )
+    health = models.CharField(max_length=8, choices=SwitchHealth.choices, default=fabric_health.UNKNOWN)
+    state = models.CharField(max_length=32, blank=True, help_text="Redfish Status.State as last read.")
+    links_down = models.JSONField(default=list, blank=True, help_text="Its ports whose link was down at the last read.")
+    read_at = models.DateTimeField(null=True, blank=True, help_text="The last successful read.")
+    failure = models.TextField(blank=True, help_text="Why the last read failed; empty when it succeeded.")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=SwitchKind.values), name="fabric_switch_kind_known"),
+            models.CheckConstraint(condition=Q(health__in=SwitchHealth.values), name="fabric_switch_health_known"),
+            models.CheckConstraint(
+                condition=Q(fabric_domain__isnull=False, pod__isnull=True)
+                | Q(fabric_domain__isnull=True, pod__isnull=False),
+                name="fabric_switch_serves_one_domain",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} switch {self.name}"
 
 
 class Rack(models.Model):

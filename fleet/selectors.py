@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db.models import Exists, F, JSONField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Now
 
-from fleet import diagnostics, fabric, firmware, firmware_rollout, lifecycle
+from fleet import diagnostics, fabric, fabric_health, firmware, firmware_rollout, lifecycle
 from fleet.firmware_rollout import NodeStatus
 from fleet.models import (
     GPU,
@@ -16,6 +16,7 @@ from fleet.models import (
     AuditOnlyEvent,
     ConfigDrive,
     FabricDomain,
+    FabricSwitch,
     FirmwareBaseline,
     FirmwareRollout,
     FirmwareRolloutNode,
@@ -148,3 +149,33 @@ def rack_fabric_paths() -> dict[str, fabric.Path]:
         return tuple(reversed(steps))
 
     return {name: path(domain_id) for name, domain_id in Rack.objects.values_list("name", "fabric_domain_id")}
+
+
+def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes]) -> dict[int, str]:
+    """The nodes of `racks` that an unhealthy switch cuts off from the fabric, each with why
+    (fleet/fabric_health.py), from the switches as last read: one query, as it runs on every placement.
+
+    Placement passes its cached topology's racks (reservations.selectors.nodes_cut_off); whatever
+    follows the fabric's health (degrading the reservations on such nodes) reads the same."""
+    rows = FabricSwitch.objects.order_by().values_list(
+        "name",
+        "kind",
+        "pod__name",
+        "fabric_domain__level__name",
+        "fabric_domain__name",
+        "health",
+        "state",
+        "links_down",
+    )
+    readings = [
+        fabric_health.SwitchReading(
+            name=name,
+            kind=kind,
+            serves=(fabric.POD, pod) if pod is not None else (level, domain),
+            health=health,
+            state=state,
+            links_down=frozenset(links_down),
+        )
+        for name, kind, pod, level, domain, health, state, links_down in rows
+    ]
+    return fabric_health.cut_off(readings, racks)

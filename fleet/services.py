@@ -21,6 +21,7 @@ from django.db.models.functions import Now
 
 from core.due_work import take_due
 from core.errors import Conflict, TooMany
+from core.topology import POD
 from fleet import diagnostics, firmware, leases, lifecycle, selectors
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_host, check_bmc_url
 from fleet.catalogue import ImageRecord
@@ -34,6 +35,7 @@ from fleet.models import (
     ConfigDrive,
     FabricDomain,
     FabricLevel,
+    FabricSwitch,
     FirmwareBaseline,
     FirmwareBaselineComponent,
     IdleDiagnosticRun,
@@ -197,8 +199,9 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
     Idempotent: a node already enrolled keeps its state, position and GPUs; a change of its BMC
     access is audited. Raises BMCAddressRefused, before writing anything, if a record's BMC or
     agent URL is outside the BMC networks, and FabricLevelsChanged if the records name other fabric
-    levels than the fleet has. Racks move to the fabric domains the records give them. `progress`,
-    if given, is called with the number of records handled after each batch.
+    levels than the fleet has. Racks move to the fabric domains the records give them, and the
+    switches they name are enrolled (health unknown until read) or moved to the domain they now
+    serve. `progress`, if given, is called with the number of records handled after each batch.
     """
     records = list(records)
     _check_bmc_addresses(records)
@@ -209,6 +212,7 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
     Rack.objects.bulk_create(Rack(name=name, pod=pod) for name, pod in rack_pods.items() if name not in known_racks)
     racks = Rack.objects.in_bulk(list(rack_pods), field_name="name")
     _place_racks_in_fabric(records, pods, racks)
+    _enrol_switches(records, pods)
     created = updated = 0
     for batch in _batches(records, ENROLMENT_BATCH):
         with transaction.atomic():
@@ -383,6 +387,34 @@ def _place_racks_in_fabric(records: list[NodeRecord], pods: dict[str, Pod], rack
             rack.fabric_domain = domains[path[-1][1]]
             placed.append(rack)
     Rack.objects.bulk_update(placed, ["fabric_domain"])
+
+
+def _enrol_switches(records: list[NodeRecord], pods: dict[str, Pod]) -> None:
+    """Create the switches the records name, or point a known one at the kind and domain it now has;
+    its health stays as last read."""
+    switches = {switch.name: switch for r in records for switch in r.switches}
+    if not switches:
+        return
+    domains = FabricDomain.objects.in_bulk([s.domain for s in switches.values() if s.level != POD], field_name="name")
+    wanted = [
+        FabricSwitch(
+            name=s.name,
+            kind=s.kind,
+            pod=pods[s.domain] if s.level == POD else None,
+            fabric_domain=None if s.level == POD else domains[s.domain],
+        )
+        for s in switches.values()
+    ]
+    known = FabricSwitch.objects.in_bulk(list(switches), field_name="name")
+    moved = [s for s in wanted if s.name in known and _serving(known[s.name]) != _serving(s)]
+    for switch in moved:
+        switch.pk = known[switch.name].pk
+    FabricSwitch.objects.bulk_update(moved, ["kind", "pod", "fabric_domain"])
+    FabricSwitch.objects.bulk_create(switch for switch in wanted if switch.name not in known)
+
+
+def _serving(switch: FabricSwitch) -> tuple:
+    return switch.kind, switch.pod_id, switch.fabric_domain_id
 
 
 def _domain_moved(known: FabricDomain, wanted: FabricDomain) -> bool:

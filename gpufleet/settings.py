@@ -204,6 +204,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout"
 # Publishing gives up fast: the reconciler enqueues again whatever a lost message was for.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
 RECONCILE_SECONDS = float(os.environ.get("GPUFLEET_RECONCILE_SECONDS", "5"))
+# The fabric's switches (workflows/fabric_health.py): their health is read every FABRIC_POLL_SECONDS
+# from the Redfish service that manages them. The demo's is bmcsim, with its fleet-wide operator
+# credential; a real fabric's (a switch manager such as UFM) is given with its own, and its address
+# must be in BMC_NETWORKS, as the BMCs' are.
+FABRIC_REDFISH_URL = os.environ.get("GPUFLEET_FABRIC_REDFISH_URL", BMCSIM_URL)
+FABRIC_REDFISH_USERNAME = os.environ.get("GPUFLEET_FABRIC_REDFISH_USERNAME", "root")
+FABRIC_REDFISH_PASSWORD = os.environ.get("GPUFLEET_FABRIC_REDFISH_PASSWORD", "calvin")
+FABRIC_POLL_SECONDS = float(os.environ.get("GPUFLEET_FABRIC_POLL_SECONDS", "15"))
 # A sweep on the workers' queue waits behind the workflow runs there: it must outlive a backlog, or
 # a busy fleet discards every sweep before a worker takes it. Each sweep claims its rows in the
 # database, so a late one does nothing twice; the limit only keeps messages from piling up while no
@@ -255,6 +263,12 @@ CELERY_BEAT_SCHEDULE = {
     "read-bmc-event-logs": {
         "task": "workflows.tasks.read_bmc_event_logs",
         "schedule": RECONCILE_SECONDS,
+        "options": {"expires": WORKER_SWEEP_EXPIRES},
+    },
+    # And the switch manager's, which may hang as a BMC may.
+    "read-fabric-health": {
+        "task": "workflows.tasks.read_fabric_health",
+        "schedule": FABRIC_POLL_SECONDS,
         "options": {"expires": WORKER_SWEEP_EXPIRES},
     },
 }

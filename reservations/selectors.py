@@ -14,9 +14,10 @@ from django.utils import timezone
 from psycopg.types.range import Range
 
 from fleet import fabric
+from fleet.fabric_health import RackNodes
 from fleet.lifecycle import State
 from fleet.models import AuditEvent, Node
-from fleet.selectors import rack_fabric_paths, recently_passed_long_diagnostics
+from fleet.selectors import nodes_cut_off_in, rack_fabric_paths, recently_passed_long_diagnostics
 from reservations import usage
 from reservations.models import Allocation, Quota, Reservation, ReservationEvent, ReservationEventKind, Tenant
 from reservations.offers import Busy
@@ -93,12 +94,14 @@ def rack_capacity(
     """Every rack with its nodes, those free for the period, and those with a recent long
     diagnostics pass (which placement prefers among equal choices).
 
-    Free: no allocation overlaps the period, and the node can serve then: available if the
-    period starts now, in service (not quarantined, in maintenance or still unenrolled) if later.
-    Only the racks that hold a node that is not free, or a recently tested one, are looked at node by node.
+    Free: no allocation overlaps the period, the node can serve then (available if the period
+    starts now, in service (not quarantined, in maintenance or still unenrolled) if later), and no
+    unhealthy switch cuts it off from the fabric now (nodes_cut_off). Only the racks that hold a
+    node that is not free, or a recently tested one, are looked at node by node.
     """
     fleet = fleet or topology()
-    blocked, tested = _by_rack(fleet, _not_free(starts_at=starts_at, ends_at=ends_at)), _by_rack(fleet, _tested())
+    not_free = [*_not_free(starts_at=starts_at, ends_at=ends_at), *nodes_cut_off(fleet)]
+    blocked, tested = _by_rack(fleet, not_free), _by_rack(fleet, _tested())
     racks = []
     for i, rack in enumerate(fleet.racks):
         if pod is not None and rack.pod != pod:
@@ -113,6 +116,17 @@ def rack_capacity(
             rack = replace(rack, recently_tested=passed)  # `free` stays the very tuple `nodes` if it was
         racks.append(rack)
     return racks
+
+
+def nodes_cut_off(fleet: Topology | None = None) -> dict[int, str]:
+    """The ids of the nodes an unhealthy switch cuts off from the fabric, each with why
+    (fleet/fabric_health.py): placement gives them to nobody, for any period, until the switch
+    manager reads their switch healthy again."""
+    fleet = fleet or topology()
+    return nodes_cut_off_in(
+        RackNodes(pod=rack.pod, path=path, ids=ids, names=rack.nodes)
+        for rack, ids, path in zip(fleet.racks, fleet.rack_ids, fleet.rack_paths, strict=True)
+    )
 
 
 def _by_rack(fleet: Topology, node_ids: list[int]) -> dict[int, set[int]]:
@@ -145,20 +159,22 @@ def _not_free(*, starts_at: datetime, ends_at: datetime | None) -> list[int]:
 def capacity_over_time(*, earliest: datetime, until: datetime, pod: str | None = None):
     """What an earliest-start offer is computed from: every rack with its nodes that can serve at
     all as free, and when the others are busy between `earliest` and `until` (their holds, and a
-    minute for a node in service but not available yet, as after its last tenant)."""
+    minute for a node in service but not available yet, as after its last tenant). A node an
+    unhealthy switch cuts off cannot serve: nobody knows when the switch is back."""
     fleet = topology()
     names = {node_id: name for name, node_id in fleet.node_ids.items()}
     states = dict(Node.objects.exclude(state=State.AVAILABLE).order_by().values_list("id", "state"))
+    cut_off = nodes_cut_off(fleet)
+
+    def can_serve(node_id: int) -> bool:
+        return node_id not in cut_off and states.get(node_id, State.AVAILABLE) in IN_SERVICE_STATES
+
     racks = []
     for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True):
         if pod is not None and rack.pod != pod:
             continue
-        if any(states.get(node_id, State.AVAILABLE) not in IN_SERVICE_STATES for node_id in ids):
-            free = tuple(
-                name
-                for node_id, name in zip(ids, rack.nodes, strict=True)
-                if states.get(node_id, State.AVAILABLE) in IN_SERVICE_STATES
-            )
+        if not all(map(can_serve, ids)):
+            free = tuple(name for node_id, name in zip(ids, rack.nodes, strict=True) if can_serve(node_id))
             rack = RackCapacity(pod=rack.pod, rack=rack.rack, nodes=rack.nodes, free=free)
         racks.append(rack)
     holds = Allocation.objects.filter(period__overlap=period(earliest, until)).order_by()
@@ -221,12 +237,14 @@ def node_hours_booked(tenant: Tenant, month: usage.Span) -> float:
 def capacity_by_pod() -> list[dict]:
     """Per pod: nodes, nodes free now, nodes free now and for as long as a reservation without
     ends_at lasts (no later booking holds them), racks whose every node is free now, and its
-    fabric domains as a tree down to its racks, with their nodes and those free now."""
+    fabric domains as a tree down to its racks, with their nodes and those free now. A node an
+    unhealthy switch cuts off is free for none of them."""
     now = timezone.now()
     fleet = topology()
     # Counts only: no rack's free nodes are listed, as placement needs them.
-    busy_now = set(_not_free(starts_at=now, ends_at=now + INSTANT))
-    busy_open_ended = set(_not_free(starts_at=now, ends_at=now + booking_limits().max_duration))
+    cut_off = nodes_cut_off(fleet).keys()
+    busy_now = {*_not_free(starts_at=now, ends_at=now + INSTANT), *cut_off}
+    busy_open_ended = {*_not_free(starts_at=now, ends_at=now + booking_limits().max_duration), *cut_off}
     pods: dict[str, dict] = {}
     loads = []
     for rack, ids, path in zip(fleet.racks, fleet.rack_ids, fleet.rack_paths, strict=True):

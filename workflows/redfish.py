@@ -1,4 +1,5 @@
-"""A Redfish client for one node's BMC, on requests.
+"""A Redfish client for one node's BMC, on requests; also for the fabric's switch manager
+(workflows/fabric_health.py), with that service's URL and credentials in place of a node's.
 
 Why not OpenStack's sushy: the workflows need a handful of calls (power, one-time boot,
 virtual media, drive secure erase and firmware updates with task polling, BIOS settings, Secure
@@ -257,6 +258,25 @@ class RedfishClient:
         return body
 
     # -- the calls the workflows make ------------------------------------------------------
+
+    def members(self, collection: str) -> list[str]:
+        """The paths of a collection's members."""
+        members = self.get(collection).get("Members")
+        if not isinstance(members, list):
+            raise BMCPermanentError(self.access.node, f"GET {collection}", "answer is not a collection")
+        return [path for path in map(_link, members) if path]
+
+    def fabric_switches(self) -> list[str]:
+        """The paths of the switches of every fabric the service manages (Redfish Fabrics)."""
+        fabrics = self.members("/redfish/v1/Fabrics")
+        collections = [_link(self.get(fabric).get("Switches")) or f"{fabric}/Switches" for fabric in fabrics]
+        return [switch for collection in collections for switch in self.members(collection)]
+
+    def switch_with_ports(self, path: str) -> tuple[dict, list[dict]]:
+        """A fabric's switch and each of its ports (Redfish Switch and Port)."""
+        switch = self.get(path)
+        ports = _link(switch.get("Ports")) or f"{path}/Ports"
+        return switch, [self.get(port) for port in self.members(ports)]
 
     def system(self) -> dict:
         return self.get(self.system_path)

@@ -14,7 +14,7 @@ from fleet.selectors import nodes_owing_work
 from remediation import services as remediation_services
 from reservations import services as reservation_services
 from reservations.selectors import live_allocations
-from workflows import bmc_event_logs, node_workflows, repairs, triggers, webhooks
+from workflows import bmc_event_logs, fabric_health, node_workflows, repairs, triggers, webhooks
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -144,3 +144,12 @@ def advance_firmware_rollouts() -> dict:
     soon = timezone.now() + timedelta(seconds=settings.INSPECTION_DEADLINE)
     held = live_allocations().filter(period__startswith__lt=soon).values_list("node_id", flat=True)
     return firmware_rollouts.advance_all(held=set(held))
+
+
+# -- the fabric ------------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def read_fabric_health() -> dict:
+    """Read the health of the fabric's switches from their switch manager."""
+    return fabric_health.read_switches()
