@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from core.topology import SwitchSpec
 
+from .persisted import PersistedState
+
 SWITCH_DOWN = "switch_down"
 PORT_FLAP = "port_flap"
 
 
-class SwitchState:
+class SwitchState(PersistedState):
     """One switch; its faults are persisted."""
 
     __slots__ = ("faults", "spec")
@@ -28,18 +30,6 @@ class SwitchState:
     def __init__(self, spec: SwitchSpec):
         self.spec = spec
         self.faults: list[dict] = []
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def dump(self) -> dict:
-        return {field: getattr(self, field) for field in self.PERSISTED}
-
-    def restore(self, data: dict) -> None:
-        for field in self.PERSISTED:
-            if field in data:
-                setattr(self, field, data[field])
 
     def clear_faults(self) -> int:
         cleared, self.faults = len(self.faults), []

@@ -21,6 +21,7 @@ from core.topology import NodeSpec, fabric_switches
 
 from . import bios, guest, releases, sel
 from .fabric import SwitchState
+from .persisted import PersistedState
 from .store import Store
 
 # Durations in seconds at SIM_TIME_SCALE=1.
@@ -54,7 +55,7 @@ def macs(node: str, count: int = 2) -> list[str]:
     return [":".join(f"{b:02x}" for b in (0x02, raw[0], raw[1], raw[2], raw[3], i + 1)) for i in range(count)]
 
 
-class NodeState:
+class NodeState(PersistedState):
     """One node's hardware. Everything but `spec` is persisted."""
 
     __slots__ = (
@@ -147,18 +148,6 @@ class NodeState:
         # The BMC's own reset (Manager.Reset): when it answers again, and when it was last reset.
         self.bmc_ready_at = 0.0
         self.bmc_reset_at: float | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def dump(self) -> dict:
-        return {field: getattr(self, field) for field in self.PERSISTED}
-
-    def restore(self, data: dict) -> None:
-        for field in self.PERSISTED:
-            if field in data:
-                setattr(self, field, data[field])
 
     # Power and boot.
 
