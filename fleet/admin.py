@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import Case, When
 from django.template.response import TemplateResponse
 
-from core.admin_permissions import has_permission
+from core.admin_permissions import ViewOnlyAdmin, has_permission
 from fleet import firmware_rollout, firmware_rollouts, lifecycle
 from fleet.bmc_access import BMCAddressRefused, check_bmc_url
 from fleet.models import (
@@ -221,7 +221,7 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ViewOnlyAdmin):
     """Read-only: the database refuses to change or delete an audit row anyway."""
 
     list_display = ["at", "node", "event", "from_state", "to_state", "actor", "reason"]
@@ -230,33 +230,15 @@ class AuditEventAdmin(admin.ModelAdmin):
     list_select_related = ["node"]
     date_hierarchy = "at"
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(FabricSwitch)
-class FabricSwitchAdmin(admin.ModelAdmin):
+class FabricSwitchAdmin(ViewOnlyAdmin):
     """Read-only: enrolment names the switches, the fabric sweep reads their health."""
 
     list_display = ["name", "kind", "fabric_domain", "pod", "health", "state", "links_down", "read_at", "failure"]
     list_filter = ["kind", "health", "pod"]
     search_fields = ["name", "fabric_domain__name", "pod__name"]
     list_select_related = ["fabric_domain__level", "pod"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Image)
@@ -376,9 +358,10 @@ class FirmwareRolloutNodeInline(admin.TabularInline):
 
 
 @admin.register(FirmwareRollout)
-class FirmwareRolloutAdmin(admin.ModelAdmin):
+class FirmwareRolloutAdmin(ViewOnlyAdmin):
     """Rollouts and how far each has come. They start from a baseline's action (or manage.py
-    roll_out_firmware) and change only through the actions: the reconciler does the rest."""
+    roll_out_firmware) and change only through the actions: the reconciler does the rest. None is
+    deleted: what it did to the nodes is history."""
 
     list_display = [
         "__str__",
@@ -414,15 +397,6 @@ class FirmwareRolloutAdmin(admin.ModelAdmin):
     @admin.display(description="progress")
     def progress(self, rollout):
         return rollout_progress(rollout)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # what it did to the nodes is history
 
     def _each(self, request, queryset, move, done: str):
         for rollout in queryset.order_by("pk"):

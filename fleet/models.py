@@ -561,6 +561,13 @@ def _values(statuses) -> list[str]:
     return sorted(s.value for s in statuses)
 
 
+def _finished_exactly_when(statuses) -> Q:
+    """finished_at is set exactly when the status is one of `statuses`."""
+    return Q(status__in=_values(statuses), finished_at__isnull=False) | (
+        ~Q(status__in=_values(statuses)) & Q(finished_at__isnull=True)
+    )
+
+
 class FirmwareRollout(models.Model):
     """An operator's rollout of a baseline to the idle nodes of its class, in batches under a per-pod
     cap, paused on the first failure (fleet/firmware_rollout.py decides, fleet/firmware_rollouts.py
@@ -601,8 +608,7 @@ class FirmwareRollout(models.Model):
                 name="firmware_rollout_paused_has_reason",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=_values(firmware_rollout.FINISHED), finished_at__isnull=False)
-                | (~Q(status__in=_values(firmware_rollout.FINISHED)) & Q(finished_at__isnull=True)),
+                condition=_finished_exactly_when(firmware_rollout.FINISHED),
                 name="firmware_rollout_finished_exactly_when_over",
             ),
         ]
@@ -646,8 +652,7 @@ class FirmwareRolloutNode(models.Model):
                 name="firmware_rollout_node_updating_has_start",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=_values(firmware_rollout.DONE), finished_at__isnull=False)
-                | (~Q(status__in=_values(firmware_rollout.DONE)) & Q(finished_at__isnull=True)),
+                condition=_finished_exactly_when(firmware_rollout.DONE),
                 name="firmware_rollout_node_finished_exactly_when_done",
             ),
         ]

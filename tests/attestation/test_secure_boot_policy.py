@@ -6,7 +6,6 @@ nothing of Secure Boot, as every policy did before the key existed."""
 from __future__ import annotations
 
 import copy
-import datetime
 import hashlib
 
 import pytest
@@ -14,12 +13,9 @@ import pytest
 from attestation import ear
 from attestation.policy import SECURE_BOOT_PCR, Policy, load_policy
 from attestation.reference import ReferenceValues, parse_manifest, reference_values
-from attestation.verifier import SECURE_BOOT_MEASURED, Failure, GPUIdentity, NodeIdentity, TrustedRoots, new_nonce
+from attestation.verifier import SECURE_BOOT_MEASURED, Failure
 from bmcsim import evidence, releases
-from bmcsim.pki import PKI
 from bmcsim.state import NodeState
-from bmcsim.store import Store
-from core.topology import default_layout
 from tests.attestation.test_verifier import DEFAULT_POLICY, NOW, World
 from tests.support.measured_boot import efi_variable
 
@@ -49,21 +45,8 @@ def reference(*, accepting_secure_boot_off: bool = False) -> ReferenceValues:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> World:
-    directory = tmp_path_factory.mktemp("bmcsim-pki")
-    pki = PKI(directory, Store(directory))
-    spec = default_layout(1)[0]
-    return World(
-        pki=pki,
-        spec=spec,
-        identity=NodeIdentity(
-            name=spec.name,
-            serial=spec.serial,
-            gpus=tuple(GPUIdentity(index=g.index, uuid=g.uuid, serial=g.serial) for g in spec.gpus),
-        ),
-        roots=TrustedRoots.from_pem(**pki.roots()),
-        policy=policy(requiring_secure_boot=True),
-        reference=reference(),
-        nonce=new_nonce(NOW - datetime.timedelta(seconds=2)),
+    return World.of_one_node(
+        tmp_path_factory.mktemp("bmcsim-pki"), policy=policy(requiring_secure_boot=True), reference=reference()
     )
 
 

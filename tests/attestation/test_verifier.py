@@ -47,6 +47,25 @@ class World:
     reference: ReferenceValues
     nonce: bytes
 
+    @classmethod
+    def of_one_node(cls, directory, *, policy: Policy, reference: ReferenceValues) -> World:
+        """bmcsim's first node with its PKI in `directory`, appraised under `policy` and `reference`."""
+        pki = PKI(directory, Store(directory))
+        spec = default_layout(1)[0]
+        return cls(
+            pki=pki,
+            spec=spec,
+            identity=NodeIdentity(
+                name=spec.name,
+                serial=spec.serial,
+                gpus=tuple(GPUIdentity(index=g.index, uuid=g.uuid, serial=g.serial) for g in spec.gpus),
+            ),
+            roots=TrustedRoots.from_pem(**pki.roots()),
+            policy=policy,
+            reference=reference,
+            nonce=new_nonce(NOW - datetime.timedelta(seconds=2)),
+        )
+
     def collect(self, node: NodeState | None = None) -> dict:
         # A copy: bmcsim hands out its cached certificate-chain lists, which a test must not alter.
         return copy.deepcopy(evidence.collect(node or NodeState(self.spec), self.pki, self.nonce, NOW.timestamp()))
@@ -122,21 +141,10 @@ def rogue_certificate(genuine_pem: str, public_key, curve: ec.EllipticCurve) -> 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> World:
-    directory = tmp_path_factory.mktemp("bmcsim-pki")
-    pki = PKI(directory, Store(directory))
-    spec = default_layout(2)[0]
-    return World(
-        pki=pki,
-        spec=spec,
-        identity=NodeIdentity(
-            name=spec.name,
-            serial=spec.serial,
-            gpus=tuple(GPUIdentity(index=g.index, uuid=g.uuid, serial=g.serial) for g in spec.gpus),
-        ),
-        roots=TrustedRoots.from_pem(**pki.roots()),
+    return World.of_one_node(
+        tmp_path_factory.mktemp("bmcsim-pki"),
         policy=load_policy_file(DEFAULT_POLICY),
         reference=reference_values(parse_manifest(releases.reference_values())),
-        nonce=new_nonce(NOW - datetime.timedelta(seconds=2)),
     )
 
 
