@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core import validation as v
@@ -48,6 +49,8 @@ class NodeRecord:
     fabric: fabric.Path = ()  # its domains at the fabric's levels between its pod and its rack
     # The switches serving its pod and those domains: enrolment keeps each once, whichever nodes name it.
     switches: tuple[fabric.Switch, ...] = ()
+    # What the operator says of it beyond its GPUs ({"nic": "cx7"}): tenants may ask for nodes by them.
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
 
 def _field(entry: dict, key: str, kind: type, where: str) -> Any:
@@ -66,6 +69,20 @@ def _parse_gpu(gpu: Any, where: str) -> GPURecord:
         serial=str(gpu.get("serial", "")),
         model=_field(gpu, "model", str, where),
     )
+
+
+ATTRIBUTE_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+MAX_ATTRIBUTES = 16
+
+
+def parse_attributes(value: Any, path: str) -> dict[str, str]:
+    """Node attributes, {"nic": "cx7", "memory_gb": "2048"}: lowercase names, string values.
+    v.Invalid naming the place otherwise; an inventory and a reservation request check them alike."""
+    attributes = v.mapping(value, path, max_items=MAX_ATTRIBUTES)
+    for name, text in attributes.items():
+        v.matches(name, v.at(path, name), ATTRIBUTE_NAME, "a name of lowercase letters, digits and _, from a letter")
+        v.text(text, v.at(path, name), max_length=128)
+    return dict(sorted(attributes.items()))
 
 
 def parse_inventory(document: Any) -> list[NodeRecord]:
@@ -107,6 +124,7 @@ def _records(document: Any) -> list[NodeRecord]:
                 fabric=()
                 if levels is None
                 else fabric.parse_position(entry.get("fabric"), f"{name}.fabric", levels=levels, pod=pod, rack=rack),
+                attributes=parse_attributes(entry.get("attributes", {}), f"{name}.attributes"),
             )
         )
     names = [r.name for r in records]

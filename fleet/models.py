@@ -10,11 +10,11 @@ import ipaddress
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import F, Func, Q
+from django.db.models import F, Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
-from django.db.models.lookups import Exact
 
+from core.constraints import json_type_is
 from core.validation import Invalid
 from fleet import diagnostics, fabric, fabric_health, firmware, firmware_rollout, lifecycle
 
@@ -203,6 +203,9 @@ class Node(models.Model):
     # to no new tenant until the ladder ends, repaired or quarantined.
     under_repair = models.BooleanField(default=False, help_text="A remediation ladder is repairing it.")
     # The last diagnostics run the node passed (fleet/diagnostics.py): at inspection or while idle.
+    attributes = models.JSONField(
+        default=dict, blank=True, help_text='What the inventory says of it beyond its GPUs: {"nic": "cx7"}.'
+    )
     diagnostic_passed_at = models.DateTimeField(null=True, blank=True)
     diagnostic_level = models.PositiveSmallIntegerField(null=True, blank=True)
 
@@ -249,6 +252,7 @@ class Node(models.Model):
                 name="node_lease_owner_has_expiry_and_token",
             ),
             models.CheckConstraint(condition=Q(fencing_token__gte=0), name="node_fencing_token_not_negative"),
+            models.CheckConstraint(condition=json_type_is("attributes", "object"), name="node_attributes_object"),
             models.CheckConstraint(
                 condition=_in(lifecycle.SERVING_STATES) | Q(ssh_host_key_fingerprint="", reinstall_image__isnull=True),
                 name="node_host_key_and_reinstall_image_only_while_serving",
@@ -483,15 +487,11 @@ class FirmwareBaseline(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["gpu_model"], name="firmware_baseline_one_per_node_class"),
             models.CheckConstraint(
-                condition=Exact(
-                    Func(F("bios_attributes"), function="jsonb_typeof", output_field=models.TextField()), "object"
-                ),
+                condition=json_type_is("bios_attributes", "object"),
                 name="firmware_baseline_bios_attributes_object",
             ),
             models.CheckConstraint(
-                condition=Exact(
-                    Func(F("boot_releases"), function="jsonb_typeof", output_field=models.TextField()), "array"
-                ),
+                condition=json_type_is("boot_releases", "array"),
                 name="firmware_baseline_boot_releases_array",
             ),
         ]

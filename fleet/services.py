@@ -197,11 +197,12 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
     """Enrol new nodes (state `enrolled`, one audit row each); refresh BMC access of known ones.
 
     Idempotent: a node already enrolled keeps its state, position and GPUs; a change of its BMC
-    access is audited. Raises BMCAddressRefused, before writing anything, if a record's BMC or
-    agent URL is outside the BMC networks, and FabricLevelsChanged if the records name other fabric
-    levels than the fleet has. Racks move to the fabric domains the records give them, and the
-    switches they name are enrolled (health unknown until read) or moved to the domain they now
-    serve. `progress`, if given, is called with the number of records handled after each batch.
+    access is audited, and its attributes become the records'. Raises BMCAddressRefused, before
+    writing anything, if a record's BMC or agent URL is outside the BMC networks, and
+    FabricLevelsChanged if the records name other fabric levels than the fleet has. Racks move
+    to the fabric domains the records give them, and the switches they name are enrolled (health
+    unknown until read) or moved to the domain they now serve. `progress`, if given, is called
+    with the number of records handled after each batch.
     """
     records = list(records)
     _check_bmc_addresses(records)
@@ -230,6 +231,7 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
                     bmc_password=r.bmc_password,
                     agent_url=r.agent_url,
                     agent_token=r.agent_token,
+                    attributes=dict(r.attributes),
                 )
                 for r in new
             )
@@ -253,6 +255,13 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
                     audit.append(_bmc_change_audit(node, actor, detail))
             Node.objects.bulk_update(changed, BMC_ACCESS_FIELDS)
             AuditEvent.objects.bulk_create(audit)
+            # Attributes are the inventory's to say: the latest one's stand, as placement reads them.
+            described = []
+            for r in batch:
+                if (node := known.get(r.name)) and node.attributes != r.attributes:
+                    node.attributes = dict(r.attributes)
+                    described.append(node)
+            Node.objects.bulk_update(described, ["attributes"])
         created += len(nodes)
         updated += len(changed)
         if progress:

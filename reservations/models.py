@@ -15,6 +15,8 @@ from django.db.models import F, Func, Q
 from django.db.models.functions import Now
 from django.db.models.lookups import LessThanOrEqual
 
+from core.constraints import json_type_is
+
 
 class ReservationState(models.TextChoices):
     PENDING = "pending"
@@ -119,7 +121,21 @@ class Reservation(models.Model):
     state = models.CharField(max_length=16, choices=ReservationState.choices, default=ReservationState.PENDING)
     node_count = models.PositiveIntegerField()
     pod = models.ForeignKey("fleet.Pod", null=True, blank=True, on_delete=models.PROTECT)
-    rack_scale = models.BooleanField(default=False)
+    rack_scale = models.BooleanField(default=False, help_text="Whole racks: whole_level nvlink_domain.")
+    # What placement was asked for beyond the count (reservations/placement.py): healing and growth
+    # ask for the same, inside the domain it was placed in.
+    required_level = models.CharField(
+        max_length=32, default="pod", help_text="The fabric level one domain of which holds every node."
+    )
+    preferred_level = models.CharField(
+        max_length=32, blank=True, help_text="A level whose domains spanned placement minimises first."
+    )
+    whole_level = models.CharField(max_length=32, blank=True, help_text="A level whose domains are taken whole.")
+    gpu_model = models.CharField(max_length=128, blank=True, help_text="Every node's GPU model; empty: any.")
+    attributes = models.JSONField(default=dict, blank=True, help_text='Node attributes every node has: {"nic": "cx7"}.')
+    placed_in = models.CharField(
+        max_length=64, blank=True, help_text="The domain of its required level that holds its nodes."
+    )
     starts_at = models.DateTimeField(db_default=Now())
     ends_at = models.DateTimeField(null=True, blank=True, help_text="Empty: open-ended.")
     reason = models.TextField(blank=True, help_text="Why it failed or is degraded.")
@@ -152,6 +168,13 @@ class Reservation(models.Model):
                     MAX_USER_DATA_BYTES,
                 ),
                 name="reservation_user_data_bounded",
+            ),
+            models.CheckConstraint(
+                condition=Q(rack_scale=Q(whole_level="nvlink_domain")), name="reservation_rack_scale_is_whole_racks"
+            ),
+            models.CheckConstraint(
+                condition=json_type_is("attributes", "object"),
+                name="reservation_attributes_object",
             ),
         ]
         indexes = [

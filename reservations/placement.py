@@ -54,6 +54,18 @@ class RackCapacity:
     path: Path = ()  # the rack's domains between its pod and itself; () when the fabric has no such level
     attributes: Mapping[str, Mapping[str, str]] | None = None  # node -> operator-defined attributes
 
+    @property
+    def domains(self) -> tuple[str, ...]:
+        return _domains(self.pod, self.path, self.rack)
+
+    def domain_at(self, level: str) -> str | None:
+        """The rack's domain at `level`: its pod, a domain of its path, or itself; None if no such level."""
+        if level == POD:
+            return self.pod
+        if level == NVLINK_DOMAIN:
+            return self.rack
+        return dict(self.path).get(level)
+
 
 @dataclass(frozen=True)
 class PlacementRequest:
@@ -66,6 +78,7 @@ class PlacementRequest:
     preferred: str | None = None  # a level whose domains spanned are minimised before any other's
     whole: str | None = None  # a level whose domains are taken whole, every node of each
     attributes: Mapping[str, str] = field(default_factory=dict)  # every chosen node has these values
+    within: str | None = None  # a domain (of any level) that holds every chosen node: where a reservation heals
 
     @property
     def whole_level(self) -> str | None:
@@ -100,8 +113,12 @@ class _Rack(NamedTuple):
 
     @property
     def domains(self) -> tuple[str, ...]:
-        """Its domain at every level, top down: pod, the path's domains, the rack."""
-        return (self.pod, *(name for _, name in self.path), self.name)
+        return _domains(self.pod, self.path, self.name)
+
+
+def _domains(pod: str, path: Path, rack: str) -> tuple[str, ...]:
+    """A rack's domain at every level, top down: pod, the path's domains, the rack."""
+    return (pod, *(name for _, name in path), rack)
 
 
 def place(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
@@ -153,13 +170,16 @@ def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> 
     _check_capacity(racks)
     if request.pod is not None and all(r.pod != request.pod for r in racks):
         raise PlacementRefused(f"pod {request.pod} does not exist")
+    within = request.within
+    if within is not None and all(within not in r.domains for r in racks):
+        raise PlacementRefused(f"domain {within} does not exist")
     model, wanted = request.gpu_model, request.attributes
     any_node = model is None and not wanted
     pods: dict[str, list[_Rack]] = defaultdict(list)
     selectors_present = any_node
     for r in sorted(racks, key=lambda r: (r.pod, r.rack)):
         # A rack with no nodes can hold nothing and is no NVLink domain to keep whole.
-        if not r.nodes or request.pod not in (None, r.pod):
+        if not r.nodes or request.pod not in (None, r.pod) or (within and within not in r.domains):
             continue
         if any_node and r.free is r.nodes:  # a wholly free rack, as the service hands most of them
             usable, tested = _tested_first(r.nodes, r.recently_tested)

@@ -16,7 +16,7 @@ from psycopg.types.range import Range
 from fleet import fabric
 from fleet.fabric_health import RackNodes
 from fleet.lifecycle import State
-from fleet.models import AuditEvent, Node
+from fleet.models import GPU, AuditEvent, Node
 from fleet.selectors import nodes_cut_off_in, rack_fabric_paths, recently_passed_long_diagnostics
 from reservations import usage
 from reservations.models import Allocation, Quota, Reservation, ReservationEvent, ReservationEventKind, Tenant
@@ -50,7 +50,6 @@ class Topology:
     rack_ids: tuple[tuple[int, ...], ...]  # node ids of each rack, in slot order
     rack_of: dict[int, int]  # node id -> index into racks
     node_ids: dict[str, int]  # node name -> id
-    rack_paths: tuple[fabric.Path, ...]  # each rack's fabric domains between its pod and itself
 
 
 _topology: list[Topology] = []
@@ -67,22 +66,36 @@ def topology() -> Topology:
         (version,) = cursor.fetchone()
     if not _topology or _topology[0].version != version:
         paths = rack_fabric_paths()
+        # A node's GPUs are of one model: its first GPU's names it.
+        models = dict(GPU.objects.order_by("node_id", "index").distinct("node_id").values_list("node__name", "model"))
         racks: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+        attributes: dict[str, dict] = {}
         rows = Node.objects.order_by("rack__pod__name", "rack__name", "position")
-        for node_id, name, rack, pod in rows.values_list("id", "name", "rack__name", "rack__pod__name"):
+        for node_id, name, rack, pod, said in rows.values_list(
+            "id", "name", "rack__name", "rack__pod__name", "attributes"
+        ):
             racks[(pod, rack)].append((node_id, name))
+            if said:
+                attributes[name] = said
         members = [tuple(zip(*nodes, strict=True)) for nodes in racks.values()]
         _topology[:] = [
             Topology(
                 version=version,
                 racks=tuple(
-                    RackCapacity(pod=pod, rack=rack, nodes=names, free=names)
+                    RackCapacity(
+                        pod=pod,
+                        rack=rack,
+                        nodes=names,
+                        free=names,
+                        gpu_models={name: models[name] for name in names if name in models} or None,
+                        path=paths[rack],
+                        attributes={name: attributes[name] for name in names if name in attributes} or None,
+                    )
                     for (pod, rack), (_, names) in zip(racks, members, strict=True)
                 ),
                 rack_ids=tuple(ids for ids, _ in members),
                 rack_of={node_id: i for i, (ids, _) in enumerate(members) for node_id in ids},
                 node_ids={name: node_id for ids, names in members for node_id, name in zip(ids, names, strict=True)},
-                rack_paths=tuple(paths[rack] for _, rack in racks),
             )
         ]
     return _topology[0]
@@ -110,7 +123,7 @@ def rack_capacity(
         if i in blocked:
             out = blocked[i]
             free = tuple(name for node_id, name in zip(ids, rack.nodes, strict=True) if node_id not in out)
-            rack = RackCapacity(pod=rack.pod, rack=rack.rack, nodes=rack.nodes, free=free)
+            rack = replace(rack, free=free)
         if i in tested:
             passed = frozenset(name for node_id, name in zip(ids, rack.nodes, strict=True) if node_id in tested[i])
             rack = replace(rack, recently_tested=passed)  # `free` stays the very tuple `nodes` if it was
@@ -124,8 +137,8 @@ def nodes_cut_off(fleet: Topology | None = None) -> dict[int, str]:
     manager reads their switch healthy again."""
     fleet = fleet or topology()
     return nodes_cut_off_in(
-        RackNodes(pod=rack.pod, path=path, ids=ids, names=rack.nodes)
-        for rack, ids, path in zip(fleet.racks, fleet.rack_ids, fleet.rack_paths, strict=True)
+        RackNodes(pod=rack.pod, path=rack.path, ids=ids, names=rack.nodes)
+        for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True)
     )
 
 
@@ -175,7 +188,7 @@ def capacity_over_time(*, earliest: datetime, until: datetime, pod: str | None =
             continue
         if not all(map(can_serve, ids)):
             free = tuple(name for node_id, name in zip(ids, rack.nodes, strict=True) if can_serve(node_id))
-            rack = RackCapacity(pod=rack.pod, rack=rack.rack, nodes=rack.nodes, free=free)
+            rack = replace(rack, free=free)
         racks.append(rack)
     holds = Allocation.objects.filter(period__overlap=period(earliest, until)).order_by()
     busy = [
@@ -247,7 +260,7 @@ def capacity_by_pod() -> list[dict]:
     busy_open_ended = {*_not_free(starts_at=now, ends_at=now + booking_limits().max_duration), *cut_off}
     pods: dict[str, dict] = {}
     loads = []
-    for rack, ids, path in zip(fleet.racks, fleet.rack_ids, fleet.rack_paths, strict=True):
+    for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True):
         summary = pods.setdefault(
             rack.pod,
             {"name": rack.pod, "nodes": 0, "available": 0, "free_open_ended": 0, "whole_free_racks": 0},
@@ -257,7 +270,7 @@ def capacity_by_pod() -> list[dict]:
         summary["available"] += free_now
         summary["free_open_ended"] += sum(node_id not in busy_open_ended for node_id in ids)
         summary["whole_free_racks"] += free_now == len(ids)
-        loads.append(fabric.RackLoad(pod=rack.pod, path=path, rack=rack.rack, nodes=len(ids), available=free_now))
+        loads.append(fabric.RackLoad(pod=rack.pod, path=rack.path, rack=rack.rack, nodes=len(ids), available=free_now))
     trees = fabric.domain_tree(loads)
     return [{**pods[name], "domains": trees[name]} for name in sorted(pods)]
 

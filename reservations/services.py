@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -22,6 +22,7 @@ from django.utils import timezone
 from psycopg.types.range import Range
 
 from core.errors import Conflict, DomainError, TooMany
+from core.topology import NVLINK_DOMAIN, POD
 from fleet import lifecycle
 from fleet.models import AuditEvent, Image, Node, Pod
 from fleet.services import ConcurrentTransition, transition
@@ -94,29 +95,42 @@ class _Placement:
     held_for: Range
     description: str  # where they are, in words
     pod: str | None  # placement never spans pods; None when nothing was chosen
+    domain: str  # the domain of the request's required level that holds them
 
 
-def _choose(
-    *,
-    starts_at: datetime,
-    ends_at: datetime | None,
-    count: int,
-    pod: str | None,
-    rack_scale: bool,
-    near: frozenset[str] = frozenset(),
-):
-    """Place `count` nodes on the capacity free for the period; PlacementRefused if none fit."""
+def _choose(request: PlacementRequest, *, starts_at: datetime, ends_at: datetime | None) -> _Placement:
+    """Place the request on the capacity free for the period; PlacementRefused if it does not fit."""
     # A replacement is held from now on: the node may have served someone else before.
     starts_at = max(starts_at, timezone.now())
     fleet = topology()
-    racks = rack_capacity(starts_at=starts_at, ends_at=ends_at, pod=pod, fleet=fleet)
-    chosen = place(PlacementRequest(node_count=count, pod=pod, rack_scale=rack_scale, near=near), racks)
+    racks = rack_capacity(starts_at=starts_at, ends_at=ends_at, pod=request.pod, fleet=fleet)
+    chosen = place(request, racks)
+    rack = fleet.racks[fleet.rack_of[fleet.node_ids[chosen[0]]]]
     return _Placement(
         node_ids={name: fleet.node_ids[name] for name in chosen},
         held_for=period(starts_at, ends_at),
         description=_describe(chosen, fleet),
-        pod=fleet.racks[fleet.rack_of[fleet.node_ids[chosen[0]]]].pod if chosen else None,
+        pod=rack.pod,
+        domain=rack.domain_at(request.required) or "",
     )
+
+
+def _request_of(reservation: Reservation, count: int, **changes) -> PlacementRequest:
+    """What placement is asked for more of a reservation's nodes: what it was asked for, inside
+    the domain it was placed in (its pod, for a reservation placed before domains were kept)."""
+    held = live_allocations().filter(reservation=reservation)
+    asked = PlacementRequest(
+        node_count=count,
+        pod=reservation.pod.name if reservation.pod_id else (None if reservation.placed_in else _pod_of(held)),
+        rack_scale=reservation.rack_scale,
+        gpu_model=reservation.gpu_model or None,
+        required=reservation.required_level,
+        preferred=reservation.preferred_level or None,
+        whole=reservation.whole_level or None,
+        attributes=reservation.attributes,
+        within=reservation.placed_in or None,
+    )
+    return replace(asked, **changes)
 
 
 def _hold(reservation: Reservation, placement: _Placement, *, actor: str) -> None:
@@ -170,6 +184,11 @@ def create_reservation(
     node_count: int,
     pod: Pod | None = None,
     rack_scale: bool = False,
+    required: str = POD,
+    preferred: str | None = None,
+    whole: str | None = None,
+    gpu_model: str | None = None,
+    attributes: dict[str, str] | None = None,
     starts_at: datetime | None = None,
     ends_at: datetime | None = None,
     image: Image | None = None,
@@ -191,8 +210,15 @@ def create_reservation(
     starts_at, ends_at = booking_period(starts_at=starts_at, ends_at=ends_at, now=timezone.now(), limits=limits)
     booking = _Booking(
         tenant=tenant,
-        node_count=node_count,
-        rack_scale=rack_scale,
+        request=PlacementRequest(
+            node_count=node_count,
+            rack_scale=rack_scale,
+            required=required,
+            preferred=preferred,
+            whole=whole,
+            gpu_model=gpu_model,
+            attributes=attributes or {},
+        ),
         image=image or Image.objects.filter(default=True).first(),
         ssh_keys=list(ssh_keys),
         user_data=user_data,
@@ -221,8 +247,7 @@ class _Booking:
     """What a tenant asked for, apart from where and when: placed now, or at an offer."""
 
     tenant: Tenant
-    node_count: int
-    rack_scale: bool
+    request: PlacementRequest  # of no pod: the pod is given where it is placed
     image: Image | None
     ssh_keys: list[SSHKey]
     user_data: str
@@ -233,20 +258,21 @@ class _Booking:
             # A tenant with a quota places one request at a time, under its quota's row: concurrent
             # ones cannot each fit alone. Tenants without one are not held up.
             quota = Quota.objects.select_for_update().filter(tenant=self.tenant).first()
-            placement = _choose(
-                starts_at=starts_at,
-                ends_at=ends_at,
-                count=self.node_count,
-                pod=pod.name if pod else None,
-                rack_scale=self.rack_scale,
-            )
+            wanted = replace(self.request, pod=pod.name if pod else None)
+            placement = _choose(wanted, starts_at=starts_at, ends_at=ends_at)
             if quota is not None:
                 _check_quota(quota, self.tenant, len(placement.node_ids), placement.pod, starts_at, ends_at)
             reservation = Reservation.objects.create(
                 tenant=self.tenant,
-                node_count=self.node_count,
+                node_count=wanted.node_count,
                 pod=pod,
-                rack_scale=self.rack_scale,
+                rack_scale=wanted.whole_level == NVLINK_DOMAIN,
+                required_level=wanted.required,
+                preferred_level=wanted.preferred or "",
+                whole_level=wanted.whole_level or "",
+                gpu_model=wanted.gpu_model or "",
+                attributes=dict(wanted.attributes),
+                placed_in=placement.domain,
                 starts_at=starts_at,
                 ends_at=ends_at,
                 state=RS.PROVISIONING if starts_at <= timezone.now() else RS.PENDING,
@@ -270,7 +296,7 @@ def _earliest_offer(booking: _Booking, starts_at: datetime, ends_at: datetime, p
     duration = ends_at - starts_at
     latest_start = timezone.now() + limits.horizon
     racks, busy = capacity_over_time(earliest=starts_at, until=latest_start + duration, pod=pod)
-    request = PlacementRequest(node_count=booking.node_count, pod=pod, rack_scale=booking.rack_scale)
+    request = replace(booking.request, pod=pod)
     return earliest_offer(request, racks, busy, earliest=starts_at, latest_start=latest_start, duration=duration)
 
 
@@ -375,21 +401,16 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Re
         held = live_allocations().filter(reservation=reservation)
         missing = reservation.node_count - held.count()
         if missing > 0:
-            pod = reservation.pod.name if reservation.pod_id else _pod_of(held)
+            # Replacements need not make whole domains: the nodes kept are not whole ones any more.
+            wanted = _request_of(reservation, missing, rack_scale=False, whole=None)
 
-            def replace(lost_races: int) -> list[str]:
-                placement = _choose(
-                    starts_at=reservation.starts_at,
-                    ends_at=reservation.ends_at,
-                    count=missing,
-                    pod=pod,
-                    rack_scale=False,
-                )
+            def replacements(lost_races: int) -> list[str]:
+                placement = _choose(wanted, starts_at=reservation.starts_at, ends_at=reservation.ends_at)
                 _hold(reservation, placement, actor=actor)
                 return list(placement.node_ids)
 
             try:
-                chosen = _with_retries(replace)
+                chosen = _with_retries(replacements)
             except PlacementRefused as refused:
                 Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
                     state=RS.DEGRADED, reason=f"{WAITING_FOR_CAPACITY} to replace {missing} node(s): {refused.reason}"
@@ -764,19 +785,11 @@ def _move_end(reservation: Reservation, tenant: Tenant, ends_at: datetime) -> st
 def _grow(reservation: Reservation, tenant: Tenant, more: int, actor: str) -> str:
     """Hold `more` nodes for the rest of the reservation, in its pod, next to the ones it holds."""
     held = live_allocations().filter(reservation=reservation)
-    pod = reservation.pod.name if reservation.pod_id else _pod_of(held)
-    near = frozenset(held.values_list("node__rack__name", flat=True))
+    wanted = _request_of(reservation, more, near=frozenset(held.values_list("node__rack__name", flat=True)))
 
     def attempt(lost_races: int) -> _Placement:
         quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
-        placement = _choose(
-            starts_at=reservation.starts_at,
-            ends_at=reservation.ends_at,
-            count=more,
-            pod=pod,
-            rack_scale=reservation.rack_scale,
-            near=near,
-        )
+        placement = _choose(wanted, starts_at=reservation.starts_at, ends_at=reservation.ends_at)
         if quota is not None:
             _check_quota(
                 quota, tenant, more, placement.pod, max(reservation.starts_at, timezone.now()), reservation.ends_at
@@ -798,6 +811,10 @@ def _give_back(reservation: Reservation, fewer: int, names: list[str] | None, ac
     by_name = {allocation.node.name: allocation for allocation in held}
     if fewer >= len(by_name) or fewer >= reservation.node_count:
         raise ChangeRefused("node_count", "must leave at least one node: to give back every node, release it")
+    if reservation.whole_level not in ("", NVLINK_DOMAIN):
+        raise ChangeRefused(
+            "node_count", f"a reservation of whole {reservation.whole_level} domains keeps them whole: release it"
+        )
     if names:
         unknown = sorted(set(names) - set(by_name))
         if unknown:
@@ -810,7 +827,8 @@ def _give_back(reservation: Reservation, fewer: int, names: list[str] | None, ac
         for allocation in sorted(held, key=lambda a: (a.node.rack.name, a.node.position)):
             by_rack[allocation.node.rack.name].append(allocation.node.name)
         try:
-            chosen = give_back(by_rack, fewer, rack_scale=reservation.rack_scale)
+            paths = {rack.rack: rack.path for rack in topology().racks if rack.rack in by_rack}
+            chosen = give_back(by_rack, fewer, rack_scale=reservation.rack_scale, paths=paths)
         except PlacementRefused as refused:
             raise ChangeRefused("node_count", refused.reason) from refused
     reason = "given back by the tenant"
