@@ -61,8 +61,8 @@ def _first_error(errors, prefix: str = "") -> str:
     """The first message of a DRF error tree, named by its field path."""
     if isinstance(errors, dict):
         key, value = next(iter(errors.items()))
-        field = "" if key == "non_field_errors" else f"{prefix}{key}"
-        return _first_error(value, f"{field}." if field else "")
+        # An object's own error (a nested one's too) is named by the path to the object.
+        return _first_error(value, prefix if key == "non_field_errors" else f"{prefix}{key}.")
     if isinstance(errors, list) and errors:
         return _first_error(errors[0], prefix)
     return f"{prefix.rstrip('.')}: {errors}" if prefix else str(errors)

@@ -16,6 +16,7 @@ from fleet.models import (
     AuditOnlyEvent,
     ConfigDrive,
     FabricDomain,
+    FabricLevel,
     FabricSwitch,
     FirmwareBaseline,
     FirmwareRollout,
@@ -132,6 +133,11 @@ def rollout_progress(rollout: FirmwareRollout) -> str:
     """How many of the rollout's nodes stand where, in one line."""
     counts = Counter(rollout.nodes.values_list("status", flat=True))
     return firmware_rollout.describe({NodeStatus(status): n for status, n in counts.items()})
+
+
+def fabric_levels() -> tuple[str, ...]:
+    """The fleet's levels, top down: the pod, the switch levels enrolment drew, the rack (NVLink domain)."""
+    return (fabric.POD, *FabricLevel.objects.order_by("depth").values_list("name", flat=True), fabric.NVLINK_DOMAIN)
 
 
 def rack_fabric_paths() -> dict[str, fabric.Path]:

@@ -18,7 +18,9 @@ def follow_node(sender, *, node_id, event, actor, to_state, reservation_id, **kw
         return
     if to_state is lifecycle.State.ACTIVE:
         transaction.on_commit(lambda: services.settle_reservation(reservation_id=reservation_id), robust=True)
-    elif to_state not in lifecycle.SERVING_STATES:
+    # A node released leaves by its reservation's own service, which saw to the reservation
+    # (released it, took the node back, or let it go for its switch): it is no loss.
+    elif to_state not in lifecycle.SERVING_STATES and event is not lifecycle.Event.RELEASED:
         node = Node.objects.get(pk=node_id)
         if to_state is lifecycle.State.QUARANTINED:
             webhooks.notify(

@@ -52,11 +52,13 @@ from reservations.selectors import (
     capacity_over_time,
     live_allocations,
     node_hours_booked,
+    nodes_cut_off,
     nodes_held,
     period,
     rack_capacity,
     topology,
 )
+from reservations.signals import reservation_lost_node
 
 log = logging.getLogger(__name__)
 
@@ -385,6 +387,30 @@ def let_node_go(*, node_id: int, reservation_id: int, reason: str, actor: str) -
         webhooks.notify(reservation, WebhookEvent.RESERVATION_DEGRADED, state=RS.DEGRADED, detail=reason)
     _record(reservation, ReservationEventKind.NODE_LOST, actor, reason)
     return True
+
+
+def let_go_of_cut_off_nodes(*, actor: str = "system:fabric") -> int:
+    """Take the nodes an unhealthy switch cuts off (selectors.nodes_cut_off) from the reservations
+    they serve: each is let go with the switch's reason, which degrades its reservation, and wiped;
+    healing places its replacement inside the reservation's domain, on nodes the fabric reaches.
+    Returns how many nodes were let go. A node whose transition races another is left for the
+    next sweep, all of its change undone."""
+    cut_off = nodes_cut_off()
+    serving = Node.objects.filter(pk__in=list(cut_off), state__in=lifecycle.SERVING_STATES, reservation__isnull=False)
+    let_go = 0
+    for node_id, name, reservation_id in serving.order_by("pk").values_list("pk", "name", "reservation_id"):
+        reason = f"{name} cut off from the fabric: {cut_off[node_id]}"
+        try:
+            with transaction.atomic():
+                lost = let_node_go(node_id=node_id, reservation_id=reservation_id, reason=reason, actor=actor)
+                transition(node_id=node_id, event=lifecycle.Event.RELEASED, actor=actor, reason=reason)
+        except (ConcurrentTransition, lifecycle.IllegalTransition):
+            log.info("node %s moved on its own while it was let go for its switch", name)
+            continue
+        let_go += 1
+        if lost:
+            reservation_lost_node.send(sender=let_go_of_cut_off_nodes, reservation_id=reservation_id)
+    return let_go
 
 
 def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Reservation:

@@ -7,7 +7,8 @@ each switch the fleet enrolled, its Status and each port's LinkStatus: SWITCHES_
 at a time, each in a thread with a client of its own that touches no database, one attempt a
 request (the next sweep is the retry). A switch is known by its Id, the last segment of its path,
 as Redfish has it. Back in the sweep's thread every enrolled switch's row is written at once: what
-was read, or why it was not, the last reading standing meanwhile.
+was read, or why it was not, the last reading standing meanwhile. Then the nodes a switch now cuts
+off are taken from the reservations they serve, which heal elsewhere in their domain.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.utils import timezone
 
 from fleet import fabric_health
 from fleet.models import FabricSwitch
+from reservations.services import let_go_of_cut_off_nodes
 from workflows.redfish import BMCAccess, RedfishClient, RedfishError
 
 SWITCHES_AT_ONCE = 8
@@ -39,7 +41,7 @@ def read_switches() -> dict:
     """Read every enrolled switch's health and record it, or record why it could not be read."""
     names = set(FabricSwitch.objects.values_list("name", flat=True))
     if not names:
-        return {"read": 0, "failed": 0}
+        return {"read": 0, "failed": 0, "nodes let go": 0}
     try:
         with closing(switch_manager()) as manager:
             paths = {_id_of(path): path for path in manager.fabric_switches()}
@@ -56,7 +58,7 @@ def read_switches() -> dict:
                     outcome[reading[done]] = str(error)
     _record(outcome)
     read = sum(isinstance(result, Reading) for result in outcome.values())
-    return {"read": read, "failed": len(outcome) - read}
+    return {"read": read, "failed": len(outcome) - read, "nodes let go": let_go_of_cut_off_nodes()}
 
 
 def switch_manager() -> RedfishClient:

@@ -78,6 +78,14 @@ hours = positive_number("hours")
 wait_seconds = positive_number("seconds")
 
 
+def attribute(text: str) -> tuple[str, str]:
+    """NAME=VALUE, a node attribute the operators define."""
+    name, equals, value = text.partition("=")
+    if not (name and equals and value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE, such as nic=cx7")
+    return name, value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -114,6 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
     reserve.add_argument("--nodes", type=positive_int, required=True, metavar="N", help="how many nodes")
     reserve.add_argument("--pod", help="in this pod (default: where they fit best)")
     reserve.add_argument("--rack-scale", action="store_true", help="whole racks (NVLink domains) only")
+    reserve.add_argument("--required", metavar="LEVEL", help="every node in one domain of this fabric level")
+    reserve.add_argument("--preferred", metavar="LEVEL", help="span as few domains of this level as can be, e.g. leaf")
+    reserve.add_argument("--whole", metavar="LEVEL", help="whole domains of this level only")
+    reserve.add_argument("--gpu-model", metavar="MODEL", help="nodes with this GPU model only")
+    reserve.add_argument(
+        "--attribute",
+        type=attribute,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="nodes with this attribute only (repeatable)",
+    )
     reserve.add_argument("--starts-at", type=moment, metavar="TIME", help="ISO 8601 (default now)")
     end = reserve.add_mutually_exclusive_group()
     end.add_argument("--ends-at", type=moment, metavar="TIME", help="ISO 8601 (default: the longest allowed)")
@@ -273,6 +293,15 @@ def do_reserve(args, config: Config) -> int:
         wanted["pod"] = args.pod
     if args.rack_scale:
         wanted["rack_scale"] = True
+    topology = {key: level for key, level in (("required", args.required), ("preferred", args.preferred)) if level}
+    if topology:
+        wanted["topology"] = topology
+    if args.whole:
+        wanted["whole"] = args.whole
+    if args.gpu_model:
+        wanted["gpu_model"] = args.gpu_model
+    if args.attribute:
+        wanted["attributes"] = dict(args.attribute)
     if args.starts_at:
         wanted["starts_at"] = iso(args.starts_at)
     if args.ends_at:
@@ -395,6 +424,13 @@ def print_reservation(reservation: dict, args) -> int:
     return OK
 
 
+def levels(topology: dict | None) -> str | None:
+    """'required pod, preferred leaf'; None when nothing beyond the default was asked."""
+    topology = topology or {}
+    said = [f"{key} {topology[key]}" for key in ("required", "preferred") if topology.get(key)]
+    return None if said in ([], ["required pod"]) else ", ".join(said)
+
+
 def reservation_details(reservation: dict) -> str:
     summary = fields(
         [
@@ -403,6 +439,11 @@ def reservation_details(reservation: dict) -> str:
             ("nodes", f"{nodes_up(reservation)} up"),
             ("pod", reservation.get("pod")),
             ("rack scale", reservation.get("rack_scale")),
+            ("placed in", reservation.get("placed_in")),
+            ("topology", levels(reservation.get("topology"))),
+            ("whole", reservation.get("whole")),
+            ("gpu model", reservation.get("gpu_model")),
+            ("attributes", ", ".join(f"{k}={v}" for k, v in (reservation.get("attributes") or {}).items()) or None),
             ("image", reservation.get("image")),
             ("starts", when(reservation.get("starts_at"))),
             ("ends", when(reservation.get("ends_at"))),
@@ -433,7 +474,25 @@ def do_capacity(args, config: Config) -> int:
         for p in answer.get("pods", [])
     ]
     print(table(("POD", "NODES", "FREE", "FREE OPEN-ENDED", "WHOLE FREE RACKS"), rows))
+    domains = [row for p in answer.get("pods", []) for row in domain_rows(p.get("domains") or [], depth=1)]
+    if domains:
+        print()
+        print(table(("DOMAIN", "LEVEL", "NODES", "FREE"), domains))
     return OK
+
+
+def domain_rows(domains: list[dict], *, depth: int) -> list[tuple]:
+    """The fabric's domains down to the level above the racks, each indented under its parent."""
+    rows = []
+    for domain in domains:
+        children = domain.get("children") or []
+        if not children:  # a rack: the pods' table counts them already
+            continue
+        rows.append(
+            ("  " * depth + str(domain.get("name")), domain.get("level"), domain.get("nodes"), domain.get("available"))
+        )
+        rows += domain_rows(children, depth=depth + 1)
+    return rows
 
 
 def do_quota(args, config: Config) -> int:

@@ -5,7 +5,11 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api import StrictBooleanField, StrictInputSerializer, StrictIntegerField
+from core.topology import NVLINK_DOMAIN, POD
+from core.validation import Invalid
+from fleet.inventory import parse_attributes
 from fleet.models import Image, Pod
+from fleet.selectors import fabric_levels
 from reservations import usage
 from reservations.models import (
     MAX_USER_DATA_BYTES,
@@ -32,12 +36,46 @@ def image_field(default: str) -> serializers.SlugRelatedField:
     )
 
 
+class TopologyRequestSerializer(StrictInputSerializer):
+    required = serializers.CharField(
+        required=False,
+        default=POD,
+        max_length=32,
+        help_text="A fabric level (GET /v1/capacity's domains name them): every node is in one domain of it. "
+        'Default "pod".',
+    )
+    preferred = serializers.CharField(
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=32,
+        help_text='A deeper level whose domains placement spans as few of as it can, such as "leaf".',
+    )
+
+
 class ReservationRequestSerializer(StrictInputSerializer):
     node_count = StrictIntegerField(min_value=1, max_value=MAX_NODES_PER_RESERVATION)
     pod = serializers.SlugRelatedField(
         slug_field="name", queryset=Pod.objects.all(), required=False, allow_null=True, default=None
     )
-    rack_scale = StrictBooleanField(required=False, default=False)
+    rack_scale = StrictBooleanField(required=False, default=False, help_text='Whole racks: "whole": "nvlink_domain".')
+    topology = TopologyRequestSerializer(required=False)
+    whole = serializers.CharField(
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=32,
+        help_text="A fabric level whose domains are taken whole, every node of each; the count must add up.",
+    )
+    gpu_model = serializers.CharField(
+        required=False, allow_null=True, default=None, max_length=128, help_text="Every node's GPU model."
+    )
+    attributes = serializers.DictField(
+        child=serializers.JSONField(),  # parse_attributes wants strings, and says where one is not
+        required=False,
+        default=dict,
+        help_text='Node attributes the operators define, which every node must have: {"nic": "cx7"}.',
+    )
     # The period's rules are the service's, applied on its own clock (reservations/periods.py).
     starts_at = serializers.DateTimeField(
         required=False,
@@ -84,6 +122,35 @@ class ReservationRequestSerializer(StrictInputSerializer):
             raise serializers.ValidationError(refusal)
         return value
 
+    def validate_attributes(self, value: dict) -> dict:
+        try:
+            return parse_attributes(value, "attributes")
+        except Invalid as invalid:
+            at = invalid.path.removeprefix("attributes").lstrip(".")
+            raise serializers.ValidationError({at: [invalid.problem]} if at else invalid.problem) from invalid
+
+    def validate(self, attrs: dict) -> dict:
+        """The levels by name, each one the fleet has; `topology` becomes `required` and `preferred`."""
+        levels = fabric_levels()
+        topology = attrs.pop("topology", None) or {"required": POD, "preferred": None}
+        attrs.update(required=topology["required"], preferred=topology["preferred"])
+        for field, level in (("topology.required", attrs["required"]), ("topology.preferred", attrs["preferred"])):
+            if level is not None and level not in levels:
+                raise serializers.ValidationError({field: [f"no level {level}: the fabric's are {', '.join(levels)}"]})
+        whole = attrs["whole"]
+        if whole is not None:
+            if whole not in levels:
+                raise serializers.ValidationError(
+                    {"whole": [f"no level {whole}: the fabric's are {', '.join(levels)}"]}
+                )
+            if levels.index(whole) < levels.index(attrs["required"]):
+                raise serializers.ValidationError(
+                    {"whole": [f"whole {whole} domains cannot stay inside one {attrs['required']}"]}
+                )
+        if attrs["rack_scale"] and whole not in (None, NVLINK_DOMAIN):
+            raise serializers.ValidationError({"rack_scale": [f'means "whole": "{NVLINK_DOMAIN}", not {whole}']})
+        return attrs
+
 
 class SSHKeyRequestSerializer(StrictInputSerializer):
     name = serializers.CharField(max_length=64)
@@ -107,8 +174,22 @@ class MachineSerializer(serializers.Serializer):
     host_key_fingerprint = serializers.CharField(allow_null=True, help_text="SHA256:..., once the node reported it.")
 
 
+class TopologySerializer(serializers.Serializer):
+    required = serializers.CharField(source="required_level")
+    preferred = serializers.CharField(source="preferred_level", allow_null=True)
+
+    def to_representation(self, reservation):
+        return {"required": reservation.required_level, "preferred": reservation.preferred_level or None}
+
+
 class ReservationSerializer(serializers.ModelSerializer):
     pod = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    topology = TopologySerializer(source="*", read_only=True)
+    whole = serializers.CharField(source="whole_level", allow_null=True, read_only=True)
+    gpu_model = serializers.CharField(allow_null=True, read_only=True)
+    placed_in = serializers.CharField(
+        read_only=True, help_text="The domain of the required level that holds its nodes: a pod, a leaf..."
+    )
     nodes = serializers.SerializerMethodField()
     image = serializers.SlugRelatedField(slug_field="name", read_only=True)
     ssh_keys = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
@@ -122,6 +203,11 @@ class ReservationSerializer(serializers.ModelSerializer):
             "node_count",
             "pod",
             "rack_scale",
+            "topology",
+            "whole",
+            "gpu_model",
+            "attributes",
+            "placed_in",
             "nodes",
             "machines",
             "image",
@@ -133,6 +219,13 @@ class ReservationSerializer(serializers.ModelSerializer):
             "created_at",
         ]
         read_only_fields = fields
+
+    def to_representation(self, reservation):
+        answer = super().to_representation(reservation)
+        # An empty text is no choice: null, as the request's own default.
+        answer["whole"] = answer["whole"] or None
+        answer["gpu_model"] = answer["gpu_model"] or None
+        return answer
 
     def get_nodes(self, reservation) -> list[str]:
         return self.context["nodes"].get(reservation.pk, [])

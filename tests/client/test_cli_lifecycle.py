@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from gpufleet_client.cli import main
 
+from core.topology import GPU_MODEL
 from fleet.models import Image, Node
 from reservations import services
 from reservations.models import Quota, Reservation, Tenant
@@ -136,6 +137,43 @@ def test_reserve_sends_every_option(acme, available_fleet, broker, tmp_path):
     assert reservation.user_data == user_data.read_text()
 
 
+def test_reserve_sends_levels_and_selectors_and_show_prints_them(acme, available_fleet, broker):
+    Node.objects.filter(name__in=["node-011", "node-012"]).update(attributes={"nic": "cx8"})
+    completed = acme.run(
+        "reserve",
+        "--nodes", "2",
+        "--required", "leaf",
+        "--preferred", "nvlink_domain",
+        "--gpu-model", GPU_MODEL,
+        "--attribute", "nic=cx8",
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    reservation = Reservation.objects.get()
+    assert (reservation.required_level, reservation.preferred_level, reservation.placed_in) == (
+        "leaf",
+        "nvlink_domain",
+        "p2-leaf1",
+    )
+    assert (reservation.gpu_model, reservation.attributes) == (GPU_MODEL, {"nic": "cx8"})
+    shown = acme.run("show", str(reservation.pk)).stdout
+    for said in "p2-leaf1", "required leaf, preferred nvlink_domain", "nic=cx8", GPU_MODEL:
+        assert said in shown, said
+
+    bad = acme.run("reserve", "--nodes", "1", "--attribute", "nic")
+    assert bad.returncode == 2 and "is not NAME=VALUE" in bad.stderr
+
+
+def test_capacity_prints_the_fabric_domains_under_the_pods(anonymous, available_fleet):
+    completed = anonymous.run("capacity")
+    assert completed.returncode == 0, completed.stderr
+    domains = completed.stdout.split("\n\n")[1]
+    assert table_rows(domains) == [
+        ["DOMAIN", "LEVEL", "NODES", "FREE"],
+        ["p1-leaf1", "leaf", "8", "8"],
+        ["p2-leaf1", "leaf", "4", "4"],
+    ]
+
+
 def test_a_reservation_that_cannot_be_placed_exits_1_with_the_servers_detail(acme, available_fleet):
     completed = acme.run("reserve", "--nodes", "40")
     assert completed.returncode == 1
@@ -176,7 +214,7 @@ def test_no_token_exits_2_saying_where_to_put_one(anonymous, monkeypatch, capsys
 def test_capacity_needs_no_token(anonymous, available_fleet):
     completed = anonymous.run("capacity")
     assert completed.returncode == 0, completed.stderr
-    assert table_rows(completed.stdout) == [
+    assert table_rows(completed.stdout.split("\n\n")[0]) == [
         ["POD", "NODES", "FREE", "FREE", "OPEN-ENDED", "WHOLE", "FREE", "RACKS"],
         ["p1", "8", "8", "8", "1"],
         ["p2", "4", "4", "4", "1"],

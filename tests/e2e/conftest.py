@@ -3,6 +3,8 @@ test database (transactional tests, so every process sees what the others commit
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 from django.conf import settings
@@ -23,8 +25,17 @@ def control_plane_port() -> int:
 
 
 @pytest.fixture
-def bmcsim(tmp_path, control_plane_port):
-    sim = start_bmcsim(tmp_path / "bmcsim", nodes=E2E_NODES, control_plane_url=f"http://127.0.0.1:{control_plane_port}")
+def bmcsim(tmp_path, control_plane_port, request):
+    """E2E_NODES nodes; a test may ask for another fleet shape, a bmcsim topology file's object, with
+    `@pytest.mark.parametrize("bmcsim", [{...}], indirect=True)`."""
+    args = ()
+    if shape := getattr(request, "param", None):
+        topology = tmp_path / "topology.json"
+        topology.write_text(json.dumps(shape))
+        args = ("--topology", str(topology))
+    sim = start_bmcsim(
+        tmp_path / "bmcsim", nodes=E2E_NODES, args=args, control_plane_url=f"http://127.0.0.1:{control_plane_port}"
+    )
     yield sim
     sim.stop()
 

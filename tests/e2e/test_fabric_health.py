@@ -1,8 +1,11 @@
-"""The fabric's health, with no operator: bmcsim takes a leaf switch down, the real beat and workers
-read it from Redfish Fabrics within the poll interval, GET /v1/capacity counts the leaf's nodes as
-not available and a new reservation lands elsewhere; the leaf back, its nodes are available again.
+"""The fabric's health, with no operator. A tenant asks for 16 nodes `preferred: leaf` and gets one
+leaf; bmcsim takes that leaf switch down; the real beat and workers read it from Redfish Fabrics
+within the poll interval, GET /v1/capacity counts the leaf's nodes as not available, and the
+reservation is degraded and heals onto the pod's other leaf. The leaf back, its nodes are wiped
+and available again.
 
-bmcsim's 24 nodes: p1 is r01 and r02 under p1-leaf1, p2 is r03 under p2-leaf1."""
+bmcsim's 32 nodes: one pod p1 of four racks of 8, a leaf per rack pair: p1-leaf1 is r01 and r02,
+p1-leaf2 is r03 and r04."""
 
 import time
 from io import StringIO
@@ -12,11 +15,12 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from fleet.models import FabricSwitch, Node
-from reservations import services
-from reservations.models import Tenant
+from reservations.models import Reservation, ReservationEvent
+from tests.support.api import post, tenant_client
 from tests.support.processes import wait_for
 
 FABRIC_POLL = {"GPUFLEET_FABRIC_POLL_SECONDS": "1"}
+TWO_LEAVES = {"nodes": 32, "pods": 1, "nodes_per_rack": 8, "racks_per_leaf": 2}
 
 
 def leaf_available(name: str) -> int:
@@ -24,26 +28,48 @@ def leaf_available(name: str) -> int:
     return next(domain["available"] for pod in pods for domain in pod["domains"] if domain["name"] == name)
 
 
+def under(leaf: str) -> set[str]:
+    return set(Node.objects.filter(rack__fabric_domain__name=leaf).values_list("name", flat=True))
+
+
+@pytest.mark.parametrize("bmcsim", [TWO_LEAVES], indirect=True)
 @pytest.mark.parametrize("control_plane", [FABRIC_POLL], indirect=True)
-def test_a_leaf_switch_down_takes_its_nodes_out_of_placement_until_it_is_back(bmcsim, control_plane):
+def test_a_reservation_on_one_leaf_heals_onto_another_when_its_leaf_switch_fails(bmcsim, control_plane):
     call_command("seed_fleet", "--bmcsim-url", bmcsim.url, stdout=StringIO())
     control_plane.configure_attestation()
     control_plane.start_worker("w1")
     control_plane.start_worker("w2")
     control_plane.start_beat()
-    nodes = Node.objects.count()
-    wait_for("every node available", lambda: Node.objects.filter(state="available").count() == nodes, 180)
+    wait_for("every node available", lambda: Node.objects.filter(state="available").count() == 32, 240)
     wait_for("every switch read", lambda: not FabricSwitch.objects.filter(read_at=None).exists(), 30)
-    under_leaf = set(Node.objects.filter(rack__fabric_domain__name="p1-leaf1").values_list("name", flat=True))
-    assert len(under_leaf) == 16 and leaf_available("p1-leaf1") == 16
+    leaves = {"p1-leaf1": under("p1-leaf1"), "p1-leaf2": under("p1-leaf2")}
+    assert [len(nodes) for nodes in leaves.values()] == [16, 16]
+
+    answer = post(tenant_client("acme"), "/v1/reservations", {"node_count": 16, "topology": {"preferred": "leaf"}})
+    assert answer.status_code == 201, answer.content
+    first = set(answer.json()["nodes"])
+    (leaf,) = [name for name, nodes in leaves.items() if nodes == first]  # one leaf, whole
+    (other,) = set(leaves) - {leaf}
+    reservation = Reservation.objects.get(pk=answer.json()["id"])
+    wait_for("the reservation active", lambda: Reservation.objects.get(pk=reservation.pk).state == "active", 120)
 
     injected = time.monotonic()
-    assert bmcsim.post("/bmcsim/v1/faults", json={"switch": "p1-leaf1", "kind": "switch_down"}).status_code == 201
-    wait_for("the leaf's nodes unavailable", lambda: leaf_available("p1-leaf1") == 0, timeout=10)
-    print(f"\nswitch_down p1-leaf1 -> its nodes out of placement in {time.monotonic() - injected:.1f} s")
-    reservation = services.create_reservation(tenant=Tenant.objects.create(name="acme"), node_count=2, actor="test")
-    held = set(reservation.allocations.values_list("node__name", flat=True))
-    assert len(held) == 2 and not held & under_leaf
+    assert bmcsim.post("/bmcsim/v1/faults", json={"switch": leaf, "kind": "switch_down"}).status_code == 201
+    wait_for("the leaf's nodes out of placement", lambda: leaf_available(leaf) == 0, timeout=10)
+    cut_off = time.monotonic() - injected
 
-    assert bmcsim.delete("/bmcsim/v1/faults?switch=p1-leaf1").status_code == 200
-    wait_for("the leaf's nodes available again", lambda: leaf_available("p1-leaf1") == 16, timeout=10)
+    def healed() -> bool:
+        now = Reservation.objects.get(pk=reservation.pk)
+        serving = set(Node.objects.filter(reservation=now, state="active").values_list("name", flat=True))
+        return now.state == "active" and serving == leaves[other]
+
+    wait_for("the reservation healed onto the other leaf", healed, timeout=180)
+    print(
+        f"\nswitch_down {leaf} -> out of placement in {cut_off:.1f} s, "
+        f"16 nodes active again on {other} in {time.monotonic() - injected:.1f} s"
+    )
+    lost = ReservationEvent.objects.filter(reservation=reservation, event="node_lost").values_list("detail", flat=True)
+    assert len(lost) == 16 and all(detail.endswith(f"leaf switch {leaf} down") for detail in lost)
+
+    assert bmcsim.delete(f"/bmcsim/v1/faults?switch={leaf}").status_code == 200
+    wait_for("the leaf's nodes wiped and available again", lambda: leaf_available(leaf) == 16, timeout=120)

@@ -56,7 +56,7 @@ def cut_off_names() -> dict[str, str]:
 
 def test_a_healthy_fabric_reads_ok_and_cuts_nothing_off(fabric):
     assert list(switches().values()) == [(UNKNOWN, "", [])] * SWITCHES  # enrolled, never read
-    assert read_switches() == {"read": SWITCHES, "failed": 0}
+    assert read_switches() == {"read": SWITCHES, "failed": 0, "nodes let go": 0}
     assert list(switches().values()) == [(OK, "Enabled", [])] * SWITCHES
     assert not FabricSwitch.objects.filter(read_at=None).exists()
     assert cut_off_names() == {}
@@ -101,7 +101,7 @@ def test_a_switch_manager_that_cannot_be_read_leaves_a_failure_beside_the_last_r
     fault(fabric, kind="switch_down", switch="p1-leaf1")
     read_switches()
     with override_settings(**endpoint):
-        assert read_switches() == {"read": 0, "failed": SWITCHES}
+        assert read_switches() == {"read": 0, "failed": SWITCHES, "nodes let go": 0}
     rows = FabricSwitch.objects.all()
     assert all(row.failure.startswith(failure) for row in rows), [row.failure for row in rows]
     # What was last read stands: the leaf is still down as far as anyone knows.
@@ -114,7 +114,7 @@ def test_a_switch_manager_that_cannot_be_read_leaves_a_failure_beside_the_last_r
 
 def test_a_switch_the_manager_does_not_list_is_recorded_as_unread(fabric):
     FabricSwitch.objects.create(name="p1-leaf9", kind="leaf", fabric_domain=FabricDomain.objects.get(name="p1-leaf1"))
-    assert read_switches() == {"read": SWITCHES, "failed": 1}
+    assert read_switches() == {"read": SWITCHES, "failed": 1, "nodes let go": 0}
     unlisted = FabricSwitch.objects.get(name="p1-leaf9")
     assert (unlisted.health, unlisted.read_at, unlisted.failure) == (
         UNKNOWN,
