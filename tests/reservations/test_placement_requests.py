@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 
 from core.topology import default_layout
-from fleet.inventory import records_from_layout
 from fleet.fabric_health import CRITICAL
+from fleet.inventory import records_from_layout
 from fleet.models import FabricSwitch, Node
 from fleet.services import enrol_nodes
 from reservations import services
