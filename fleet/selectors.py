@@ -140,6 +140,11 @@ def fabric_levels() -> tuple[str, ...]:
     return (fabric.POD, *FabricLevel.objects.order_by("depth").values_list("name", flat=True), fabric.NVLINK_DOMAIN)
 
 
+def gpu_models() -> list[str]:
+    """The GPU models the fleet has, by name."""
+    return list(GPU.objects.order_by("model").distinct("model").values_list("model", flat=True))
+
+
 def rack_fabric_paths() -> dict[str, fabric.Path]:
     """Each rack's domains at the fabric's levels between its pod and itself, top down (fleet/fabric.py)."""
     domains = {

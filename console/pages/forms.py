@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from core.parsing import InvalidInput, parse_int
 from fleet.models import Image, Pod
+from fleet.selectors import fabric_levels, gpu_models
 from reservations.api.serializers import MAX_NODES_PER_RESERVATION
 from reservations.models import MAX_USER_DATA_BYTES, SSHKey, Tenant, user_data_too_large
 from reservations.offers import Offer
@@ -66,6 +67,12 @@ class ReserveForm(PageForm):
     node_count = WholeNumberField(label="Nodes", min_value=1, max_value=MAX_NODES_PER_RESERVATION, initial=1)
     pod = forms.ChoiceField(label="Pod", required=False)
     rack_scale = forms.BooleanField(label="Whole racks only (rack-scale)", required=False)
+    preferred = forms.ChoiceField(
+        label="Fewest domains of",
+        required=False,
+        help_text="A fabric level: it spans as few of its domains as it can.",
+    )
+    gpu_model = forms.ChoiceField(label="GPU model", required=False)
     starts_at = _datetime_field("Start (UTC)", "Empty: now.")
     ends_at = _datetime_field("End (UTC)", "Or a duration below; neither: the longest a reservation may last.")
     hours = WholeNumberField(label="Duration (hours)", required=False, min_value=1, max_value=MAX_HOURS)
@@ -86,6 +93,9 @@ class ReserveForm(PageForm):
         self.images = {image.name: image for image in Image.objects.order_by("name")}
         self.keys = {str(key.pk): key for key in SSHKey.objects.filter(tenant=tenant).order_by("name")}
         self.fields["pod"].choices = [("", "any"), *((name, name) for name in self.pods)]
+        # The levels between the pod and the rack, and the rack: a pod-wide preference is no preference.
+        self.fields["preferred"].choices = [("", "no preference"), *((level, level) for level in fabric_levels()[1:])]
+        self.fields["gpu_model"].choices = [("", "any"), *((model, model) for model in gpu_models())]
         default = next((image for image in self.images.values() if image.default), None)
         self.fields["image"].choices = [
             (name, f"{name} ({image.os}){' · default' if image.default else ''}") for name, image in self.images.items()
@@ -122,6 +132,8 @@ class ReserveForm(PageForm):
             "node_count": data["node_count"],
             "pod": self.pods.get(data["pod"]),
             "rack_scale": data["rack_scale"],
+            "preferred": data["preferred"] or None,
+            "gpu_model": data["gpu_model"] or None,
             "starts_at": data["starts_at"],
             "ends_at": data["ends_at"],
             "image": self.images.get(data["image"]),
@@ -145,6 +157,8 @@ class ReserveForm(PageForm):
             ("ends_at", offer.ends_at.isoformat()),
             ("image", data["image"]),
             ("user_data", data["user_data"]),
+            ("preferred", data["preferred"]),
+            ("gpu_model", data["gpu_model"]),
             *(("ssh_keys", pk) for pk in data["ssh_keys"]),
         ]
         if data["rack_scale"]:

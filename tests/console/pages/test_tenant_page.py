@@ -14,6 +14,7 @@ from django.test import Client
 from django.utils import timezone
 from hypothesis import strategies as st
 
+from core.topology import GPU_MODEL
 from fleet import services as fleet_services
 from fleet.models import AddressPool, Image, Node, Pod
 from reservations import services as reservations
@@ -94,8 +95,10 @@ def test_the_tenant_page_shows_the_form_with_capacity_quota_images_and_only_the_
     reserve(bob, 2, "p1")
     text = page(alice_client)
     reserve_form = form_block(text, "reserve")
-    for field in ["node_count", "pod", "rack_scale", "starts_at", "ends_at", "hours", "user_data", "wait"]:
+    for field in ["node_count", "pod", "rack_scale", "preferred", "gpu_model", "starts_at", "ends_at", "hours", "wait"]:
         assert f'name="{field}"' in reserve_form, field
+    assert re.search(r'<option value="" selected>no preference</option>\s*<option value="leaf">leaf</option>', text)
+    assert f'<option value="{GPU_MODEL}">{GPU_MODEL}</option>' in reserve_form
     assert re.search(r'data-capacity="p1"><th scope="row">p1</th><td>8</td><td>6</td><td>0</td>', text)
     assert re.search(r'data-capacity="p2"><th scope="row">p2</th><td>4</td><td>4</td><td>1</td>', text)
     assert re.search(r'data-quota="nodes"><th scope="row">nodes at once</th><td>6</td><td>0</td>', text)
@@ -134,6 +137,17 @@ def test_a_valid_reserve_creates_the_reservation_and_redirects_to_it_with_a_mess
     assert f"Reservation {reservation.pk}: 2 node(s) in p2" in text  # the message, once
     assert f'data-reservation="{reservation.pk}"' in text
     assert f"Reservation {reservation.pk}: 2 node(s)" not in page(alice_client)
+
+
+def test_a_preference_for_few_leaves_and_a_gpu_model_reach_the_reservation(alice_client, alice, available_fleet):
+    answer = alice_client.post(PAGE, {"node_count": "2", "preferred": "leaf", "gpu_model": GPU_MODEL, "hours": "1"})
+    assert answer.status_code == 302
+    reservation = Reservation.objects.get(tenant=alice)
+    assert (reservation.preferred_level, reservation.gpu_model) == ("leaf", GPU_MODEL)
+    assert f"in {reservation.placed_in}, on as few leaf domains as it can" in page(alice_client)
+    unknown = alice_client.post(PAGE, {"node_count": "1", "preferred": "rail", "gpu_model": "GB300"})
+    assert unknown.status_code == 400
+    assert "Select a valid choice. rail is not one of the available choices." in html.unescape(unknown.content.decode())
 
 
 def test_a_reservation_without_an_image_boots_the_default_and_with_an_end_keeps_it(
@@ -260,7 +274,10 @@ def test_no_posted_form_is_a_server_error(alice, available_fleet, catalogue, dja
     browser.force_login(alice.user)
     mine = reserve(alice, 1, "p2")
     forms = {
-        PAGE: ["node_count", "pod", "rack_scale", "starts_at", "ends_at", "hours", "image", "ssh_keys", "user_data"],
+        PAGE: [
+            *("node_count", "pod", "rack_scale", "preferred", "gpu_model", "starts_at", "ends_at", "hours"),
+            *("image", "ssh_keys", "user_data"),
+        ],
         f"{PAGE}/{mine.pk}/extend": ["ends_at", "hours"],
         f"{PAGE}/{mine.pk}/node-count": ["node_count"],
     }
