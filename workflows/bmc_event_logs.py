@@ -28,7 +28,6 @@ read again when next due. What was read is acted on back in the sweep's own thre
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 
 from django.conf import settings
@@ -37,7 +36,7 @@ from fleet.models import Node
 from remediation import services
 from remediation.models import BMCEventLogCursor
 from workflows.node_workflows import bmc_client
-from workflows.redfish import BMCPermanentError, LogEntries, RedfishClient, RedfishError
+from workflows.redfish import BMCPermanentError, LogEntries, RedfishClient, RedfishError, read_each
 
 PAGE = 100  # entries a request asks for ($top)
 
@@ -66,20 +65,19 @@ def read_due(*, limit: int) -> dict:
     """Read the BMC event logs that are due, and act on their new entries."""
     due = BMCEventLogCursor.objects.filter(pk__in=services.take_due_event_logs(limit=limit)).select_related("node")
     outcome = {"read": 0, "failed": 0, "new_entries": 0}
-    with ThreadPoolExecutor(max_workers=settings.SEL_READ_CONCURRENCY) as pool:
-        reading = {pool.submit(_read, row.node, _cursor_of(row), first=row.read_at is None): row for row in due}
-        for done in as_completed(reading):
-            row = reading[done]
-            try:
-                read = done.result()
-            except RedfishError as error:
-                services.event_log_unread(cursor_id=row.pk, failure=str(error))
-                outcome["failed"] += 1
-                continue
-            services.receive_sel_entries(node=row.node, entries=read.new_entries)
-            services.event_log_read(cursor_id=row.pk, **asdict(read.cursor))
-            outcome["read"] += 1
-            outcome["new_entries"] += len(read.new_entries)
+    for row, read in read_each(
+        due,
+        lambda row: _read(row.node, _cursor_of(row), first=row.read_at is None),
+        at_once=settings.SEL_READ_CONCURRENCY,
+    ):
+        if isinstance(read, RedfishError):
+            services.event_log_unread(cursor_id=row.pk, failure=str(read))
+            outcome["failed"] += 1
+            continue
+        services.receive_sel_entries(node=row.node, entries=read.new_entries)
+        services.event_log_read(cursor_id=row.pk, **asdict(read.cursor))
+        outcome["read"] += 1
+        outcome["new_entries"] += len(read.new_entries)
     return outcome
 
 

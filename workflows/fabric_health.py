@@ -13,7 +13,6 @@ off are taken from the reservations they serve, which heal elsewhere in their do
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -23,7 +22,7 @@ from django.utils import timezone
 from fleet import fabric_health
 from fleet.models import FabricSwitch
 from reservations.services import let_go_of_cut_off_nodes
-from workflows.redfish import BMCAccess, RedfishClient, RedfishError
+from workflows.redfish import BMCAccess, RedfishClient, RedfishError, read_each
 
 SWITCHES_AT_ONCE = 8
 READ_HEALTHS = (fabric_health.OK, fabric_health.WARNING, fabric_health.CRITICAL)  # Redfish's Status.Health
@@ -49,13 +48,10 @@ def read_switches() -> dict:
         outcome: dict[str, Reading | str] = dict.fromkeys(names, str(error))
     else:
         outcome = {name: f"{SWITCH_MANAGER}: lists no switch {name}" for name in names - paths.keys()}
-        with ThreadPoolExecutor(max_workers=SWITCHES_AT_ONCE) as pool:
-            reading = {pool.submit(_read_switch, paths[name]): name for name in names & paths.keys()}
-            for done in as_completed(reading):
-                try:
-                    outcome[reading[done]] = done.result()
-                except RedfishError as error:
-                    outcome[reading[done]] = str(error)
+        for name, read in read_each(
+            names & paths.keys(), lambda name: _read_switch(paths[name]), at_once=SWITCHES_AT_ONCE
+        ):
+            outcome[name] = str(read) if isinstance(read, RedfishError) else read
     _record(outcome)
     read = sum(isinstance(result, Reading) for result in outcome.values())
     return {"read": read, "failed": len(outcome) - read, "nodes let go": let_go_of_cut_off_nodes()}

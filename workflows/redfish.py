@@ -26,8 +26,10 @@ import email.utils
 import functools
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -43,6 +45,10 @@ RESET_FORCE_OFF = "ForceOff"
 RESET_FORCE_RESTART = "ForceRestart"
 RESET_GRACEFUL_RESTART = "GracefulRestart"
 RESET_POWER_CYCLE = "PowerCycle"
+
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class RedfishError(Exception):
@@ -62,6 +68,19 @@ class BMCTransientError(RedfishError):
 
 class BMCPermanentError(RedfishError):
     """The BMC refused the call; repeating it will not help."""
+
+
+def read_each(items: Iterable[T], read: Callable[[T], R], *, at_once: int) -> Iterator[tuple[T, R | RedfishError]]:
+    """`read(item)` for every item, `at_once` at a time in threads, each item with its result or its
+    RedfishError as soon as it is done. The reads must not touch the database; the caller acts on
+    each result in its own thread while the others are read."""
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
+        reading = {pool.submit(read, item): item for item in items}
+        for done in as_completed(reading):
+            try:
+                yield reading[done], done.result()
+            except RedfishError as error:
+                yield reading[done], error
 
 
 @dataclass(frozen=True)
