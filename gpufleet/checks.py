@@ -29,6 +29,14 @@ def development_secrets(app_configs, **kwargs):
                 id="gpufleet.W002",
             )
         )
+    if settings.FABRIC_REDFISH_PASSWORD == settings.DEVELOPMENT_FABRIC_PASSWORD:
+        problems.append(
+            Warning(
+                "GPUFLEET_FABRIC_REDFISH_PASSWORD is bmcsim's: the switch manager's real credential is not set.",
+                hint="Set GPUFLEET_FABRIC_REDFISH_URL, _USERNAME and _PASSWORD to the fabric's switch manager.",
+                id="gpufleet.W004",
+            )
+        )
     return problems
 
 

@@ -210,7 +210,8 @@ RECONCILE_SECONDS = float(os.environ.get("GPUFLEET_RECONCILE_SECONDS", "5"))
 # must be in BMC_NETWORKS, as the BMCs' are.
 FABRIC_REDFISH_URL = os.environ.get("GPUFLEET_FABRIC_REDFISH_URL", BMCSIM_URL)
 FABRIC_REDFISH_USERNAME = os.environ.get("GPUFLEET_FABRIC_REDFISH_USERNAME", "root")
-FABRIC_REDFISH_PASSWORD = os.environ.get("GPUFLEET_FABRIC_REDFISH_PASSWORD", "calvin")
+DEVELOPMENT_FABRIC_PASSWORD = "calvin"  # bmcsim's; `check --deploy` warns while it is the one set
+FABRIC_REDFISH_PASSWORD = os.environ.get("GPUFLEET_FABRIC_REDFISH_PASSWORD", DEVELOPMENT_FABRIC_PASSWORD)
 FABRIC_POLL_SECONDS = float(os.environ.get("GPUFLEET_FABRIC_POLL_SECONDS", "15"))
 # A sweep on the workers' queue waits behind the workflow runs there: it must outlive a backlog, or
 # a busy fleet discards every sweep before a worker takes it. Each sweep claims its rows in the
