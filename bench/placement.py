@@ -1,6 +1,14 @@
-"""Reservations through the HTTP API on a 10,000-node fleet, against pgbench on the same server.
+"""Placement in process on 10,000 and 100,000 nodes, and reservations through the HTTP API on a
+10,000-node fleet against pgbench on the same server.
 
-Builds its own database (gpufleet_bench), enrols 10 pods x 125 racks x 8 nodes, serves the API
+In process (no database): a fleet of pods, leaves of two racks and racks of 8 nodes
+(default_layout), warmed to about 60% use by the trace itself, then a trace of placements and
+releases applied to the free-capacity index as deltas: requests of 1-64 nodes (about 10% whole
+racks, 15% `preferred: leaf`, 15% `required: leaf`). Each placement is timed through the index
+(reservations.placement.place_in) and, on a sample of the same requests, through the walk of every
+rack it replaced (bench/placement_reference.py), which must choose the same nodes.
+
+Over HTTP: builds its own database (gpufleet_bench), enrols 10 pods x 125 racks x 8 nodes, serves the API
 with gunicorn, and drives it with 32 concurrent clients: 5,000 reservations of 1-16 nodes (10%
 rack-scale), each in a future window so that nodes are shared over time, 30% of them extended
 by an hour or two, about half released again. Prints reservations/s, latency percentiles
@@ -8,7 +16,8 @@ by an hour or two, about half released again. Prints reservations/s, latency per
 placement races, double bookings
 (must be 0), GET /v1/capacity latency, and two ceilings measured in the same run: pgbench's
 TPS, and the rate of the cheapest authenticated read through the same server and clients.
-Run from the repository root: .venv/bin/python -m bench.placement [--reservations N] [--clients N]
+Run from the repository root: .venv/bin/python -m bench.placement [--part in-process|http|both]
+[--in-process-nodes N ...] [--nodes N] [--reservations N] [--clients N]
 """
 
 from __future__ import annotations
@@ -27,7 +36,11 @@ from pathlib import Path
 
 import requests
 
+from bench import placement_reference
 from bench.table import print_table
+from core.topology import LEAF, default_layout
+from reservations.free_capacity import FreeCapacity, RackState
+from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place_in
 from tests.support import REPO_ROOT
 from tests.support.processes import start_gunicorn
 
@@ -211,6 +224,113 @@ with connection.cursor() as c:
     return int(double), int(races)
 
 
+def mixed_request(rng: random.Random) -> PlacementRequest:
+    """1-64 nodes, most small; about 10% whole racks, 15% preferring one leaf, 15% requiring one."""
+    kind = rng.random()
+    if kind < 0.10:
+        return PlacementRequest(rng.choice((8, 16, 32)), rack_scale=True)
+    if kind < 0.25:
+        return PlacementRequest(rng.randint(1, 16), required=LEAF)
+    count = min(64, round(2 ** rng.uniform(0, 6)))
+    return PlacementRequest(count, preferred=LEAF if kind < 0.40 else None)
+
+
+class InProcessFleet:
+    """A fleet kept two ways: the index, updated by deltas, and the racks the walk reads."""
+
+    def __init__(self, nodes: int, pods: int):
+        racks: dict[tuple, list[str]] = {}
+        for spec in default_layout(nodes, pod_count=pods, gpus_per_node=0):
+            racks.setdefault((spec.pod, spec.rack, spec.fabric[1:-1]), []).append(spec.name)
+        self.racks = {
+            rack: RackCapacity(pod, rack, tuple(n), tuple(n), path=path) for (pod, rack, path), n in racks.items()
+        }
+        self.rack_of = {node: rack for rack, r in self.racks.items() for node in r.nodes}
+        self.index = FreeCapacity(
+            RackState(r.pod, r.rack, r.path, r.nodes, frozenset(r.nodes)) for r in self.racks.values()
+        )
+        self.busy: set[str] = set()
+
+    def change(self, *, taken: list[str] = (), freed: list[str] = ()) -> float:
+        """Apply a delta to both; the seconds the index took."""
+        started = time.perf_counter()
+        self.index.apply(taken=taken, freed=freed)
+        seconds = time.perf_counter() - started
+        self.busy.update(taken)
+        self.busy.difference_update(freed)
+        for rack in {self.rack_of[n] for n in (*taken, *freed)}:
+            r = self.racks[rack]
+            self.racks[rack] = RackCapacity(
+                r.pod, r.rack, r.nodes, tuple(n for n in r.nodes if n not in self.busy), path=r.path
+            )
+        return seconds
+
+
+def in_process(nodes: int, pods: int, placements: int, walk_every: int, seed: int) -> list[tuple[str, object]]:
+    rng = random.Random(seed)
+    fleet = InProcessFleet(nodes, pods)
+    held: list[list[str]] = []
+    index_ms, walk_ms, paired, apply_ms = [], [], [], []
+    refused = differ = 0
+    timed = 0
+    while timed < placements:
+        warm = len(fleet.busy) < 0.6 * nodes and not timed
+        if not warm and held and (rng.random() < 0.5 or len(fleet.busy) > 0.7 * nodes):
+            apply_ms.append(fleet.change(freed=held.pop(rng.randrange(len(held)))) * 1000)
+            continue
+        request = mixed_request(rng)
+        started = time.perf_counter()
+        try:
+            chosen = place_in(request, fleet.index)
+        except PlacementRefused:
+            chosen = None
+        elapsed = (time.perf_counter() - started) * 1000
+        if not warm:
+            timed += 1
+            index_ms.append(elapsed)
+            refused += chosen is None
+            if timed % walk_every == 0:
+                racks = list(fleet.racks.values())
+                started = time.perf_counter()
+                try:
+                    walked = placement_reference.place(request, racks)
+                except PlacementRefused:
+                    walked = None
+                walk_ms.append((time.perf_counter() - started) * 1000)
+                paired.append(elapsed)
+                differ += walked != chosen
+        if chosen is not None:
+            apply_ms.append(fleet.change(taken=chosen) * 1000)
+            held.append(chosen)
+    width = f"{nodes:,} nodes"
+    return [
+        (
+            f"{width}: fleet",
+            f"{pods} pods > leaves of 2 racks > racks of 8 nodes; {len(fleet.busy) / nodes:.0%} in use at the end",
+        ),
+        (f"{width}: placements timed / refused", f"{placements} / {refused}"),
+        (
+            f"{width}: index place() p50 / p99 / max ms",
+            f"{percentile(index_ms, 50):.2f} / {percentile(index_ms, 99):.2f} / {max(index_ms):.2f}  (target p99 < 5)",
+        ),
+        (
+            f"{width}: index delta apply p50 / p99 ms",
+            f"{percentile(apply_ms, 50):.2f} / {percentile(apply_ms, 99):.2f}",
+        ),
+        (
+            f"{width}: walk vs index on {len(walk_ms)} of them, p50 ms",
+            f"{percentile(walk_ms, 50):.1f} vs {percentile(paired, 50):.2f}",
+        ),
+        (f"{width}: walk vs index, p99 ms", f"{percentile(walk_ms, 99):.1f} vs {percentile(paired, 99):.2f}"),
+        (
+            f"{width}: walk / index, ratio of p50 / of p99",
+            f"{percentile(walk_ms, 50) / percentile(paired, 50):.0f}x"
+            f" / {percentile(walk_ms, 99) / percentile(paired, 99):.0f}x",
+        ),
+        (f"{width}: choices that differ from the walk's", f"{differ}  (must be 0)"),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reservations", type=int, default=5000)
@@ -219,7 +339,22 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=10)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--part", choices=("in-process", "http", "both"), default="both")
+    parser.add_argument("--in-process-nodes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--placements", type=int, default=300, help="placements timed in process, per fleet")
+    parser.add_argument("--walk-every", type=int, default=10, help="time the walk on every Nth placement")
     args = parser.parse_args()
+
+    if args.part != "http":
+        rows = []
+        for nodes in args.in_process_nodes:
+            print(f"in process: {nodes} nodes ...", file=sys.stderr)
+            # The walk takes about 0.2 s a placement at 100,000 nodes: sample it less there.
+            walk_every = args.walk_every * max(1, nodes // 50_000)
+            rows += in_process(nodes, args.pods, args.placements, walk_every, args.seed)
+        print_table(rows)
+    if args.part == "in-process":
+        return
 
     env = {
         **os.environ,
@@ -280,6 +415,10 @@ def main() -> None:
         (
             "requests/s of the mix (creates, extensions, releases) as a share of the floor",
             f"{requests_in_mix / figures['wall'] / figures['floor']:.2f}",
+        ),
+        (
+            "a request of the mix costs, in the cheapest request's time",
+            f"{figures['floor'] / (requests_in_mix / figures['wall']):.2f}x  (target <= 1.5x)",
         ),
     ]
     print_table(rows)

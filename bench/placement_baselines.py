@@ -2,9 +2,9 @@
 placement, a Kueue-style most-free-first, and the counts of whole free domains that tell them
 apart. Used by bench/placement_quality.py and by the placement tests; never by the control plane.
 
-The baselines see a request and the racks through placement's own helpers (the domains of the
-required level, the whole units, the refusals), so that the comparison differs only in the
-choice each makes.
+The baselines see a request and the racks through placement's own helpers and the reference
+walk's objective (bench/placement_reference.py: the domains of the required level, the whole
+units, the refusals), so that the comparison differs only in the choice each makes.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
+from bench.placement_reference import _Objective
 from core.topology import NVLINK_DOMAIN
 from reservations.placement import (
     PlacementRefused,
@@ -20,7 +21,6 @@ from reservations.placement import (
     RackCapacity,
     _fabric_levels,
     _first_whole_units,
-    _Objective,
     _pods_in_scope,
     _Rack,
 )

@@ -22,17 +22,21 @@ minimise, in this order:
    another domain; then names.
 
 The required domain is chosen by the same order (so by 4 and 5 it is today's pod choice: the
-fewest whole racks broken, then the tightest). `_Objective` solves this exactly by dynamic
-programming over the tree, one table per domain of the least cost for each node count; its
-input is per-domain free counts, the seam for keeping such summaries incrementally. A fleet
-without switch levels and a request without levels has nothing to span, and takes the direct
-greedy `_place_in_pods` (the same objective, and fast at 10,000 nodes).
-bench/placement_baselines.py holds first-fit, random and most-free-first placement to measure
-that choice against.
+fewest whole racks broken, then the tightest). Placement reads free capacity from the index of
+reservations/free_capacity.py: the service keeps one per process and brings it to the requested
+period by deltas (`place_in`); `place` builds one of the racks it is given. `_Objective` solves
+the order exactly by dynamic programming over the index's tree, one table per domain signature,
+reading of interchangeable domains only as many as the request can use, so its cost follows the
+request and the partly used domains, not the fleet. A fleet without switch levels and a request
+without levels has nothing to span, and takes the direct greedy `_place_in_pods` over each pod's
+racks grouped by signature. bench/placement_reference.py keeps the walk of every rack this
+replaced, which the tests and bench/placement.py check it against; bench/placement_baselines.py
+holds first-fit, random and most-free-first placement to measure that choice against.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +45,9 @@ from typing import NamedTuple
 from core.errors import Conflict
 from core.topology import NVLINK_DOMAIN, POD
 from fleet.fabric import Path
+from reservations.free_capacity import NO_SIGNATURE, FreeCapacity, RackState, first_members
+
+INF = float("inf")  # the cost of a count a domain cannot give
 
 
 @dataclass(frozen=True)
@@ -124,43 +131,424 @@ def _domains(pod: str, path: Path, rack: str) -> tuple[str, ...]:
 def place(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
     """The chosen node names, all in one domain of the required level, or PlacementRefused.
 
-    ValueError for a node_count below one or inconsistent capacity: those are the caller's bugs.
+    Builds an index of just the racks in the request's scope, seen through it (its GPU model and
+    attributes), and places over it. ValueError for a node_count below one or inconsistent
+    capacity: those are the caller's bugs.
     """
     pods = _pods_in_scope(request, racks)
     levels = _fabric_levels(request, racks)
+    view = FreeCapacity(
+        RackState(r.pod, r.name, r.path, r.nodes, frozenset(r.usable), frozenset(r.usable[: r.tested]), r.whole)
+        for rs in pods.values()
+        for r in rs
+    )
+    return _place(request, view, levels, 0, len(view.names))
+
+
+def place_in(request: PlacementRequest, capacity: FreeCapacity) -> list[str]:
+    """`place` over the service's index of the whole fleet, brought to the requested period.
+
+    Reads only the domains in the request's scope that are partly used and as many wholly free
+    ones of each signature as the request can use. A request with a GPU model or attributes takes
+    the slower path: every rack seen through its selectors, as `place` does. So does one `within`
+    a domain below its required level, over that domain's racks only.
+    """
+    if request.gpu_model is not None or request.attributes:
+        return place(request, _rack_capacity(capacity, range(len(capacity.names))))
+    if request.node_count < 1:
+        raise ValueError(f"node_count must be at least 1, not {request.node_count}")
+    lo, hi = 0, len(capacity.names)
+    if request.pod is not None:
+        if request.pod not in capacity.pods:
+            raise PlacementRefused(f"pod {request.pod} does not exist")
+        lo = capacity.pods[request.pod]
+        hi = capacity.end[lo]
+    within = capacity.ids.get(request.within) if request.within is not None else None
+    if request.within is not None:
+        if within is None:
+            raise PlacementRefused(f"domain {request.within} does not exist")
+        lo, hi = max(lo, within), min(hi, capacity.end[within])
+    if lo >= hi:
+        raise PlacementRefused("no rack is known to placement")
+    levels = _check_levels(request, (POD, *capacity.switch_levels, NVLINK_DOMAIN))
+    if within is not None and capacity.depth[within] > levels.index(request.required):
+        return place(request, _rack_capacity(capacity, range(within, capacity.end[within])))
+    return _place(request, capacity, levels, lo, hi)
+
+
+def _rack_capacity(capacity: FreeCapacity, domains: Iterable[int]) -> list[RackCapacity]:
+    """The racks among `domains` as they are now, for the slower path."""
+    racks = []
+    for domain in domains:
+        if (given := capacity.racks.get(domain)) is not None:
+            usable = capacity.usable_nodes[domain]
+            free = given.nodes if len(usable) == len(given.nodes) else tuple(n for n in given.nodes if n in usable)
+            racks.append(
+                RackCapacity(
+                    pod=given.pod,
+                    rack=given.rack,
+                    nodes=given.nodes,
+                    free=free,
+                    gpu_models=given.gpu_models,
+                    recently_tested=frozenset(capacity.tested_nodes[domain]),
+                    path=given.path,
+                    attributes=given.attributes,
+                )
+            )
+    return racks
+
+
+def _place(request: PlacementRequest, capacity: FreeCapacity, levels: tuple[str, ...], lo: int, hi: int) -> list[str]:
+    """Place in the domains with ids [lo, hi); the direct greedy where there is nothing to span."""
     whole = request.whole_level
     if len(levels) == 2 and request.required == POD and request.preferred in (None, POD) and whole != POD:
-        return _place_in_pods(request, pods)
-    return _Objective(request, levels).place(pods)
+        return _place_in_pods(request, capacity, [pod for pod in capacity.pods.values() if lo <= pod < hi])
+    return _Objective(request, capacity, levels).place(lo, hi)
 
 
-def _place_in_pods(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> list[str]:
+def _place_in_pods(request: PlacementRequest, capacity: FreeCapacity, pods: list[int]) -> list[str]:
     """The objective where the fabric has no switch level and the request is by pod and rack only.
 
     With no pod given, the pod is the one that breaks the fewest whole racks, then the one with
     the fewest usable free nodes (the tightest fit), then the first by name; for whole racks, the
-    one that needs the fewest racks, then the least whole capacity, then the name.
+    one that needs the fewest racks, then the least whole capacity, then the name. Racks of one
+    signature are interchangeable: each pod is read as its groups of racks, not rack by rack.
     """
     count = request.node_count
     if request.whole_level:
-        options = {pod: chosen for pod, rs in pods.items() if (chosen := _fewest_whole_racks(rs, count)) is not None}
+        options = {pod: chosen for pod in pods if (chosen := _fewest_whole_racks_in(capacity, pod, count)) is not None}
         if not options:
-            raise PlacementRefused(_refusal_by_pod(request, pods))
+            raise PlacementRefused(_refusal(request, capacity, POD, pods, capacity.rack_depth))
         # Fewest racks first; then the pod with the least whole capacity, so bigger pods keep theirs.
-        pod = min(options, key=lambda p: (len(options[p]), _whole_usable_nodes(pods[p]), p))
-        return [node for rack in options[pod] for node in rack.nodes]
+        pod = min(options, key=lambda p: (len(options[p]), capacity.unit_capacity(p, capacity.rack_depth), p))
+        return [node for rack in options[pod] for node in capacity.nodes[rack]]
 
-    options = {pod: _best_fit(rs, count, request.near) for pod, rs in pods.items() if _usable_nodes(rs) >= count}
-    if not options:
-        raise PlacementRefused(_refusal_by_pod(request, pods))
+    fits = {pod: _best_fit_in(capacity, pod, count, request.near) for pod in pods if capacity.usable[pod] >= count}
+    if not fits:
+        raise PlacementRefused(_refusal(request, capacity, POD, pods))
     # Breaking no whole rack beats fitting tightly: a tighter pod that must break a rack loses
     # to a roomier one that can use its partly used racks.
-    pod = min(options, key=lambda p: (_whole_racks_broken(options[p]), _usable_nodes(pods[p]), p))
-    return [node for rack, taken in options[pod] for node in rack.usable[:taken]]
+    pod = min(fits, key=lambda p: (sum(capacity.rack_whole(r) for r, _ in fits[p]), capacity.usable[p], p))
+    return [node for rack, taken in fits[pod] for node in capacity.ordered_usable(rack)[:taken]]
 
 
-def _refusal_by_pod(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> str:
-    return _Objective(request, (POD, NVLINK_DOMAIN)).refusal({(pod,): rs for pod, rs in pods.items()})
+def _rack_groups(capacity: FreeCapacity, pod: int) -> Iterable[tuple[tuple, list[int]]]:
+    """The pod's racks by signature: ((size, usable, tested usable, whole), racks in name order)."""
+    for sig, racks in capacity.groups[pod].items():
+        yield capacity.signatures.keys[sig], racks
+
+
+def _best_fit_in(capacity: FreeCapacity, pod: int, count: int, near: frozenset[str]) -> list[tuple[int, int]]:
+    """(rack, nodes taken) pairs: the racks `near` first, then partly used racks, and whole racks
+    only for what they cannot hold."""
+    near_racks = {
+        rack
+        for name in near
+        if (rack := capacity.ids.get(name)) is not None and rack in capacity.nodes and capacity.parent[rack] == pod
+    }
+    partly, whole = [], []
+    for (_, usable, tested, is_whole), racks in _rack_groups(capacity, pod):
+        if usable:
+            (whole if is_whole else partly).append((usable, tested, racks))
+    picks = _tightest_first([(capacity.usable[r], capacity.tested[r], [r]) for r in sorted(near_racks)], count, set())
+    for sources in (partly, whole):
+        picks += _tightest_first(sources, count - sum(taken for _, taken in picks), near_racks)
+    return picks
+
+
+def _tightest_first(sources: list[tuple[int, int, list[int]]], count: int, skip: set[int]) -> list[tuple[int, int]]:
+    """The rack with the fewest usable nodes that holds the rest; if none does, the one with the
+    most (fewest racks touched), then go on. Ties go to the rack with the most recently tested
+    nodes, then to the rack first by name. `sources` are racks as (usable, tested, racks in name
+    order), each group read from its first rack not yet taken."""
+    cursors = [0] * len(sources)
+    picks = []
+    while count > 0:
+        heads = []
+        for i, (usable, tested, racks) in enumerate(sources):
+            while cursors[i] < len(racks) and racks[cursors[i]] in skip:
+                cursors[i] += 1
+            if cursors[i] < len(racks):
+                heads.append((usable, -tested, racks[cursors[i]], i))
+        if not heads:
+            break
+        fitting = [head for head in heads if head[0] >= count]
+        usable, _, rack, i = min(fitting) if fitting else min(heads, key=lambda h: (-h[0], h[1], h[2]))
+        cursors[i] += 1
+        taken = min(count, usable)
+        picks.append((rack, taken))
+        count -= taken
+    return picks
+
+
+def _fewest_whole_racks_in(capacity: FreeCapacity, pod: int, count: int) -> list[int] | None:
+    """The pod's wholly usable racks whose sizes add up to exactly `count`, as few as possible (see
+    _fewest_whole_racks), by name; None if none do."""
+    plan = _fewest_by_size(capacity.units[pod][capacity.rack_depth], count)
+    if plan is None:
+        return None
+    by_size: dict[int, list[tuple[int, list[int]]]] = defaultdict(list)
+    for (size, usable, tested, whole), racks in _rack_groups(capacity, pod):
+        if whole and usable == size:
+            by_size[size].append((tested, racks))
+    chosen = []
+    for size, how_many in plan:
+        # Of racks of one size, those with the most recently tested nodes are taken first.
+        ordered = [rack for _, racks in sorted(by_size[size], key=lambda g: -g[0]) for rack in racks]
+        chosen += ordered[:how_many]
+    return sorted(chosen)
+
+
+class CostOrder(NamedTuple):
+    required: int  # the depth of the required level
+    rack: int  # the depth of the racks: the last level
+    whole: int | None  # the depth of the whole level, if any
+    order: list[tuple]  # the costs, most important first: ("near",), ("span", depth), ("broken", depth)...
+
+
+def cost_order(request: PlacementRequest, levels: tuple[str, ...]) -> CostOrder:
+    """The module docstring's order of costs for this request over these levels, top first."""
+    required = levels.index(request.required)
+    rack = len(levels) - 1
+    whole = levels.index(request.whole_level) if request.whole_level else None
+    deepest = whole if whole is not None else rack
+    spans = [d for d in range(min(deepest, rack - 1), required, -1)]
+    if whole == rack:
+        spans.append(rack)  # whole racks: fewest racks, after fewest leaves and spines
+    preferred = levels.index(request.preferred) if request.preferred else None
+    if preferred is not None and required < preferred <= deepest:
+        spans = [preferred, *(d for d in spans if d != preferred)]
+    below = range(required, deepest + (whole is None))  # levels taken in part, top down
+    order = [
+        *(("near",) if request.near and whole is None else ()),
+        *(("span", d) for d in spans),
+        *(("broken", d) for d in below if d > 0),
+        *(("left", d) for d in below),
+        ("untested",),
+    ]
+    return CostOrder(required, rack, whole, order)
+
+
+class _Objective:
+    """The module docstring's order of costs as one integer per choice: each cost is a digit in
+    base `base`, which exceeds any cost's value, so comparing integers compares the order.
+
+    It solves the order exactly by dynamic programming over the index's tree: table[c] of a domain
+    is the least cost of taking c nodes from it (None: c cannot be taken). Domains of one
+    signature have one table, computed once. A domain's table merges its children's; of children
+    of one signature only as many as the request can use are merged: `copies`.
+    """
+
+    def __init__(self, request: PlacementRequest, capacity: FreeCapacity, levels: tuple[str, ...]):
+        self.request, self.capacity, self.levels, self.count = request, capacity, levels, request.node_count
+        self.required, self.rack, self.whole, order = cost_order(request, levels)
+        # Any base above every cost's value orders the same; the fleet's size is one for every request.
+        base = max(self.count, capacity.total) + 1
+        self.weight = {name: base ** (len(order) - 1 - i) for i, name in enumerate(order)}
+        # Racks near the request and their ancestors have tables of their own, not their signature's.
+        self.apart = {
+            domain
+            for name in (request.near if self.whole is None else ())
+            if (rack := capacity.ids.get(name)) is not None and rack in capacity.nodes
+            for domain in capacity.ancestry(rack)
+        }
+        self.by_signature: dict[int, tuple[list[float], list[list[float]]]] = {}
+        self.by_domain: dict[int, tuple[list[float], list[list[float]]]] = {}
+        self.subadditive: dict[int, bool] = {}
+
+    def place(self, lo: int, hi: int) -> list[str]:
+        best = None
+        for domain in self.candidates(lo, hi):
+            table = self.table(domain)
+            cost = table[self.count] if len(table) > self.count else INF
+            if cost != INF and (best is None or cost < best[0]):
+                best = (cost, domain)
+        if best is None:
+            required = self.capacity.by_level[self.required]
+            domains = required[bisect_left(required, lo) : bisect_left(required, hi)]
+            level = self.levels[self.required]
+            raise PlacementRefused(_refusal(self.request, self.capacity, level, domains, self.whole))
+        return self.take(best[1], self.count)
+
+    def candidates(self, lo: int, hi: int) -> list[int]:
+        """The domains of the required level in [lo, hi) that can hold the request, in name order:
+        of those of one signature only the first, since it wins every tie."""
+        capacity, depth = self.capacity, self.required
+        if depth == 0:
+            found = [pod for pod in capacity.pods.values() if lo <= pod < hi]
+        else:
+            found = [d for d in self.apart if capacity.depth[d] == depth and lo <= d < hi]
+            for members in capacity.level_groups[depth].values():
+                found += first_members(members, lo, hi, 1, self.apart)
+        return sorted(d for d in found if self.room(d) >= self.count)
+
+    def room(self, domain: int) -> int:
+        """What the request can use of the domain: usable nodes, or the nodes of whole usable units."""
+        if self.whole is None:
+            return self.capacity.usable[domain]
+        return self.capacity.unit_capacity(domain, self.whole)
+
+    def _cost(self, name: tuple, times: int = 1) -> int:
+        return self.weight.get(name, 0) * times
+
+    def table(self, domain: int) -> list[float]:
+        return self.solve(domain)[0]
+
+    def solve(self, domain: int) -> tuple[list[float], list[list[float]]]:
+        """The domain's table, and the children's tables merged, child by child (see _merged)."""
+        capacity = self.capacity
+        sig = capacity.signature[domain]
+        alone = domain in self.apart or sig == NO_SIGNATURE
+        known = self.by_domain.get(domain) if alone else self.by_signature.get(sig)
+        if known is not None:
+            return known
+        depth = capacity.depth[domain]
+        if depth == self.whole:
+            solved = self._whole_unit(domain), []
+        elif depth == self.rack:
+            solved = self._rack(domain), []
+        else:
+            prefixes = _merged([self.table(child) for child in self.children(domain)], self.count)
+            table = list(prefixes[-1]) if prefixes else [0]
+            broken = self._cost(("broken", depth)) if capacity.whole(domain) else 0
+            own, room = self._cost(("span", depth)) + broken, self.room(domain)
+            for c in range(1, len(table)):
+                if table[c] != INF:
+                    table[c] += own + self._cost(("left", depth), room - c)
+            solved = table, prefixes
+        (self.by_domain if alone else self.by_signature)[domain if alone else sig] = solved
+        return solved
+
+    def children(self, domain: int) -> list[int]:
+        """The children to merge, in name order: those with a table of their own, and of each
+        signature the first `copies` (the same for every domain of the domain's signature)."""
+        capacity = self.capacity
+        least = self.least_usable(domain)
+        kept = [
+            child
+            for child in self.apart
+            if capacity.parent[child] == domain and capacity.usable[child] >= least and len(self.table(child)) > 1
+        ]
+        for sig, members in capacity.groups[domain].items():
+            first = first_members(members, 0, len(capacity.names), 1, self.apart)
+            if not first or capacity.usable[first[0]] < least or len(table := self.table(first[0])) <= 1:
+                continue
+            kept += first_members(members, 0, len(capacity.names), self.copies(sig, table, len(members)), self.apart)
+        return sorted(kept)
+
+    def least_usable(self, domain: int) -> int:
+        """The fewest usable nodes a child of a required domain needs to be part of a best choice,
+        when the first cost is the children spanned (and a required domain is read only at the
+        request's count): every best choice spans the fewest children k that can hold the count,
+        so a child with less than the count minus the k - 1 roomiest others is in none. 0 otherwise.
+        """
+        order = next(iter(self.weight))
+        if (
+            self.capacity.depth[domain] != self.required
+            or self.whole is not None
+            or order != ("span", self.required + 1)
+        ):
+            return 0
+        room = sorted(
+            ((self.capacity.usable[members[0]], len(members)) for members in self.capacity.groups[domain].values()),
+            reverse=True,
+        )
+        held = 0
+        for usable, how_many in room:
+            if held + usable * how_many >= self.count:
+                return self.count - held - usable * ((self.count - held - 1) // usable)
+            held += usable * how_many
+        return 0
+
+    def copies(self, sig: int, table: list[float], members: int) -> int:
+        """How many children of one table a choice can use: each gives at least its smallest take.
+
+        If the table is subadditive (taking a+b from one child costs no more than a from one and b
+        from another, whenever one child can give a+b), no best choice takes from two children
+        what one could give: moving it to the earlier child costs no more, and ties go to earlier
+        children. Then at most one child gives half its most or less, so fewer suffice.
+        """
+        takes = [c for c in range(1, len(table)) if table[c] != INF]
+        if not takes:
+            return 0
+        most = self.count // takes[0]
+        most_taken = len(table) - 1
+        fewer = 1 + self.count // (most_taken // 2 + 1)
+        if members > fewer and fewer < most:
+            if sig not in self.subadditive:
+                self.subadditive[sig] = _subadditive(table, takes)
+            if self.subadditive[sig]:
+                return fewer
+        return most
+
+    def _rack(self, rack: int) -> list[float]:
+        capacity, depth = self.capacity, self.rack
+        usable, tested = capacity.usable[rack], capacity.tested[rack]
+        near = capacity.names[rack] in self.request.near
+        own = self._cost(("span", depth)) + (self._cost(("broken", depth)) if capacity.whole(rack) else 0)
+        table: list[float] = [0]
+        for c in range(1, min(usable, self.count) + 1):
+            table.append(
+                own
+                + (0 if near else self._cost(("near",), c))
+                + self._cost(("left", depth), usable - c)
+                + self._cost(("untested",), max(0, c - tested))
+            )
+        return table
+
+    def _whole_unit(self, domain: int) -> list[float]:
+        capacity = self.capacity
+        size = capacity.size[domain]
+        if not capacity.whole_usable(domain) or size > self.count:
+            return [0]
+        table: list[float] = [0, *([INF] * (size - 1))]
+        table.append(self._cost(("span", self.whole)) + self._cost(("untested",), size - capacity.tested[domain]))
+        return table
+
+    def take(self, domain: int, count: int) -> list[str]:
+        capacity = self.capacity
+        if capacity.depth[domain] == self.whole:
+            return [node for rack in capacity.racks_under(domain) for node in capacity.nodes[rack]]
+        if capacity.depth[domain] == self.rack:
+            return list(capacity.ordered_usable(domain)[:count])
+        parts = []
+        _, prefixes = self.solve(domain)
+        children = self.children(domain)
+        for i in reversed(range(len(children))):
+            # The least the child gives of an optimum: ties go to the earlier children.
+            table, before, least = self.table(children[i]), prefixes[i - 1] if i else [0], prefixes[i][count]
+            given = next(
+                b
+                for b in range(min(count, len(table) - 1) + 1)
+                if count - b < len(before) and before[count - b] + table[b] == least
+            )
+            parts.append(self.take(children[i], given) if given else [])
+            count -= given
+        return [node for part in reversed(parts) for node in part]
+
+
+def _subadditive(table: list[float], takes: list[int]) -> bool:
+    """Whether table[a + b] is defined and at most table[a] + table[b] wherever a and b can be
+    taken and a + b is within the table."""
+    for i, a in enumerate(takes):
+        for b in takes[i:]:
+            if a + b >= len(table):
+                break
+            if table[a + b] > table[a] + table[b]:
+                return False
+    return True
+
+
+def _refusal(
+    request: PlacementRequest, capacity: FreeCapacity, level: str, domains: list[int], whole: int | None = None
+) -> str:
+    """Why no domain of `level` among `domains` (ids, in name order) can hold the request; `whole`
+    is the depth of the whole domains it asks for, if any."""
+    names = capacity.names
+    if whole is None:
+        return _shortage_refusal(request, level, [(names[d], capacity.usable[d]) for d in domains])
+    units = [(names[d], [s for s, n in capacity.units[d][whole].items() for _ in range(n)]) for d in domains]
+    return _whole_refusal(request, level, units)
 
 
 def _pods_in_scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> dict[str, list[_Rack]]:
@@ -216,12 +604,17 @@ def _selected(request: PlacementRequest, rack: RackCapacity) -> set[str]:
 
 
 def _fabric_levels(request: PlacementRequest, racks: Sequence[RackCapacity]) -> tuple[str, ...]:
-    """The fleet's levels, top down, from the racks' paths; a refusal for a request naming another
-    level or whole domains wider than its required one. ValueError if the racks disagree."""
+    """The fleet's levels, top down, from the racks' paths, checked by _check_levels. ValueError if
+    the racks disagree."""
     shapes = {tuple(level for level, _ in r.path) if r.path else () for r in racks}
     if len(shapes) > 1:
         raise ValueError(f"racks name different fabric levels: {sorted(shapes)}")
-    levels = (POD, *shapes.pop(), NVLINK_DOMAIN)
+    return _check_levels(request, (POD, *shapes.pop(), NVLINK_DOMAIN))
+
+
+def _check_levels(request: PlacementRequest, levels: tuple[str, ...]) -> tuple[str, ...]:
+    """The fleet's levels; a refusal for a request naming another level or whole domains wider than
+    its required one."""
     for level in (request.required, request.preferred, request.whole):
         if level is not None and level not in levels:
             raise PlacementRefused(f"the fabric has no level {level}; its levels are {', '.join(levels)}")
@@ -261,240 +654,59 @@ def _check_capacity(racks: Sequence[RackCapacity]) -> None:
             raise ValueError(f"rack {r.rack} lists free nodes that are not its nodes: {sorted(set(r.free) - nodes)}")
 
 
-def _usable_nodes(racks: Iterable[_Rack]) -> int:
-    return sum(len(r.usable) for r in racks)
-
-
-def _whole_usable_nodes(racks: Iterable[_Rack]) -> int:
-    return sum(r.size for r in racks if r.whole_usable)
-
-
-def _whole_racks_broken(picks: list[tuple[_Rack, int]]) -> int:
-    return sum(1 for rack, _ in picks if rack.whole)
-
-
-def _best_fit(racks: list[_Rack], count: int, near: frozenset[str] = frozenset()) -> list[tuple[_Rack, int]]:
-    """(rack, nodes taken) pairs: the racks `near` first, then partly used racks, and whole racks
-    only for what they cannot hold."""
-    picks = []
-    for group in (
-        [r for r in racks if r.usable and r.name in near],
-        [r for r in racks if r.usable and not r.whole and r.name not in near],
-        [r for r in racks if r.usable and r.whole and r.name not in near],
-    ):
-        picks += _tightest_first(group, count - sum(taken for _, taken in picks))
-    return picks
-
-
-def _tightest_first(racks: list[_Rack], count: int) -> list[tuple[_Rack, int]]:
-    """The rack with the fewest usable nodes that holds the rest; if none does, the one with the
-    most (fewest racks touched), then go on. Ties go to the rack with the most recently tested
-    nodes, then to the rack first by name."""
-    pool = sorted(racks, key=lambda r: (len(r.usable), -r.tested, r.name))
-    picks = []
-    while count > 0 and pool:
-        rack = next((r for r in pool if len(r.usable) >= count), None) or max(pool, key=lambda r: len(r.usable))
-        pool.remove(rack)
-        taken = min(count, len(rack.usable))
-        picks.append((rack, taken))
-        count -= taken
-    return picks
-
-
 def _fewest_whole_racks(racks: list[_Rack], count: int) -> list[_Rack] | None:
     """Whole usable racks whose sizes add up to exactly `count`, as few as possible; None if none do.
 
     Racks of one size are interchangeable, so this solves for how many of each size to take
-    (a small bounded knapsack over the distinct sizes) and then takes them by name.
+    and then takes them by name.
     """
     by_size: dict[int, list[_Rack]] = defaultdict(list)
     # Of racks of one size, those with the most recently tested nodes are taken first.
     for rack in sorted(racks, key=lambda r: (-r.tested, r.name)):
         if rack.whole_usable:
             by_size[rack.size].append(rack)
-    # plans[total] = (racks used, ((size, how many), ...)), the fewest racks reaching `total`.
+    plan = _fewest_by_size({size: len(rs) for size, rs in by_size.items()}, count)
+    if plan is None:
+        return None
+    return sorted((rack for size, how_many in plan for rack in by_size[size][:how_many]), key=lambda r: r.name)
+
+
+def _fewest_by_size(available: Mapping[int, int], count: int) -> list[tuple[int, int]] | None:
+    """How many units of each size (size -> how many there are) add up to exactly `count` with the
+    fewest units, as (size, how many); None if none do. A small bounded knapsack over the sizes."""
+    # plans[total] = (units used, ((size, how many), ...)), the fewest units reaching `total`.
     plans: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {0: (0, ())}
-    for size in sorted(by_size, reverse=True):
+    for size in sorted(available, reverse=True):
         extended: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {}
         for total, (used, plan) in plans.items():
-            for how_many in range(min(len(by_size[size]), (count - total) // size) + 1):
+            for how_many in range(min(available[size], (count - total) // size) + 1):
                 reached = total + how_many * size
                 if reached not in extended or used + how_many < extended[reached][0]:
                     extended[reached] = (used + how_many, (*plan, (size, how_many)))
         plans = extended
-    if count not in plans:
-        return None
-    return sorted(
-        (rack for size, how_many in plans[count][1] for rack in by_size[size][:how_many]), key=lambda r: r.name
-    )
+    return list(plans[count][1]) if count in plans else None
 
 
-class _Subtree(NamedTuple):
-    """One domain as the objective sees it: table[c] is the least cost of taking c nodes from it
-    (None: c cannot be taken); a domain with children took choices[i][c] nodes from children[i]
-    when children[:i + 1] gave c; a rack or a whole unit gives a prefix of `nodes`."""
-
-    table: list[int | None]
-    children: list[_Subtree]
-    choices: list[list[int]]
-    nodes: tuple[str, ...]
-
-
-class _Objective:
-    """The module docstring's order of costs as one integer per choice: each cost is a digit in
-    base `base`, which exceeds any cost's value, so comparing integers compares the order."""
-
-    def __init__(self, request: PlacementRequest, levels: tuple[str, ...]):
-        self.request, self.levels, self.count = request, levels, request.node_count
-        self.required = levels.index(request.required)
-        self.rack = len(levels) - 1
-        whole = request.whole_level
-        self.whole = levels.index(whole) if whole else None
-        deepest = self.whole if self.whole is not None else self.rack
-        spans = [d for d in range(min(deepest, self.rack - 1), self.required, -1)]
-        if self.whole == self.rack:
-            spans.append(self.rack)  # whole racks: fewest racks, after fewest leaves and spines
-        preferred = levels.index(request.preferred) if request.preferred else None
-        if preferred is not None and self.required < preferred <= deepest:
-            spans = [preferred, *(d for d in spans if d != preferred)]
-        below = range(self.required, deepest + (self.whole is None))  # levels taken in part, top down
-        self.order = [
-            *(("near",) if request.near and self.whole is None else ()),
-            *(("span", d) for d in spans),
-            *(("broken", d) for d in below if d > 0),
-            *(("left", d) for d in below),
-            ("untested",),
-        ]
-
-    def place(self, pods: dict[str, list[_Rack]]) -> list[str]:
-        domains = self.domains(pods)
-        capacity = {key: self.capacity(rs) for key, rs in domains.items()}
-        self.base = max(self.count, *capacity.values()) + 1
-        self.weight = {name: self.base ** (len(self.order) - 1 - i) for i, name in enumerate(self.order)}
-        best = None
-        for key, rs in domains.items():
-            if capacity[key] < self.count:
-                continue
-            subtree = self._subtree(rs, self.required)
-            cost = subtree.table[self.count] if len(subtree.table) > self.count else None
-            if cost is not None and (best is None or cost < best[0]):
-                best = (cost, subtree)
-        if best is None:
-            raise PlacementRefused(self.refusal(domains))
-        return self._take(best[1], self.count)
-
-    def domains(self, pods: dict[str, list[_Rack]]) -> dict[tuple[str, ...], list[_Rack]]:
-        """The domains of the required level, each keyed by its domains from the pod down, in order."""
-        domains: dict[tuple[str, ...], list[_Rack]] = defaultdict(list)
-        for rs in pods.values():
-            for rack in rs:
-                domains[rack.domains[: self.required + 1]].append(rack)
-        return {key: sorted(domains[key], key=lambda r: r.domains) for key in sorted(domains)}
-
-    def capacity(self, racks: list[_Rack]) -> int:
-        """What the request can use of these racks: usable nodes, or the nodes of whole usable units."""
-        if self.whole is None:
-            return _usable_nodes(racks)
-        return sum(sum(r.size for r in unit) for unit in self.whole_units(racks))
-
-    def whole_units(self, racks: list[_Rack]) -> list[list[_Rack]]:
-        """The domains of the whole level in these racks that are usable in full, each as its racks."""
-        units: dict[tuple[str, ...], list[_Rack]] = defaultdict(list)
-        for rack in racks:
-            units[rack.domains[: self.whole + 1]].append(rack)
-        return [unit for _, unit in sorted(units.items()) if all(r.whole_usable for r in unit)]
-
-    def refusal(self, domains: dict[tuple[str, ...], list[_Rack]]) -> str:
-        level = self.levels[self.required]
-        if self.whole is None:
-            return _shortage_refusal(self.request, level, [(key[-1], _usable_nodes(rs)) for key, rs in domains.items()])
-        units = [(key[-1], [sum(r.size for r in unit) for unit in self.whole_units(rs)]) for key, rs in domains.items()]
-        return _whole_refusal(self.request, level, units)
-
-    def _cost(self, name: tuple, times: int = 1) -> int:
-        return self.weight.get(name, 0) * times
-
-    def _subtree(self, racks: list[_Rack], depth: int) -> _Subtree:
-        """The table of the domain at `depth` that holds `racks` (all of it, sorted by domains)."""
-        if depth == self.whole:
-            return self._whole_unit(racks)
-        if depth == self.rack:
-            return self._rack(racks[0])
-        groups: dict[str, list[_Rack]] = defaultdict(list)
-        for rack in racks:
-            groups[rack.domains[depth + 1]].append(rack)
-        children, seen = [], Counter()
-        for _, group in sorted(groups.items()):
-            child = self._subtree(group, depth + 1)
-            # Children with equal tables are interchangeable: no choice takes from more than
-            # `count` of them, so the rest (later by name) need not be merged in.
-            signature = tuple(child.table)
-            if len(child.table) > 1 and seen[signature] < self.count:
-                seen[signature] += 1
-                children.append(child)
-        table, choices = _merge([c.table for c in children], self.count)
-        capacity = self.capacity(racks)
-        broken = self._cost(("broken", depth)) if all(r.whole for r in racks) else 0
-        own = self._cost(("span", depth)) + broken
-        for c in range(1, len(table)):
-            if table[c] is not None:
-                table[c] += own + self._cost(("left", depth), capacity - c)
-        return _Subtree(table, children, choices, ())
-
-    def _rack(self, rack: _Rack) -> _Subtree:
-        depth, near = self.rack, rack.name in self.request.near
-        own = self._cost(("span", depth)) + (self._cost(("broken", depth)) if rack.whole else 0)
-        table: list[int | None] = [0]
-        for c in range(1, min(len(rack.usable), self.count) + 1):
-            table.append(
-                own
-                + (0 if near else self._cost(("near",), c))
-                + self._cost(("left", depth), len(rack.usable) - c)
-                + self._cost(("untested",), max(0, c - rack.tested))
-            )
-        return _Subtree(table, [], [], rack.usable)
-
-    def _whole_unit(self, racks: list[_Rack]) -> _Subtree:
-        size = sum(r.size for r in racks)
-        if not all(r.whole_usable for r in racks) or size > self.count:
-            return _Subtree([0], [], [], ())
-        tested = sum(r.tested for r in racks)
-        table: list[int | None] = [0, *([None] * (size - 1))]
-        table.append(self._cost(("span", self.whole)) + self._cost(("untested",), size - tested))
-        return _Subtree(table, [], [], tuple(node for r in racks for node in r.nodes))
-
-    def _take(self, subtree: _Subtree, count: int) -> list[str]:
-        if not subtree.children:
-            return list(subtree.nodes[:count])
-        parts = []
-        for child, choice in zip(reversed(subtree.children), reversed(subtree.choices), strict=True):
-            parts.append(self._take(child, choice[count]) if choice[count] else [])
-            count -= choice[count]
-        return [node for part in reversed(parts) for node in part]
-
-
-def _merge(tables: list[list[int | None]], cap: int) -> tuple[list[int | None], list[list[int]]]:
-    """The least cost of c nodes (c up to cap) from several domains together, and for each domain
-    how many of the c it gives, given each domain's table. Ties go to the earlier domains."""
-    merged: list[int | None] = [0]
-    choices = []
+def _merged(tables: list[list[float]], cap: int) -> list[list[float]]:
+    """The least cost of c nodes (c up to cap) from the first i + 1 domains together, for each i,
+    given each domain's table. Tables are merged for every domain a request reads, choices
+    recovered only for the one it takes (_Objective.take)."""
+    merged: list[float] = [0]
+    prefixes = []
     for table in tables:
-        takeable = [(b, cost) for b, cost in enumerate(table) if cost is not None]
-        best: list[int | None] = [None] * min(cap + 1, len(merged) + len(table) - 1)
-        choice = [0] * len(best)
-        for a in reversed(range(len(merged))):  # the most from the earlier domains first: ties go to them
-            so_far = merged[a]
-            if so_far is None:
-                continue
-            for b, cost in takeable:
-                if a + b > cap:
-                    break
-                total = so_far + cost
-                if best[a + b] is None or total < best[a + b]:
-                    best[a + b], choice[a + b] = total, b
+        best = [INF] * min(cap + 1, len(merged) + len(table) - 1)
+        for b, cost in enumerate(table):
+            n = min(len(merged), len(best) - b)
+            if n <= 0:
+                break
+            if cost != INF:
+                best[b : b + n] = [
+                    least if least <= so_far + cost else so_far + cost
+                    for least, so_far in zip(best[b : b + n], merged, strict=False)
+                ]
         merged = best
-        choices.append(choice)
-    return merged, choices
+        prefixes.append(merged)
+    return prefixes
 
 
 def give_back(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -19,6 +22,7 @@ from fleet.lifecycle import State
 from fleet.models import GPU, AuditEvent, Node
 from fleet.selectors import nodes_cut_off_in, rack_fabric_paths, recently_passed_long_diagnostics
 from reservations import usage
+from reservations.free_capacity import FreeCapacity, RackState
 from reservations.models import Allocation, Quota, Reservation, ReservationEvent, ReservationEventKind, Tenant
 from reservations.offers import Busy
 from reservations.periods import START_GRACE, BookingLimits
@@ -129,6 +133,68 @@ def rack_capacity(
             rack = replace(rack, recently_tested=passed)  # `free` stays the very tuple `nodes` if it was
         racks.append(rack)
     return racks
+
+
+@dataclass
+class _KeptFree:
+    """The process's index of free capacity, and the nodes it was last told were not free or
+    recently tested (by id)."""
+
+    version: int
+    capacity: FreeCapacity
+    names: dict[int, str]  # node id -> name
+    not_free: set[int] = field(default_factory=set)
+    tested: set[int] = field(default_factory=set)
+
+
+_kept_free: list[_KeptFree] = []
+_kept_free_lock = threading.Lock()  # one period at a time: the index is the process's, threads share it
+
+
+@contextmanager
+def free_capacity(
+    *, starts_at: datetime, ends_at: datetime | None, fleet: Topology | None = None
+) -> Iterator[FreeCapacity]:
+    """The process's index of free capacity (reservations/free_capacity.py) as it is for the
+    period, free as rack_capacity says, held for the caller alone until the block ends.
+
+    Built from the topology once per version; each call applies only the difference between the
+    nodes not free for this period (one array query, the cut-off nodes, the recently tested) and
+    those it applied last, so a request costs what changed since the last one, not the fleet.
+    """
+    fleet = fleet or topology()
+    not_free = {*_not_free(starts_at=starts_at, ends_at=ends_at), *nodes_cut_off(fleet)}
+    tested = set(_tested())
+    with _kept_free_lock:
+        if not _kept_free or _kept_free[0].version != fleet.version:
+            _kept_free[:] = [
+                _KeptFree(
+                    version=fleet.version,
+                    capacity=FreeCapacity(
+                        RackState(
+                            rack.pod,
+                            rack.rack,
+                            rack.path,
+                            rack.nodes,
+                            frozenset(rack.nodes),
+                            gpu_models=rack.gpu_models,
+                            attributes=rack.attributes,
+                        )
+                        for rack in fleet.racks
+                    ),
+                    names={node_id: name for name, node_id in fleet.node_ids.items()},
+                )
+            ]
+        kept = _kept_free[0]
+        names = kept.names
+        kept.capacity.apply(
+            freed=[names[i] for i in kept.not_free - not_free if i in names],
+            taken=[names[i] for i in not_free - kept.not_free if i in names],
+            tested=[names[i] for i in tested - kept.tested if i in names],
+            untested=[names[i] for i in kept.tested - tested if i in names],
+        )
+        kept.not_free, kept.tested = not_free, tested
+        yield kept.capacity
 
 
 def nodes_cut_off(fleet: Topology | None = None) -> dict[int, str]:

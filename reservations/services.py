@@ -44,12 +44,13 @@ from reservations.models import (
 )
 from reservations.offers import Offer, earliest_offer
 from reservations.periods import booking_period, changed_end
-from reservations.placement import PlacementRefused, PlacementRequest, give_back, place
+from reservations.placement import PlacementRefused, PlacementRequest, give_back, place_in
 from reservations.selectors import (
     INSTANT,
     Topology,
     booking_limits,
     capacity_over_time,
+    free_capacity,
     live_allocations,
     node_hours_booked,
     nodes_cut_off,
@@ -105,8 +106,8 @@ def _choose(request: PlacementRequest, *, starts_at: datetime, ends_at: datetime
     # A replacement is held from now on: the node may have served someone else before.
     starts_at = max(starts_at, timezone.now())
     fleet = topology()
-    racks = rack_capacity(starts_at=starts_at, ends_at=ends_at, pod=request.pod, fleet=fleet)
-    chosen = place(request, racks)
+    with free_capacity(starts_at=starts_at, ends_at=ends_at, fleet=fleet) as capacity:
+        chosen = place_in(request, capacity)
     rack = fleet.racks[fleet.rack_of[fleet.node_ids[chosen[0]]]]
     return _Placement(
         node_ids={name: fleet.node_ids[name] for name in chosen},
