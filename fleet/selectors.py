@@ -168,6 +168,10 @@ def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes]) -> dict[int, str]
 
     Placement passes its cached topology's racks (reservations.selectors.nodes_cut_off); whatever
     follows the fabric's health (degrading the reservations on such nodes) reads the same."""
+    # Most of the time no switch is down and no port either: one small query says so.
+    troubled = Q(health=fabric_health.CRITICAL) | Q(state__in=fabric_health.DOWN_STATES) | ~Q(links_down=[])
+    if not FabricSwitch.objects.filter(troubled).exists():
+        return {}
     rows = FabricSwitch.objects.order_by().values_list(
         "name",
         "kind",

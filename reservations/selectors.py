@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 from psycopg.types.range import Range
@@ -117,8 +117,8 @@ def rack_capacity(
     node that is not free, or a recently tested one, are looked at node by node.
     """
     fleet = fleet or topology()
-    not_free = [*_not_free(starts_at=starts_at, ends_at=ends_at), *nodes_cut_off(fleet)]
-    blocked, tested = _by_rack(fleet, not_free), _by_rack(fleet, _tested())
+    not_free, passed = _ids_of_each(_not_free_sources(starts_at=starts_at, ends_at=ends_at), [_tested_source()])
+    blocked, tested = _by_rack(fleet, [*not_free, *nodes_cut_off(fleet)]), _by_rack(fleet, passed)
     racks = []
     for i, rack in enumerate(fleet.racks):
         if pod is not None and rack.pod != pod:
@@ -163,8 +163,8 @@ def free_capacity(
     those it applied last, so a request costs what changed since the last one, not the fleet.
     """
     fleet = fleet or topology()
-    not_free = {*_not_free(starts_at=starts_at, ends_at=ends_at), *nodes_cut_off(fleet)}
-    tested = set(_tested())
+    not_free_ids, tested_ids = _ids_of_each(_not_free_sources(starts_at=starts_at, ends_at=ends_at), [_tested_source()])
+    not_free, tested = {*not_free_ids, *nodes_cut_off(fleet)}, set(tested_ids)
     with _kept_free_lock:
         if not _kept_free or _kept_free[0].version != fleet.version:
             _kept_free[:] = [
@@ -218,13 +218,17 @@ def _by_rack(fleet: Topology, node_ids: list[int]) -> dict[int, set[int]]:
     return racks
 
 
-def _tested() -> list[int]:
-    """Ids of the nodes with a recent long diagnostics pass."""
-    return _ids_of(recently_passed_long_diagnostics().order_by().values_list("id"))
+def _tested_source() -> QuerySet:
+    """The ids of the nodes with a recent long diagnostics pass."""
+    return recently_passed_long_diagnostics().order_by().values_list("id")
 
 
 def _not_free(*, starts_at: datetime, ends_at: datetime | None) -> list[int]:
     """Ids of the nodes that are not free for the period (see rack_capacity), some maybe twice."""
+    return _ids_of(*_not_free_sources(starts_at=starts_at, ends_at=ends_at))
+
+
+def _not_free_sources(*, starts_at: datetime, ends_at: datetime | None) -> tuple[QuerySet, QuerySet]:
     # Unordered: the models' default orderings would join and sort thousands of rows for nothing.
     taken = Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).order_by()
     if starts_at <= timezone.now():
@@ -232,7 +236,7 @@ def _not_free(*, starts_at: datetime, ends_at: datetime | None) -> list[int]:
         unusable = Node.objects.filter(~Q(state=State.AVAILABLE) | Q(under_repair=True)).order_by()
     else:
         unusable = Node.objects.exclude(state__in=IN_SERVICE_STATES).order_by()
-    return _ids_of(taken.values_list("node_id"), unusable.values_list("id"))
+    return taken.values_list("node_id"), unusable.values_list("id")
 
 
 def capacity_over_time(*, earliest: datetime, until: datetime, pod: str | None = None):
@@ -270,17 +274,26 @@ def capacity_over_time(*, earliest: datetime, until: datetime, pod: str | None =
     return racks, busy
 
 
-def _ids_of(*querysets) -> list[int]:
+def _ids_of(*querysets: QuerySet) -> list[int]:
     """The ids the one-column querysets select, read in one round trip as one array: thousands
     of rows through the ORM cost milliseconds on every placement, one array next to nothing."""
-    parts, params = [], []
-    for queryset in querysets:
-        sql, more = queryset.query.sql_with_params()
-        parts.append(f"({sql})")
-        params.extend(more)
+    return _ids_of_each(querysets)[0]
+
+
+def _ids_of_each(*groups: Sequence[QuerySet]) -> list[list[int]]:
+    """For each group of one-column querysets, the ids they select: one array a group, all in one
+    round trip."""
+    arrays, params = [], []
+    for querysets in groups:
+        parts = []
+        for queryset in querysets:
+            sql, more = queryset.query.sql_with_params()
+            parts.append(f"({sql})")
+            params.extend(more)
+        arrays.append(f"array({' UNION ALL '.join(parts)})")
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT array({' UNION ALL '.join(parts)})", params)
-        return cursor.fetchone()[0]
+        cursor.execute(f"SELECT {', '.join(arrays)}", params)
+        return list(cursor.fetchone())
 
 
 def booking_limits(tenant: Tenant | None = None) -> BookingLimits:
