@@ -284,7 +284,8 @@ class _Booking:
                 image=self.image,
                 user_data=self.user_data,
             )
-            reservation.ssh_keys.set(self.ssh_keys)
+            if self.ssh_keys:  # set([]) would read the keys it has, of which a new reservation has none
+                reservation.ssh_keys.set(self.ssh_keys)
             _hold(reservation, placement, actor=self.actor)
             retried = f" (placed again after {lost_races} lost race(s))" if lost_races else ""
             _record(reservation, ReservationEventKind.CREATED, self.actor, reservation.placement + retried)
