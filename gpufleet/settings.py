@@ -181,6 +181,9 @@ API_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_API_MAX_BODY_BYTES", str(256 *
 # one that starts now without ends_at lasts the maximum, unless released before.
 BOOKING_HORIZON_DAYS = float(os.environ.get("GPUFLEET_BOOKING_HORIZON_DAYS", "90"))
 MAX_RESERVATION_DAYS = float(os.environ.get("GPUFLEET_MAX_RESERVATION_DAYS", "30"))
+# GET /v1/capacity is kept per process until the fleet changes, but "free now" also moves with the
+# clock alone (a hold starts or ends): a kept answer is computed again once this old.
+CAPACITY_MAX_AGE_SECONDS = float(os.environ.get("GPUFLEET_CAPACITY_MAX_AGE_SECONDS", "5"))
 # Django's cache in Redis, shared by every web process: the API's per-tenant throttles count
 # there. Short socket timeouts: with Redis down a request waits a moment, then is let through.
 CACHES = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -326,11 +327,63 @@ def node_hours_booked(tenant: Tenant, month: usage.Span) -> float:
         return float(cursor.fetchone()[0]) / 3600
 
 
+@dataclass(frozen=True)
+class _KeptCapacity:
+    versions: tuple[int, int]  # (capacity version, topology version) it was computed at
+    computed_at: float  # time.monotonic() before it was read
+    pods: list[dict]
+
+
+_kept_capacity: list[_KeptCapacity] = []
+_kept_capacity_lock = threading.Lock()  # at a new version, one thread computes and the others wait for it
+
+# Both versions in one round trip: reservations/migrations/0013 and fleet/migrations/0004.
+_CAPACITY_VERSIONS = "SELECT s.last_value, t.version FROM reservations_capacity_version_seq s, fleet_topology_version t"
+
+
 def capacity_by_pod() -> list[dict]:
     """Per pod: nodes, nodes free now, nodes free now and for as long as a reservation without
     ends_at lasts (no later booking holds them), racks whose every node is free now, and its
     fabric domains as a tree down to its racks, with their nodes and those free now. A node an
-    unhealthy switch cuts off is free for none of them."""
+    unhealthy switch cuts off is free for none of them.
+
+    Anyone may ask (the public listener serves it), and counting walks every rack: the answer is
+    kept per process, shared by its callers (who must not change it), and computed again when the
+    capacity or topology version moves or it is CAPACITY_MAX_AGE_SECONDS old, since a hold
+    starting or ending changes "free now" with no row written. The capacity version is a
+    sequence, which moves outside transactions: a reader can see the version a writer moved
+    before the writer commits, count without the change and keep that answer under the new
+    version, where it stays at most the maximum age.
+
+    Inside a transaction the answer is counted afresh, neither kept nor taken from the kept one:
+    it may hold the transaction's own uncommitted changes, which a rollback takes back while the
+    version they moved stays.
+    """
+    if not connection.get_autocommit():
+        return _count_capacity()
+    with connection.cursor() as cursor:
+        cursor.execute(_CAPACITY_VERSIONS)
+        versions = cursor.fetchone()
+    if (kept := _fresh_capacity(versions)) is not None:
+        return kept.pods
+    with _kept_capacity_lock:
+        if (kept := _fresh_capacity(versions)) is not None:
+            return kept.pods
+        started = time.monotonic()
+        pods = _count_capacity()
+        _kept_capacity[:] = [_KeptCapacity(versions=versions, computed_at=started, pods=pods)]
+    return pods
+
+
+def _fresh_capacity(versions: tuple[int, int]) -> _KeptCapacity | None:
+    kept = _kept_capacity[0] if _kept_capacity else None
+    if kept and kept.versions == versions and time.monotonic() - kept.computed_at < settings.CAPACITY_MAX_AGE_SECONDS:
+        return kept
+    return None
+
+
+def _count_capacity() -> list[dict]:
+    """capacity_by_pod's answer, from the allocations, nodes and switches as they are."""
     now = timezone.now()
     fleet = topology()
     # Counts only: no rack's free nodes are listed, as placement needs them.

@@ -1,7 +1,8 @@
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, permissions, serializers, status
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -142,6 +143,11 @@ class ReservationReleaseView(APIView):
         return Response(_reservation_answer(released))
 
 
+# The selector's kept capacity answer (the very list) and it as JSON: a read of an unchanged fleet
+# sends the same bytes instead of serializing thousands of domains again.
+_capacity_json: list[tuple[list[dict], bytes]] = []
+
+
 class CapacityView(APIView):
     """Free nodes now, and whole free racks (whole NVLink domains), per pod."""
 
@@ -150,7 +156,14 @@ class CapacityView(APIView):
 
     @extend_schema(responses=CapacitySerializer)
     def get(self, request):
-        return Response(CapacitySerializer({"pods": selectors.capacity_by_pod()}).data)
+        pods = selectors.capacity_by_pod()
+        if request.accepted_media_type != JSONRenderer.media_type:  # such as "application/json; indent=2"
+            return Response(CapacitySerializer({"pods": pods}).data)
+        kept = _capacity_json[0] if _capacity_json else None
+        if kept is None or kept[0] is not pods:
+            kept = (pods, JSONRenderer().render(CapacitySerializer({"pods": pods}).data))
+            _capacity_json[:] = [kept]
+        return HttpResponse(kept[1], content_type=JSONRenderer.media_type)
 
 
 class SSHKeyListView(generics.GenericAPIView):
