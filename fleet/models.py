@@ -277,6 +277,15 @@ class Node(models.Model):
             models.Index(
                 fields=["state_since", "id"], name="node_owing_work_idx", condition=_in(lifecycle.WORK_STATES)
             ),
+            # Every placement asks which nodes cannot serve (by state, or under repair) and which
+            # passed long diagnostics lately: a few rows each, not a scan of the fleet.
+            models.Index(fields=["state"], name="node_state_idx"),
+            models.Index(fields=["id"], name="node_under_repair_idx", condition=Q(under_repair=True)),
+            models.Index(
+                fields=["diagnostic_passed_at"],
+                name="node_diagnostic_passed_idx",
+                condition=Q(diagnostic_passed_at__isnull=False),
+            ),
         ]
 
     def __str__(self):

@@ -31,6 +31,8 @@ from reservations.placement import RackCapacity
 
 # A node in these states will be in service for a reservation that starts later.
 IN_SERVICE_STATES = [State.AVAILABLE, State.PROVISIONING, State.ACTIVE, State.WIPING, State.INSPECTING]
+OUT_OF_SERVICE_STATES = [state for state in State if state not in IN_SERVICE_STATES]
+NOT_AVAILABLE_STATES = [state for state in State if state is not State.AVAILABLE]
 INSTANT = timedelta(microseconds=1)
 
 
@@ -232,11 +234,12 @@ def _not_free(*, starts_at: datetime, ends_at: datetime | None) -> list[int]:
 def _not_free_sources(*, starts_at: datetime, ends_at: datetime | None) -> tuple[QuerySet, QuerySet]:
     # Unordered: the models' default orderings would join and sort thousands of rows for nothing.
     taken = Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).order_by()
+    # The states named, not excluded, so that node_state_idx finds the few such nodes.
     if starts_at <= timezone.now():
         # A node a remediation ladder is repairing waits for the ladder's verdict.
-        unusable = Node.objects.filter(~Q(state=State.AVAILABLE) | Q(under_repair=True)).order_by()
+        unusable = Node.objects.filter(Q(state__in=NOT_AVAILABLE_STATES) | Q(under_repair=True)).order_by()
     else:
-        unusable = Node.objects.exclude(state__in=IN_SERVICE_STATES).order_by()
+        unusable = Node.objects.filter(state__in=OUT_OF_SERVICE_STATES).order_by()
     return taken.values_list("node_id"), unusable.values_list("id")
 
 
