@@ -131,9 +131,11 @@ class ReservationRequestSerializer(StrictInputSerializer):
 
     def validate(self, attrs: dict) -> dict:
         """The levels by name, each one the fleet has; `topology` becomes `required` and `preferred`."""
-        levels = fabric_levels()
         topology = attrs.pop("topology", None) or {"required": POD, "preferred": None}
         attrs.update(required=topology["required"], preferred=topology["preferred"])
+        if (attrs["required"], attrs["preferred"], attrs["whole"]) == (POD, None, None):
+            return attrs  # every fleet has pods: nothing to look up
+        levels = fabric_levels()
         for field, level in (("topology.required", attrs["required"]), ("topology.preferred", attrs["preferred"])):
             if level is not None and level not in levels:
                 raise serializers.ValidationError({field: [f"no level {level}: the fabric's are {', '.join(levels)}"]})
