@@ -14,13 +14,17 @@ reads LinkDown only in its down phase), a spine down while another serves, a lin
 switches. A switch's health is what the last successful read found (workflows/fabric_health.py):
 a switch never read is `unknown` and cuts nothing off, so a switch manager that cannot be reached
 does not stop placement fleet-wide, and a switch read down stays down until it is read up again.
+
+Placement keeps off a cut-off node at once. Taking it from the tenant it serves (its wipe follows)
+waits until the trouble has lasted a while (`as_of`): a link that flaps once costs nobody a node.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from core.topology import LEAF_SWITCH, POD
 from fleet import fabric
@@ -42,10 +46,22 @@ class SwitchReading:
     health: str  # one of HEALTHS
     state: str  # Status.State, "" if never read
     links_down: frozenset[str]
+    troubled_since: datetime | None = None  # since when its readings have shown it in_trouble; None: unknown
 
     @property
     def down(self) -> bool:
         return self.health == CRITICAL or self.state in DOWN_STATES
+
+    def as_of(self, now: datetime, lasting: timedelta) -> SwitchReading:
+        """This reading, or a healthy one if its trouble began less than `lasting` before `now`."""
+        if self.troubled_since is None or now - self.troubled_since >= lasting:
+            return self
+        return replace(self, health=OK, state="Enabled", links_down=frozenset())
+
+
+def in_trouble(health: str, state: str, links_down: Iterable[str]) -> bool:
+    """Down, or a port down: a reading that may cut a node off."""
+    return health == CRITICAL or state in DOWN_STATES or any(True for _ in links_down)
 
 
 @dataclass(frozen=True)

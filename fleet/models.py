@@ -133,6 +133,9 @@ class FabricSwitch(models.Model):
     state = models.CharField(max_length=32, blank=True, help_text="Redfish Status.State as last read.")
     links_down = models.JSONField(default=list, blank=True, help_text="Its ports whose link was down at the last read.")
     read_at = models.DateTimeField(null=True, blank=True, help_text="The last successful read.")
+    troubled_since = models.DateTimeField(
+        null=True, blank=True, help_text="Since when its reads have found it down or a port down; empty if not."
+    )
     failure = models.TextField(blank=True, help_text="Why the last read failed; empty when it succeeded.")
 
     class Meta:

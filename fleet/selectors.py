@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models import Exists, F, JSONField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from fleet import diagnostics, fabric, fabric_health, firmware, firmware_rollout, lifecycle
 from fleet.firmware_rollout import NodeStatus
@@ -162,9 +163,10 @@ def rack_fabric_paths() -> dict[str, fabric.Path]:
     return {name: path(domain_id) for name, domain_id in Rack.objects.values_list("name", "fabric_domain_id")}
 
 
-def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes]) -> dict[int, str]:
+def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes], *, lasting: timedelta = timedelta(0)) -> dict[int, str]:
     """The nodes of `racks` that an unhealthy switch cuts off from the fabric, each with why
     (fleet/fabric_health.py), from the switches as last read: one query, as it runs on every placement.
+    With `lasting`, only trouble that has lasted that long counts.
 
     Placement passes its cached topology's racks (reservations.selectors.nodes_cut_off); whatever
     follows the fabric's health (degrading the reservations on such nodes) reads the same."""
@@ -181,7 +183,9 @@ def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes]) -> dict[int, str]
         "health",
         "state",
         "links_down",
+        "troubled_since",
     )
+    now = timezone.now()
     readings = [
         fabric_health.SwitchReading(
             name=name,
@@ -190,7 +194,8 @@ def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes]) -> dict[int, str]
             health=health,
             state=state,
             links_down=frozenset(links_down),
-        )
-        for name, kind, pod, level, domain, health, state, links_down in rows
+            troubled_since=since,
+        ).as_of(now, lasting)
+        for name, kind, pod, level, domain, health, state, links_down, since in rows
     ]
     return fabric_health.cut_off(readings, racks)

@@ -216,6 +216,9 @@ FABRIC_REDFISH_USERNAME = os.environ.get("GPUFLEET_FABRIC_REDFISH_USERNAME", "ro
 DEVELOPMENT_FABRIC_PASSWORD = "calvin"  # bmcsim's; `check --deploy` warns while it is the one set
 FABRIC_REDFISH_PASSWORD = os.environ.get("GPUFLEET_FABRIC_REDFISH_PASSWORD", DEVELOPMENT_FABRIC_PASSWORD)
 FABRIC_POLL_SECONDS = float(os.environ.get("GPUFLEET_FABRIC_POLL_SECONDS", "15"))
+# Placement keeps off a cut-off node at once; the reservation it serves loses it (and it is wiped)
+# only once its switch's trouble has lasted this long, so that a link that flaps once costs no node.
+FABRIC_LET_GO_AFTER_SECONDS = float(os.environ.get("GPUFLEET_FABRIC_LET_GO_AFTER_SECONDS", "60"))
 # A sweep on the workers' queue waits behind the workflow runs there: it must outlive a backlog, or
 # a busy fleet discards every sweep before a worker takes it. Each sweep claims its rows in the
 # database, so a late one does nothing twice; the limit only keeps messages from piling up while no

@@ -200,14 +200,17 @@ def free_capacity(
         yield kept.capacity
 
 
-def nodes_cut_off(fleet: Topology | None = None) -> dict[int, str]:
+def nodes_cut_off(fleet: Topology | None = None, *, lasting: timedelta = timedelta(0)) -> dict[int, str]:
     """The ids of the nodes an unhealthy switch cuts off from the fabric, each with why
     (fleet/fabric_health.py): placement gives them to nobody, for any period, until the switch
-    manager reads their switch healthy again."""
+    manager reads their switch healthy again. With `lasting`, only trouble that has lasted so long."""
     fleet = fleet or topology()
     return nodes_cut_off_in(
-        RackNodes(pod=rack.pod, path=rack.path, ids=ids, names=rack.nodes)
-        for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True)
+        (
+            RackNodes(pod=rack.pod, path=rack.path, ids=ids, names=rack.nodes)
+            for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True)
+        ),
+        lasting=lasting,
     )
 
 

@@ -392,12 +392,12 @@ def let_node_go(*, node_id: int, reservation_id: int, reason: str, actor: str) -
 
 
 def let_go_of_cut_off_nodes(*, actor: str = "system:fabric") -> int:
-    """Take the nodes an unhealthy switch cuts off (selectors.nodes_cut_off) from the reservations
-    they serve: each is let go with the switch's reason, which degrades its reservation, and wiped;
-    healing places its replacement inside the reservation's domain, on nodes the fabric reaches.
-    Returns how many nodes were let go. A node whose transition races another is left for the
-    next sweep, all of its change undone."""
-    cut_off = nodes_cut_off()
+    """Take the nodes an unhealthy switch has cut off (selectors.nodes_cut_off) for at least
+    FABRIC_LET_GO_AFTER_SECONDS from the reservations they serve: each is let go with the switch's
+    reason, which degrades its reservation, and wiped; healing places its replacement inside the
+    reservation's domain, on nodes the fabric reaches. Returns how many nodes were let go. A node
+    whose transition races another is left for the next sweep, all of its change undone."""
+    cut_off = nodes_cut_off(lasting=timedelta(seconds=settings.FABRIC_LET_GO_AFTER_SECONDS))
     serving = Node.objects.filter(pk__in=list(cut_off), state__in=lifecycle.SERVING_STATES, reservation__isnull=False)
     let_go = 0
     for node_id, name, reservation_id in serving.order_by("pk").values_list("pk", "name", "reservation_id"):

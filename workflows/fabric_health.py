@@ -94,6 +94,8 @@ def _record(outcome: dict[str, Reading | str]) -> None:
         if isinstance(result, Reading):
             row.health, row.state, row.links_down = result.health, result.state, result.links_down
             row.read_at, row.failure = now, ""
+            troubled = fabric_health.in_trouble(result.health, result.state, result.links_down)
+            row.troubled_since = (row.troubled_since or now) if troubled else None
         else:
             row.failure = result
-    FabricSwitch.objects.bulk_update(rows, ["health", "state", "links_down", "read_at", "failure"])
+    FabricSwitch.objects.bulk_update(rows, ["health", "state", "links_down", "read_at", "troubled_since", "failure"])

@@ -19,7 +19,8 @@ from reservations.models import Reservation, ReservationEvent
 from tests.support.api import post, tenant_client
 from tests.support.processes import wait_for
 
-FABRIC_POLL = {"GPUFLEET_FABRIC_POLL_SECONDS": "1"}
+# A reservation loses its nodes once their switch has been down 2 s: two reads.
+FABRIC_POLL = {"GPUFLEET_FABRIC_POLL_SECONDS": "1", "GPUFLEET_FABRIC_LET_GO_AFTER_SECONDS": "2"}
 TWO_LEAVES = {"nodes": 32, "pods": 1, "nodes_per_rack": 8, "racks_per_leaf": 2}
 
 

@@ -10,8 +10,11 @@ GPUs and a cx8 NIC; the others H100s and a cx7.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
+from django.test import override_settings
+from django.utils import timezone
 
 from core.topology import default_layout
 from fleet.fabric_health import CRITICAL
@@ -20,7 +23,7 @@ from fleet.models import FabricSwitch, Node
 from fleet.services import enrol_nodes
 from reservations import services
 from reservations.models import Reservation
-from reservations.selectors import reservation_nodes
+from reservations.selectors import nodes_cut_off, reservation_nodes
 from tests.support.api import post
 from tests.support.factories import bring_up, make_available
 
@@ -166,3 +169,18 @@ def test_nodes_given_back_are_not_lost_nodes(acme, leaf_fleet):
     assert "node_lost" not in events and events[-1] == "changed"
     reservation.refresh_from_db()
     assert reservation.state == "active"
+
+
+def test_a_switch_down_only_a_moment_keeps_its_nodes_out_of_placement_but_takes_them_from_no_one(acme, leaf_fleet):
+    body = reserve(acme, node_count=8, pod="p1", topology={"preferred": "leaf"}).json()
+    reservation = Reservation.objects.get(pk=body["id"])
+    bring_up(reservation)
+    leaf = Node.objects.get(name=body["nodes"][0]).rack.fabric_domain.name
+    down = FabricSwitch.objects.filter(name=leaf)
+    down.update(health=CRITICAL, state="UnavailableOffline", troubled_since=timezone.now())
+    assert len(nodes_cut_off()) == 8  # placement keeps off them at once
+    with override_settings(FABRIC_LET_GO_AFTER_SECONDS=60):
+        assert services.let_go_of_cut_off_nodes() == 0
+        assert held(reservation) == set(body["nodes"])
+        down.update(troubled_since=timezone.now() - timedelta(seconds=61))
+        assert services.let_go_of_cut_off_nodes() == 8

@@ -71,11 +71,16 @@ def test_a_leaf_down_is_critical_and_its_nodes_are_cut_off_until_it_is_back(fabr
     # Each spine's end of the cable to it is down too: a warning on the spines, not a cut-off.
     assert switches()["p1-spine1"][2] == ["p1-leaf1"]
     assert cut_off_names() == {f"node-00{n}": "leaf switch p1-leaf1 down" for n in range(1, 9)}
+    since = FabricSwitch.objects.get(name="p1-leaf1").troubled_since
+    assert since is not None and FabricSwitch.objects.get(name="p2-leaf1").troubled_since is None
+    read_switches()
+    assert FabricSwitch.objects.get(name="p1-leaf1").troubled_since == since  # since the first read down
 
     fabric.delete("/bmcsim/v1/faults?switch=p1-leaf1")
     read_switches()
     assert switches()["p1-leaf1"] == (OK, "Enabled", [])
     assert cut_off_names() == {}
+    assert FabricSwitch.objects.get(name="p1-leaf1").troubled_since is None
 
 
 def test_a_flapping_downlink_cuts_off_its_node_alone(fabric):
