@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -170,13 +171,7 @@ def drive(base: str, tokens: list[str], total: int, seed: int) -> dict:
                 with lock:
                     outcome["released" if released.status_code == 200 else "errors"] += 1
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(tokens))]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
+    wall = run_clients(client, len(tokens))
     floor = framework_floor(base, tokens)
     creates = creates_alone(base, tokens, seed)
     probe = requests.Session()
@@ -195,6 +190,17 @@ def drive(base: str, tokens: list[str], total: int, seed: int) -> dict:
     }
 
 
+def run_clients(client: Callable[[int], None], count: int) -> float:
+    """Run client(0) ... client(count - 1) in threads at once; the seconds until the last is done."""
+    threads = [threading.Thread(target=client, args=(index,)) for index in range(count)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
 def framework_floor(base: str, tokens: list[str], per_client: int = 40) -> float:
     """Requests/s of the cheapest authenticated read (one reservation of the caller's) by the
     same clients and server: what Django, DRF, gunicorn and this load generator cost by
@@ -206,13 +212,7 @@ def framework_floor(base: str, tokens: list[str], per_client: int = 40) -> float
         for _ in range(per_client):
             session.get(f"{base}/v1/reservations?limit=1", timeout=30).raise_for_status()
 
-    threads = [threading.Thread(target=client, args=(token,)) for token in tokens]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return len(tokens) * per_client / (time.perf_counter() - started)
+    return len(tokens) * per_client / run_clients(lambda index: client(tokens[index]), len(tokens))
 
 
 def creates_alone(base: str, tokens: list[str], seed: int, per_client: int = 20) -> float:
@@ -228,13 +228,7 @@ def creates_alone(base: str, tokens: list[str], seed: int, per_client: int = 20)
         for _ in range(per_client):
             session.post(f"{base}/v1/reservations", json=booking(rng, window_start), timeout=30).raise_for_status()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(tokens))]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return len(tokens) * per_client / (time.perf_counter() - started)
+    return len(tokens) * per_client / run_clients(client, len(tokens))
 
 
 def database_figures(env: dict) -> tuple[int, int]:

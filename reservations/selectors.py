@@ -108,9 +108,7 @@ def topology() -> Topology:
     return _topology[0]
 
 
-def rack_capacity(
-    *, starts_at: datetime, ends_at: datetime | None, pod: str | None = None, fleet: Topology | None = None
-) -> list[RackCapacity]:
+def rack_capacity(*, starts_at: datetime, ends_at: datetime | None) -> list[RackCapacity]:
     """Every rack with its nodes, those free for the period, and those with a recent long
     diagnostics pass (which placement prefers among equal choices).
 
@@ -119,13 +117,11 @@ def rack_capacity(
     unhealthy switch cuts it off from the fabric now (nodes_cut_off). Only the racks that hold a
     node that is not free, or a recently tested one, are looked at node by node.
     """
-    fleet = fleet or topology()
-    not_free, passed = _ids_of_each(_not_free_sources(starts_at=starts_at, ends_at=ends_at), [_tested_source()])
-    blocked, tested = _by_rack(fleet, [*not_free, *nodes_cut_off(fleet)]), _by_rack(fleet, passed)
+    fleet = topology()
+    not_free, passed = _not_free_and_tested(starts_at=starts_at, ends_at=ends_at, fleet=fleet)
+    blocked, tested = _by_rack(fleet, not_free), _by_rack(fleet, passed)
     racks = []
     for i, rack in enumerate(fleet.racks):
-        if pod is not None and rack.pod != pod:
-            continue
         ids = fleet.rack_ids[i]
         if i in blocked:
             out = blocked[i]
@@ -166,8 +162,7 @@ def free_capacity(
     those it applied last, so a request costs what changed since the last one, not the fleet.
     """
     fleet = fleet or topology()
-    not_free_ids, tested_ids = _ids_of_each(_not_free_sources(starts_at=starts_at, ends_at=ends_at), [_tested_source()])
-    not_free, tested = {*not_free_ids, *nodes_cut_off(fleet)}, set(tested_ids)
+    not_free, tested = _not_free_and_tested(starts_at=starts_at, ends_at=ends_at, fleet=fleet)
     with _kept_free_lock:
         if not _kept_free or _kept_free[0].version != fleet.version:
             _kept_free[:] = [
@@ -222,6 +217,15 @@ def _by_rack(fleet: Topology, node_ids: list[int]) -> dict[int, set[int]]:
         if (rack := fleet.rack_of.get(node_id)) is not None:
             racks[rack].add(node_id)
     return racks
+
+
+def _not_free_and_tested(
+    *, starts_at: datetime, ends_at: datetime | None, fleet: Topology
+) -> tuple[set[int], set[int]]:
+    """The ids of the nodes not free for the period (_not_free's, and those a switch cuts off), and
+    of those with a recent long diagnostics pass: what placement's free capacity is read from."""
+    not_free, tested = _ids_of_each(_not_free_sources(starts_at=starts_at, ends_at=ends_at), [_tested_source()])
+    return {*not_free, *nodes_cut_off(fleet)}, set(tested)
 
 
 def _tested_source() -> QuerySet:
