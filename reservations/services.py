@@ -97,7 +97,7 @@ class _Placement:
     node_ids: dict[str, int]  # the chosen nodes by name, in placement order
     held_for: Range
     description: str  # where they are, in words
-    pod: str | None  # placement never spans pods; None when nothing was chosen
+    pod: str  # placement never spans pods
     domain: str  # the domain of the request's required level that holds them
 
 
