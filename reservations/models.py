@@ -149,6 +149,10 @@ class Reservation(models.Model):
     # The end its tenant was last told is near (reservation.ending): told again if it moves.
     ending_notice_for = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
+    # Not columns: what the service that just created it knows of it, left on the row it returns so
+    # that the answer to its tenant does not read it back (selectors.reservation_nodes and _ssh_keys).
+    placed_nodes: list[str] | None = None  # the names of the nodes it holds, sorted
+    placed_ssh_keys: list[int] | None = None
 
     class Meta:
         ordering = ["-created_at", "-id"]

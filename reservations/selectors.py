@@ -24,7 +24,15 @@ from fleet.models import GPU, AuditEvent, Node
 from fleet.selectors import nodes_cut_off_in, rack_fabric_paths, recently_passed_long_diagnostics
 from reservations import usage
 from reservations.free_capacity import FreeCapacity, RackState
-from reservations.models import Allocation, Quota, Reservation, ReservationEvent, ReservationEventKind, Tenant
+from reservations.models import (
+    Allocation,
+    Quota,
+    Reservation,
+    ReservationEvent,
+    ReservationEventKind,
+    ReservationState,
+    Tenant,
+)
 from reservations.offers import Busy
 from reservations.periods import START_GRACE, BookingLimits
 from reservations.placement import RackCapacity
@@ -307,12 +315,11 @@ def _ids_of_each(*groups: Sequence[QuerySet]) -> list[list[int]]:
         return list(cursor.fetchone())
 
 
-def booking_limits(tenant: Tenant | None = None) -> BookingLimits:
-    """How far ahead `tenant` may book and for how long; None: the limits every tenant has.
+def booking_limits(quota: Quota | None = None) -> BookingLimits:
+    """How far ahead a tenant of `quota` may book and for how long; None: the limits every tenant has.
 
-    The one place the limits are read, so that per-tenant quotas can refine them here.
+    The one place the limits are worked out, so that per-tenant quotas can refine them here.
     """
-    quota = Quota.objects.filter(tenant=tenant).first() if tenant is not None else None
     return BookingLimits(
         horizon=timedelta(days=(quota and quota.booking_horizon_days) or settings.BOOKING_HORIZON_DAYS),
         max_duration=timedelta(days=(quota and quota.max_duration_days) or settings.MAX_RESERVATION_DAYS),
@@ -420,7 +427,11 @@ def _count_capacity() -> list[dict]:
 def reservation_machines(reservations: list[Reservation]) -> dict[int, list[dict]]:
     """The nodes serving each reservation now, with what a tenant needs to reach them."""
     machines: dict[int, list[dict]] = defaultdict(list)
-    serving = Node.objects.filter(reservation__in=reservations).select_related("address__pool").order_by("name")
+    # A reservation is provisioning before its first node is: a pending one has none serving.
+    started = [r for r in reservations if r.state != ReservationState.PENDING]
+    if not started:
+        return machines
+    serving = Node.objects.filter(reservation__in=started).select_related("address__pool").order_by("name")
     for node in serving:
         address = getattr(node, "address", None)
         machines[node.reservation_id].append(
@@ -438,9 +449,13 @@ def reservation_machines(reservations: list[Reservation]) -> dict[int, list[dict
 def reservation_nodes(reservations: list[Reservation]) -> dict[int, list[str]]:
     """Names of the nodes each reservation holds now (or will hold, if it starts later)."""
     held: dict[int, list[str]] = defaultdict(list)
+    held.update((r.pk, r.placed_nodes) for r in reservations if r.placed_nodes is not None)
+    unknown = [r for r in reservations if r.placed_nodes is None]
+    if not unknown:
+        return held
     for reservation_id, name in (
         live_allocations()
-        .filter(reservation__in=reservations)
+        .filter(reservation__in=unknown)
         .order_by("node__name")
         .values_list("reservation_id", "node__name")
     ):
@@ -448,10 +463,23 @@ def reservation_nodes(reservations: list[Reservation]) -> dict[int, list[str]]:
     return held
 
 
+def reservation_ssh_keys(reservations: list[Reservation]) -> dict[int, list[int]]:
+    """Ids of the keys that may log in to each reservation's nodes, in the order of their names."""
+    keys: dict[int, list[int]] = defaultdict(list)
+    keys.update((r.pk, r.placed_ssh_keys) for r in reservations if r.placed_ssh_keys is not None)
+    unknown = [r for r in reservations if r.placed_ssh_keys is None]
+    if not unknown:
+        return keys
+    through = Reservation.ssh_keys.through.objects.filter(reservation__in=unknown).order_by("sshkey__name")
+    for reservation_id, key_id in through.values_list("reservation_id", "sshkey_id"):
+        keys[reservation_id].append(key_id)
+    return keys
+
+
 def quota_of(tenant: Tenant) -> dict:
     """The tenant's limits and what it holds now: GET /v1/quota."""
     quota = Quota.objects.filter(tenant=tenant).first()
-    limits = booking_limits(tenant)
+    limits = booking_limits(quota)
     now = timezone.now()
     held = nodes_held(tenant, now, now + INSTANT)
     return {

@@ -209,10 +209,12 @@ def create_reservation(
     The nodes boot `image`, or the catalogue's default, with the tenant's `ssh_keys` and
     `user_data` (the caller checked that the keys are the tenant's).
     """
-    limits = booking_limits(tenant)
+    quota = Quota.objects.filter(tenant=tenant).first()
+    limits = booking_limits(quota)
     starts_at, ends_at = booking_period(starts_at=starts_at, ends_at=ends_at, now=timezone.now(), limits=limits)
     booking = _Booking(
         tenant=tenant,
+        quota=quota,
         request=PlacementRequest(
             node_count=node_count,
             rack_scale=rack_scale,
@@ -250,6 +252,7 @@ class _Booking:
     """What a tenant asked for, apart from where and when: placed now, or at an offer."""
 
     tenant: Tenant
+    quota: Quota | None  # as read before: a quota given the tenant since applies from its next request
     request: PlacementRequest  # of no pod: the pod is given where it is placed
     image: Image | None
     ssh_keys: list[SSHKey]
@@ -259,8 +262,8 @@ class _Booking:
     def place(self, *, starts_at: datetime, ends_at: datetime, pod: Pod | None, queued: bool = False) -> Reservation:
         def attempt(lost_races: int) -> Reservation:
             # A tenant with a quota places one request at a time, under its quota's row: concurrent
-            # ones cannot each fit alone. Tenants without one are not held up.
-            quota = Quota.objects.select_for_update().filter(tenant=self.tenant).first()
+            # ones cannot each fit alone. Tenants without one are not held up, nor asked again.
+            quota = self.quota and Quota.objects.select_for_update().filter(pk=self.quota.pk).first()
             wanted = replace(self.request, pod=pod.name if pod else None)
             placement = _choose(wanted, starts_at=starts_at, ends_at=ends_at)
             if quota is not None:
@@ -287,6 +290,8 @@ class _Booking:
             if self.ssh_keys:  # set([]) would read the keys it has, of which a new reservation has none
                 reservation.ssh_keys.set(self.ssh_keys)
             _hold(reservation, placement, actor=self.actor)
+            reservation.placed_nodes = sorted(placement.node_ids)
+            reservation.placed_ssh_keys = [key.pk for key in sorted(self.ssh_keys, key=lambda key: key.name)]
             retried = f" (placed again after {lost_races} lost race(s))" if lost_races else ""
             _record(reservation, ReservationEventKind.CREATED, self.actor, reservation.placement + retried)
             return reservation
@@ -786,11 +791,9 @@ def change_reservation(
 
 
 def _move_end(reservation: Reservation, tenant: Tenant, ends_at: datetime) -> str:
-    end = changed_end(
-        starts_at=reservation.starts_at, wanted=ends_at, now=timezone.now(), limits=booking_limits(tenant)
-    )
-    held = live_allocations().filter(reservation=reservation)
     quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
+    end = changed_end(starts_at=reservation.starts_at, wanted=ends_at, now=timezone.now(), limits=booking_limits(quota))
+    held = live_allocations().filter(reservation=reservation)
     if quota is not None and end > reservation.ends_at:  # the nodes held now, held for longer
         _check_quota(quota, tenant, held.count(), _pod_of(held), reservation.ends_at, end)
     try:

@@ -194,7 +194,7 @@ class ReservationSerializer(serializers.ModelSerializer):
     )
     nodes = serializers.SerializerMethodField()
     image = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    ssh_keys = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    ssh_keys = serializers.SerializerMethodField()
     machines = serializers.SerializerMethodField()
 
     class Meta:
@@ -231,6 +231,9 @@ class ReservationSerializer(serializers.ModelSerializer):
 
     def get_nodes(self, reservation) -> list[str]:
         return self.context["nodes"].get(reservation.pk, [])
+
+    def get_ssh_keys(self, reservation) -> list[int]:
+        return self.context["ssh_keys"].get(reservation.pk, [])
 
     @extend_schema_field(MachineSerializer(many=True))
     def get_machines(self, reservation) -> list[dict]:

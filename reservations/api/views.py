@@ -43,7 +43,11 @@ class IsTenant(permissions.BasePermission):
 
 def _reservation_answer(reservations, *, many=False):
     rows = list(reservations) if many else [reservations]
-    context = {"nodes": selectors.reservation_nodes(rows), "machines": selectors.reservation_machines(rows)}
+    context = {
+        "nodes": selectors.reservation_nodes(rows),
+        "machines": selectors.reservation_machines(rows),
+        "ssh_keys": selectors.reservation_ssh_keys(rows),
+    }
     return ReservationSerializer(rows if many else reservations, many=many, context=context).data
 
 
@@ -55,7 +59,7 @@ class ReservationListView(generics.GenericAPIView):
     serializer_class = ReservationSerializer
 
     def get_queryset(self):
-        return Reservation.objects.filter(tenant=self.request.user.tenant).select_related("pod")
+        return Reservation.objects.filter(tenant=self.request.user.tenant).select_related("pod", "image")
 
     @extend_schema(operation_id="reservations_list")
     def get(self, request):

@@ -4,12 +4,14 @@ from the catalogue, user data; and what it gets back: each node's address and ho
 from __future__ import annotations
 
 import subprocess
+from datetime import timedelta
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from django.core.exceptions import ValidationError
 from django.test import Client, override_settings
+from django.utils import timezone
 
 from fleet import services as fleet_services
 from fleet.models import AddressPool, AuditEvent, Image, Node, Pod
@@ -111,6 +113,41 @@ def test_the_catalogue_lists_the_images_and_a_reservation_boots_the_default_or_t
     assert named.status_code == 201, named.content
     assert (named.json()["image"], named.json()["ssh_keys"]) == ("rocky-9", [key["id"]])
     assert Reservation.objects.get(pk=named.json()["id"]).user_data == "#cloud-config\n"
+
+
+@pytest.mark.parametrize("starts", ["now", "tomorrow"])
+def test_the_answer_to_a_create_is_what_reading_it_back_answers(acme, catalogue, available_fleet, starts):
+    # The create answers from what it placed; a read answers from the database.
+    keys = [
+        post(acme, "/v1/ssh-keys", {"name": name, "public_key": openssh(ed25519.Ed25519PrivateKey.generate())}).json()
+        for name in ("zed", "amy")
+    ]
+    body = {"node_count": 3, "ssh_keys": [k["id"] for k in keys]}
+    if starts == "tomorrow":
+        start = timezone.now() + timedelta(days=1)
+        body |= {"starts_at": start.isoformat(), "ends_at": (start + timedelta(hours=2)).isoformat()}
+    created = post(acme, "/v1/reservations", body)
+    assert created.status_code == 201, created.content
+    answer = created.json()
+    assert answer["ssh_keys"] == [keys[1]["id"], keys[0]["id"]]  # in the order of their names
+    assert len(answer["nodes"]) == 3 and answer["nodes"] == sorted(answer["nodes"])
+    assert answer["image"] == "ubuntu-24-04"
+    assert acme.get(f"/v1/reservations/{answer['id']}").json() == answer
+
+
+def test_a_page_of_reservations_is_read_in_as_many_queries_however_long(
+    acme, catalogue, available_fleet, django_assert_num_queries
+):
+    key = post(acme, "/v1/ssh-keys", {"name": "k", "public_key": openssh(ed25519.Ed25519PrivateKey.generate())}).json()
+    for image in ("rocky-9", "rocky-9", "ubuntu-24-04"):
+        body = {"node_count": 1, "image": image, "ssh_keys": [key["id"]]}
+        assert post(acme, "/v1/reservations", body).status_code == 201
+    # The token, the count, the page, and its nodes, machines and keys: one query each.
+    for limit in (1, 3):
+        with django_assert_num_queries(6):
+            page = acme.get(f"/v1/reservations?limit={limit}").json()["results"]
+        assert [r["image"] for r in page] == ["ubuntu-24-04", "rocky-9", "rocky-9"][:limit]
+        assert all(r["ssh_keys"] == [key["id"]] and len(r["machines"]) == 1 for r in page)
 
 
 @pytest.mark.parametrize(
