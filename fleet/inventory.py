@@ -158,7 +158,8 @@ def _with_switches(records: list[NodeRecord], switches: Iterable[fabric.Switch])
 
 
 # A CSV inventory's columns: the JSON shape's fields, the credentials flat, and each node's GPUs as
-# one model and space-separated UUIDs and serials in index order.
+# one model and space-separated UUIDs and serials in index order. Optional: "attributes", the
+# node's attributes as space-separated name=value pairs ("nic=cx7 memory_gb=2048").
 CSV_COLUMNS = (
     "name",
     "pod",
@@ -193,6 +194,9 @@ def parse_csv_inventory(text: str) -> list[NodeRecord]:
         uuids, serials = row["gpu_uuids"].split(), row["gpu_serials"].split()
         if serials and len(serials) != len(uuids):
             raise InventoryError(f"{name}: {len(uuids)} GPU UUIDs but {len(serials)} serials")
+        pairs = (row.get("attributes") or "").split()
+        if malformed := [pair for pair in pairs if "=" not in pair]:
+            raise InventoryError(f"{name}: 'attributes' must be name=value pairs, got {malformed[0]!r}")
         nodes.append(
             {
                 **{c: row[c] for c in ("name", "pod", "rack", "serial", "redfish_url", "system_id")},
@@ -204,6 +208,7 @@ def parse_csv_inventory(text: str) -> list[NodeRecord]:
                     {"index": i, "uuid": u, "serial": serials[i] if serials else "", "model": row["gpu_model"]}
                     for i, u in enumerate(uuids)
                 ],
+                "attributes": dict(pair.split("=", 1) for pair in pairs),
             }
         )
     return parse_inventory({"nodes": nodes})

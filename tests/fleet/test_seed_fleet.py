@@ -134,8 +134,9 @@ def test_an_unreachable_bmcsim_says_what_to_do(db):
         seed("--bmcsim-url", "http://127.0.0.1:9")
 
 
-def csv_inventory(nodes: list[dict]) -> str:
-    header = ",".join(CSV_COLUMNS)
+def csv_inventory(nodes: list[dict], attributes: list[str] | None = None) -> str:
+    """The nodes as a CSV inventory; with `attributes`, its optional column of that text per node."""
+    header = ",".join([*CSV_COLUMNS, *(["attributes"] if attributes else [])])
     rows = [
         ",".join(
             [
@@ -147,9 +148,10 @@ def csv_inventory(nodes: list[dict]) -> str:
                 n["gpus"][0]["model"],
                 " ".join(g["uuid"] for g in n["gpus"]),
                 " ".join(g["serial"] for g in n["gpus"]),
+                *([attributes[number]] if attributes else []),
             ]
         )
-        for n in nodes
+        for number, n in enumerate(nodes)
     ]
     return "\n".join([header, *rows]) + "\n"
 
@@ -168,6 +170,17 @@ def test_real_servers_are_enrolled_from_an_inventory_file_without_bmcsim(db, tmp
     assert seed("--inventory", str(path)).endswith("3 unchanged\n")
 
 
+def test_a_csv_inventory_may_give_each_node_attributes(db, tmp_path):
+    path = tmp_path / "inventory.csv"
+    path.write_text(csv_inventory(inventory()["nodes"], ["nic=cx7 memory_gb=2048", "", "nic=cx8"]))
+    assert "3 enrolled" in seed("--inventory", str(path))
+    assert dict(Node.objects.order_by("name").values_list("name", "attributes")) == {
+        "node-001": {"memory_gb": "2048", "nic": "cx7"},
+        "node-002": {},
+        "node-003": {"nic": "cx8"},
+    }
+
+
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
@@ -176,6 +189,8 @@ def test_real_servers_are_enrolled_from_an_inventory_file_without_bmcsim(db, tmp
         ("no-token.json", json.dumps({"nodes": [{**inventory()["nodes"][0], "agent_token": None}]}), "'agent_token'"),
         ("short.csv", "name,pod\nnode-001,p1\n", "no column rack"),
         ("bad.csv", csv_inventory(inventory()["nodes"]).replace(",1,GF", ",first,GF", 1), "'position'"),
+        ("pairs.csv", csv_inventory(inventory()["nodes"], ["nic=cx7", "cx7", ""]), "'attributes' must be name=value"),
+        ("names.csv", csv_inventory(inventory()["nodes"], ["", "", "NIC=cx7"]), "node-003.attributes.NIC"),
     ],
 )
 def test_a_bad_inventory_file_is_refused_with_a_clear_error(db, tmp_path, name, text, message):
