@@ -137,6 +137,8 @@ class FreeCapacity:
                 self.size[domain] += len(nodes)
                 self.not_whole[domain] += 1
                 self.not_whole_usable[domain] += 1
+        # The most nodes a domain of each level has: sizes never change, usage does.
+        self.largest = [max((self.size[d] for d in domains), default=0) for domains in self.by_level]
         for rack in self.nodes:
             self._change(rack, (0, 0, 1, 1), self._state(rack))
         for domain in reversed(range(len(self.names))):  # children before parents

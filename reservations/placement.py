@@ -358,10 +358,14 @@ class _Objective:
 
     def place(self, lo: int, hi: int) -> list[str]:
         best = None
-        for domain in self.candidates(lo, hi):
+        # Cheapest bound first: once a domain's bound exceeds the best cost found, so do the rest's,
+        # so a request reads few of a fleet's many pods. Equal costs go to the first by name.
+        for bound, domain in sorted((self.bound(domain), domain) for domain in self.candidates(lo, hi)):
+            if best is not None and (bound, domain) > best:
+                break
             table = self.table(domain)
             cost = table[self.count] if len(table) > self.count else INF
-            if cost != INF and (best is None or cost < best[0]):
+            if cost != INF and (best is None or (cost, domain) < best):
                 best = (cost, domain)
         if best is None:
             required = self.capacity.by_level[self.required]
@@ -381,6 +385,43 @@ class _Objective:
             for members in capacity.level_groups[depth].values():
                 found += first_members(members, lo, hi, 1, self.apart)
         return sorted(d for d in found if self.room(d) >= self.count)
+
+    def bound(self, domain: int) -> int:
+        """At most the cost of taking the request from this domain of the required level: what it
+        leaves of the domain's room and breaking the domain if whole (both exact); the fewest
+        children whose room adds up to the count, since every choice spans at least that many;
+        and the fewest whole children among them (or among all, with no cost for the span), since
+        fewer whole ones would take more children, which costs more than any breaking saves; and
+        under those whole children, whose own children are all whole, as few of those as can hold
+        what the others cannot give. Deeper down, the count over the level's largest domain."""
+        capacity, depth, count = self.capacity, self.required, self.count
+        cost = self._cost(("left", depth), self.room(domain) - count)
+        if depth > 0 and capacity.whole(domain):
+            cost += self._cost(("broken", depth))
+        for deeper in range(depth + 2, len(self.levels)):  # no domain there holds more than the largest
+            cost += self._cost(("span", deeper), -(-count // capacity.largest[deeper]))
+        if domain in capacity.nodes:
+            return cost
+        span, broken = self.weight.get(("span", depth + 1), 0), self.weight.get(("broken", depth + 1), 0)
+        rooms: dict[bool, list[int]] = {False: [], True: []}  # by whether the child is whole
+        for members in capacity.groups[domain].values():
+            if room := self.room(members[0]):
+                rooms[capacity.whole(members[0])] += [room] * min(len(members), count)
+        partly, whole = sorted(rooms[False], reverse=True), sorted(rooms[True], reverse=True)
+        fewest = _fewest_adding_up(sorted(partly + whole, reverse=True), count)
+        if fewest is None:
+            return cost
+        if not span:
+            fewest_whole = _fewest_adding_up(whole, count - sum(partly)) if sum(partly) < count else 0
+            return cost + broken * (fewest_whole or 0)
+        for whole_ones in range(fewest + 1):
+            from_whole = count - sum(partly[: fewest - whole_ones])
+            if from_whole <= sum(whole[:whole_ones]):
+                cost += span * fewest + broken * whole_ones
+                if whole_ones and (below := self.weight.get(("broken", depth + 2), 0)):
+                    cost += below * -(-from_whole // capacity.largest[depth + 2])
+                return cost
+        return cost + span * fewest
 
     def room(self, domain: int) -> int:
         """What the request can use of the domain: usable nodes, or the nodes of whole usable units."""
@@ -685,6 +726,16 @@ def _fewest_by_size(available: Mapping[int, int], count: int) -> list[tuple[int,
                     extended[reached] = (used + how_many, (*plan, (size, how_many)))
         plans = extended
     return list(plans[count][1]) if count in plans else None
+
+
+def _fewest_adding_up(rooms: list[int], count: int) -> int | None:
+    """How many of `rooms` (largest first) it takes to add up to `count`; None if all do not."""
+    held = 0
+    for taken, room in enumerate(rooms, start=1):
+        held += room
+        if held >= count:
+            return taken
+    return None if count > 0 else 0
 
 
 def _merged(tables: list[list[float]], cap: int) -> list[list[float]]:

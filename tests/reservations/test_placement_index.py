@@ -24,9 +24,10 @@ MODELS = ("H100", "B200")
 
 @st.composite
 def fabrics(draw) -> list[RackCapacity]:
-    """1-3 pods; 0-2 switch levels of 1-6 domains under each parent; 1-3 racks of 2 or 4 nodes under
-    each deepest domain, each wholly free, busy, or free in one of a few patterns; some nodes
-    recently tested; GPU models on some fleets."""
+    """1-6 pods, so that placement has pods to leave unread by their bounds; 0-2 switch levels of
+    1-6 domains under each parent; 1-3 racks of 2 or 4 nodes under each deepest domain, each
+    wholly free, busy, or free in one of a few patterns; some nodes recently tested; GPU models
+    on some fleets."""
     levels = SWITCH_LEVELS[2 - draw(st.integers(0, 2)) :]
     with_models = draw(st.integers(0, 4)) == 0
     racks: list[RackCapacity] = []
@@ -46,7 +47,7 @@ def fabrics(draw) -> list[RackCapacity]:
             parent = path[-1][1] if path else pod
             grow(pod, (*path, (levels[depth], f"{parent}.{d}")), depth + 1)
 
-    for p in range(draw(st.integers(1, 3))):
+    for p in range(draw(st.integers(1, 6))):
         grow(f"p{p + 1}", (), 0)
     return racks
 
