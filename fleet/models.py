@@ -107,6 +107,13 @@ class SwitchKind(models.TextChoices):
 SwitchHealth = models.TextChoices("SwitchHealth", [(h.upper(), (h, h)) for h in fabric_health.HEALTHS])
 
 
+# A switch whose last reading may cut nodes off (fabric_health.in_trouble), as a query: placement
+# asks on every request whether any is, so a partial index of them answers from the few there are.
+SWITCH_IN_TROUBLE = (
+    Q(health=fabric_health.CRITICAL) | Q(state__in=sorted(fabric_health.DOWN_STATES)) | ~Q(links_down=[])
+)
+
+
 class FabricSwitch(models.Model):
     """A switch of the fabric, the domain it serves (a leaf switch its leaf, a spine its pod or spine
     group), and its health as workflows/fabric_health.py last read it from the switch manager."""
@@ -149,6 +156,7 @@ class FabricSwitch(models.Model):
                 name="fabric_switch_serves_one_domain",
             ),
         ]
+        indexes = [models.Index(fields=["name"], condition=SWITCH_IN_TROUBLE, name="fabric_switch_in_trouble_idx")]
 
     def __str__(self):
         return f"{self.kind} switch {self.name}"

@@ -13,6 +13,7 @@ from fleet import diagnostics, fabric, fabric_health, firmware, firmware_rollout
 from fleet.firmware_rollout import NodeStatus
 from fleet.models import (
     GPU,
+    SWITCH_IN_TROUBLE,
     AuditEvent,
     AuditOnlyEvent,
     ConfigDrive,
@@ -171,8 +172,7 @@ def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes], *, lasting: timed
     Placement passes its cached topology's racks (reservations.selectors.nodes_cut_off); whatever
     follows the fabric's health (degrading the reservations on such nodes) reads the same."""
     # Most of the time no switch is down and no port either: one small query says so.
-    troubled = Q(health=fabric_health.CRITICAL) | Q(state__in=fabric_health.DOWN_STATES) | ~Q(links_down=[])
-    if not FabricSwitch.objects.filter(troubled).exists():
+    if not FabricSwitch.objects.filter(SWITCH_IN_TROUBLE).exists():
         return {}
     rows = FabricSwitch.objects.order_by().values_list(
         "name",
