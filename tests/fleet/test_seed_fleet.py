@@ -34,17 +34,10 @@ def test_default_topology_is_fifty_nodes_in_two_pods_and_seven_racks(db):
     assert (node.rack.name, node.position, node.system_id) == ("r01", 1, "node-001")
     assert node.bmc_password == bmc_password("node-001")
     assert [g.uuid for g in node.gpus.all()] == [g.uuid for g in default_layout(1)[0].gpus]
-    # A leaf switch per rack pair in each pod: the fabric level between pod and rack.
+    # A leaf switch per rack pair in each pod (tests/bmcsim/test_fabric.py names them): the
+    # fabric level between pod and rack, kept as the layout draws it.
     assert list(FabricLevel.objects.values_list("name", flat=True)) == ["leaf"]
-    assert leaf_of_each_rack() == {
-        "r01": "p1-leaf1",
-        "r02": "p1-leaf1",
-        "r03": "p1-leaf2",
-        "r04": "p1-leaf2",
-        "r05": "p2-leaf1",
-        "r06": "p2-leaf1",
-        "r07": "p2-leaf2",
-    }
+    assert leaf_of_each_rack() == {spec.rack: dict(spec.fabric)["leaf"] for spec in default_layout()}
 
 
 def test_seeding_twice_changes_nothing(db):

@@ -39,3 +39,13 @@ def test_a_topology_seen_inside_a_rolled_back_enrolment_is_never_taken_for_the_c
         assert len(selectors.topology().node_ids) == 12
         raise Rollback
     assert len(selectors.topology().node_ids) == 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_warming_builds_placements_topology_and_index_before_any_placement(monkeypatch):
+    enrol_default_fleet(10)
+    monkeypatch.setattr(selectors, "_topology", [])
+    monkeypatch.setattr(selectors, "_kept_free", [])
+    selectors.warm_placement()  # what each web worker does as it imports gpufleet.wsgi
+    (kept,) = selectors._kept_free
+    assert kept.version == selectors.topology().version and len(kept.names) == 10
