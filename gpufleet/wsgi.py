@@ -15,7 +15,7 @@ from reservations.selectors import warm_placement  # noqa: E402 (needs the apps 
 # and index, so it builds them before its first request rather than during it.
 try:
     warm_placement()
-except DatabaseError:
-    logging.getLogger(__name__).warning("placement was not warmed: the database cannot be read yet", exc_info=True)
+except DatabaseError as error:
+    logging.getLogger(__name__).warning("placement was not warmed, the first request will: %s", error)
 finally:
     connections.close_all()  # the requests' threads open their own
