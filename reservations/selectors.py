@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -456,32 +456,44 @@ def reservation_machines(reservations: list[Reservation]) -> dict[int, list[dict
 
 def reservation_nodes(reservations: list[Reservation]) -> dict[int, list[str]]:
     """Names of the nodes each reservation holds now (or will hold, if it starts later)."""
-    held: dict[int, list[str]] = defaultdict(list)
-    held.update((r.pk, r.placed_nodes) for r in reservations if r.placed_nodes is not None)
-    unknown = [r for r in reservations if r.placed_nodes is None]
-    if not unknown:
-        return held
-    for reservation_id, name in (
-        live_allocations()
-        .filter(reservation__in=unknown)
-        .order_by("node__name")
-        .values_list("reservation_id", "node__name")
-    ):
-        held[reservation_id].append(name)
-    return held
+    return _placed_or_read(
+        reservations,
+        lambda r: r.placed_nodes,
+        lambda unknown: (
+            live_allocations()
+            .filter(reservation__in=unknown)
+            .order_by("node__name")
+            .values_list("reservation_id", "node__name")
+        ),
+    )
 
 
 def reservation_ssh_keys(reservations: list[Reservation]) -> dict[int, list[int]]:
     """Ids of the keys that may log in to each reservation's nodes, in the order of their names."""
-    keys: dict[int, list[int]] = defaultdict(list)
-    keys.update((r.pk, r.placed_ssh_keys) for r in reservations if r.placed_ssh_keys is not None)
-    unknown = [r for r in reservations if r.placed_ssh_keys is None]
-    if not unknown:
-        return keys
-    through = Reservation.ssh_keys.through.objects.filter(reservation__in=unknown).order_by("sshkey__name")
-    for reservation_id, key_id in through.values_list("reservation_id", "sshkey_id"):
-        keys[reservation_id].append(key_id)
-    return keys
+    return _placed_or_read(
+        reservations,
+        lambda r: r.placed_ssh_keys,
+        lambda unknown: (
+            Reservation.ssh_keys.through.objects.filter(reservation__in=unknown)
+            .order_by("sshkey__name")
+            .values_list("reservation_id", "sshkey_id")
+        ),
+    )
+
+
+def _placed_or_read(
+    reservations: list[Reservation],
+    placed: Callable[[Reservation], list | None],
+    read: Callable[[list[Reservation]], QuerySet],
+) -> dict[int, list]:
+    """Per reservation, what the service that created it left on it (`placed`), or else the values
+    of the (reservation id, value) rows `read` selects for the others, in its order."""
+    found: dict[int, list] = defaultdict(list)
+    found.update((r.pk, placed(r)) for r in reservations if placed(r) is not None)
+    if unknown := [r for r in reservations if placed(r) is None]:
+        for reservation_id, value in read(unknown):
+            found[reservation_id].append(value)
+    return found
 
 
 def quota_of(tenant: Tenant) -> dict:
