@@ -50,7 +50,7 @@ class SwitchReading:
 
     @property
     def down(self) -> bool:
-        return self.health == CRITICAL or self.state in DOWN_STATES
+        return _down(self.health, self.state)
 
     def as_of(self, now: datetime, lasting: timedelta) -> SwitchReading:
         """This reading, or a healthy one if its trouble began less than `lasting` before `now`."""
@@ -61,7 +61,11 @@ class SwitchReading:
 
 def in_trouble(health: str, state: str, links_down: Iterable[str]) -> bool:
     """Down, or a port down: a reading that may cut a node off."""
-    return health == CRITICAL or state in DOWN_STATES or any(True for _ in links_down)
+    return _down(health, state) or any(True for _ in links_down)
+
+
+def _down(health: str, state: str) -> bool:
+    return health == CRITICAL or state in DOWN_STATES
 
 
 @dataclass(frozen=True)

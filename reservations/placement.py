@@ -412,8 +412,7 @@ class _Objective:
         if fewest is None:
             return cost
         if not span:
-            fewest_whole = _fewest_adding_up(whole, count - sum(partly)) if sum(partly) < count else 0
-            return cost + broken * (fewest_whole or 0)
+            return cost + broken * (_fewest_adding_up(whole, count - sum(partly)) or 0)
         for whole_ones in range(fewest + 1):
             from_whole = count - sum(partly[: fewest - whole_ones])
             if from_whole <= sum(whole[:whole_ones]):
@@ -729,13 +728,14 @@ def _fewest_by_size(available: Mapping[int, int], count: int) -> list[tuple[int,
 
 
 def _fewest_adding_up(rooms: list[int], count: int) -> int | None:
-    """How many of `rooms` (largest first) it takes to add up to `count`; None if all do not."""
+    """How many of `rooms` (largest first) it takes to add up to `count` (none for a count of 0 or
+    less); None if all do not."""
     held = 0
-    for taken, room in enumerate(rooms, start=1):
-        held += room
+    for taken, room in enumerate(rooms):
         if held >= count:
             return taken
-    return None if count > 0 else 0
+        held += room
+    return len(rooms) if held >= count else None
 
 
 def _merged(tables: list[list[float]], cap: int) -> list[list[float]]:
