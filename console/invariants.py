@@ -7,7 +7,6 @@ single row can show: histories, windows, and time.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +20,8 @@ from django.utils import timezone
 
 from fleet import lifecycle
 from fleet.models import AuditEvent, AuditOnlyEvent, Node
+from remediation import blast_radius, selectors
+from remediation.services import AUTOMATIC_ACTOR
 from reservations.models import Reservation, ReservationState
 
 S, E = lifecycle.State, lifecycle.Event
@@ -118,22 +119,29 @@ def active_without_live_reservation() -> Iterator[Violation]:
         )
 
 
-def quarantines_over_the_cap() -> Iterator[Violation]:
-    """In no window of REMEDIATION_WINDOW_SECONDS more automatic quarantines than the cap."""
-    from remediation.services import AUTOMATIC_ACTOR
-
-    window = timedelta(seconds=settings.REMEDIATION_WINDOW_SECONDS)
-    recent: deque[AuditEvent] = deque()
-    rows = AuditEvent.objects.filter(event=E.HARDWARE_FAULT, actor=AUTOMATIC_ACTOR).order_by("at", "id")
-    for row in rows.iterator():
-        recent.append(row)
-        while row.at - recent[0].at >= window:
-            recent.popleft()
-        if len(recent) > settings.REMEDIATION_CAP:
+def remediations_over_the_cap() -> Iterator[Violation]:
+    """In no window more automatic remediations than the blast-radius cap allows, fleet-wide or in
+    a pod, by the definition the decision to act uses (remediation/blast_radius.py); and no
+    automatic quarantine that the cap never counted."""
+    cap = selectors.blast_radius_cap()
+    incidents = selectors.cap_incidents()
+    for breach in blast_radius.breaches(cap, incidents):
+        where = "fleet-wide" if breach.pod is None else f"in pod {breach.pod}"
+        yield Violation(
+            "remediation_cap",
+            f"{blast_radius.remediations(len(breach.incidents))} {where} within {cap.describe_window()}"
+            f" up to {breach.at:%Y-%m-%d %H:%M:%S} (cap {breach.limit})",
+            tuple(f"remediation {incident.remediation} ({incident.node})" for incident in breach.incidents),
+        )
+    counted = {incident.remediation for incident in incidents}
+    # Rows written before incidents were counted name no remediation.
+    automatic = AuditEvent.objects.filter(event=E.HARDWARE_FAULT, actor=AUTOMATIC_ACTOR, detail__has_key="remediation")
+    for pk, node, detail in automatic.values_list("pk", "node__name", "detail"):
+        if (remediation := detail["remediation"]) not in counted:
             yield Violation(
-                "quarantine_cap",
-                f"{len(recent)} automatic quarantines within {window}",
-                tuple(f"audit {r.id}" for r in recent),
+                "remediation_cap",
+                f"{node} was quarantined automatically by remediation {remediation}, which the cap never counted",
+                (f"audit {pk}",),
             )
 
 
@@ -168,7 +176,7 @@ CHECKS: dict[str, Callable[[], Iterator[Violation]]] = {
     "overlapping_allocations": overlapping_allocations,
     "dirty_node_available": dirty_nodes_made_available,
     "active_without_reservation": active_without_live_reservation,
-    "quarantine_cap": quarantines_over_the_cap,
+    "remediation_cap": remediations_over_the_cap,
     "stuck": stuck_without_a_lease,
     "unsettled_reservation": unsettled_reservations,
     "audit_gap": audit_gaps,

@@ -1,7 +1,7 @@
 """Every alert the control plane received, what it did about it, and the incident's timeline."""
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 
@@ -54,6 +54,14 @@ class Remediation(models.Model):
     # A reboot is proven by the BMC's LastResetTime moving past what it read before asking for it.
     reset_before = models.CharField(max_length=64, blank=True, help_text="The BMC's LastResetTime before the rung.")
     forced_at = models.DateTimeField(null=True, blank=True, help_text="When a reboot the OS ignored was forced.")
+    # The incident's span against the blast-radius cap (remediation/blast_radius.py): from when the
+    # cap let it act, under the cap's lock, to when its last action ended (open while it climbs).
+    counted_from = models.DateTimeField(
+        null=True, blank=True, help_text="When the blast-radius cap let this automatic remediation act."
+    )
+    counted_until = models.DateTimeField(
+        null=True, blank=True, help_text="When its last action ended; empty while its ladder climbs."
+    )
 
     class Meta:
         ordering = ["-at", "-id"]
@@ -81,8 +89,36 @@ class Remediation(models.Model):
                 condition=~Q(mode=RemediationMode.SHADOW) | Q(status=RemediationStatus.NO_ACTION),
                 name="remediation_shadow_acts_on_nothing",
             ),
+            # What the cap counts: a ladder climbing is counted and open, a repair ended is closed,
+            # and neither a shadow rule, a suppressed alert nor an operator's decision counts.
+            models.CheckConstraint(
+                condition=~Q(status=RemediationStatus.PENDING)
+                | Q(counted_from__isnull=False, counted_until__isnull=True),
+                name="remediation_climbing_is_counted",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=RemediationStatus.REPAIRED) | Q(counted_until__isnull=False),
+                name="remediation_repaired_is_counted",
+            ),
+            models.CheckConstraint(
+                condition=Q(counted_until__isnull=True)
+                | Q(counted_from__isnull=False, counted_until__gte=F("counted_from")),
+                name="remediation_counted_span_in_order",
+            ),
+            models.CheckConstraint(
+                condition=Q(counted_from__isnull=True)
+                | (
+                    Q(mode=RemediationMode.ENFORCE, decided_by="", node__isnull=False)
+                    & ~Q(status=RemediationStatus.SUPPRESSED)
+                ),
+                name="remediation_counted_is_automatic",
+            ),
         ]
         indexes = [
+            # The cap's count: the incidents still climbing or ended within the window.
+            models.Index(
+                fields=["counted_until"], name="remediation_counted_idx", condition=Q(counted_from__isnull=False)
+            ),
             # The reconciler's sweep for the repairs that are due.
             models.Index(
                 fields=["recheck_due_at"],

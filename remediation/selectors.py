@@ -1,4 +1,5 @@
-"""Reads of the remediation records for their reliability figures (remediation/reliability.py).
+"""Reads of the remediation records: the incidents the blast-radius cap counts
+(remediation/blast_radius.py), and the reliability figures (remediation/reliability.py).
 
 Each function is one query whatever the number of nodes or records: times come from subqueries
 over the timeline, counts are aggregated in SQL. A shadow rule's records are left out everywhere:
@@ -8,14 +9,36 @@ to tell: console/pages/selectors.py adds it.
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
-from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Value
+from django.conf import settings
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, TruncDate
 
 from fleet.models import GPU
+from remediation.blast_radius import Cap, Incident
 from remediation.models import IncidentEvent, IncidentStep, Remediation, RemediationMode, RemediationStatus
 from remediation.reliability import IncidentTimes
+
+
+def blast_radius_cap() -> Cap:
+    """The cap as configured: GPUFLEET_REMEDIATION_CAP, _POD_CAP and _WINDOW_SECONDS."""
+    return Cap(
+        fleet=settings.REMEDIATION_CAP,
+        pod=settings.REMEDIATION_POD_CAP,
+        window=timedelta(seconds=settings.REMEDIATION_WINDOW_SECONDS),
+    )
+
+
+def cap_incidents(*, since: datetime | None = None) -> list[Incident]:
+    """The incidents the cap counts: those still climbing or that ended after `since`, or every
+    one ever counted. blast_radius decides which of them overlap a window; this only narrows the read."""
+    counted = Remediation.objects.filter(counted_from__isnull=False)
+    if since is not None:
+        counted = counted.filter(Q(counted_until__isnull=True) | Q(counted_until__gt=since))
+    rows = counted.values_list("pk", "node__name", "node__rack__pod__name", "counted_from", "counted_until")
+    return [Incident(pk, node, pod, began, ended) for pk, node, pod, began, ended in rows]
+
 
 # What an incident is: a fault the control plane acted on (a suppressed one was left to an
 # operator until one applied it, and then it is applied).

@@ -1,5 +1,6 @@
 """Acting on alerts: each decided by the pure remediation/rules.py, each acted on once, and every
-automatic quarantine counted against the blast-radius cap under a PostgreSQL advisory lock."""
+automatic action counted against the blast-radius cap (remediation/blast_radius.py) under a
+PostgreSQL advisory lock."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from django.utils import timezone
 from core.due_work import take_due
 from core.parsing import InvalidInput
 from fleet import lifecycle
-from fleet.models import AuditEvent, Node, NodeState
+from fleet.models import Node, NodeState
 from fleet.services import ConcurrentTransition, audit_power_action, transition
 from fleet.signals import node_remediation_planned
-from remediation import rules
+from remediation import blast_radius, rules, selectors
 from remediation.models import (
     BMCEventLogCursor,
     IncidentEvent,
@@ -33,6 +34,8 @@ from remediation.models import (
 log = logging.getLogger(__name__)
 
 AUTOMATIC_ACTOR = "remediation:alertmanager"
+# The fields that hold an incident's span against the blast-radius cap.
+_COUNTED = ("counted_from", "counted_until")
 # One lock for every process and replica that may quarantine on its own ("gpuf" in ASCII).
 CAP_LOCK = 0x67707566
 
@@ -124,7 +127,7 @@ def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
             # The node's row lock comes first, here as wherever a ladder moves: one decision per
             # node at a time sees what the last one did (the agent's report and Alertmanager's
             # alert for one XID may arrive together, at two web processes).
-            found = Node.objects.select_for_update(of=("self",)).select_related("rack")
+            found = Node.objects.select_for_update(of=("self",)).select_related("rack__pod")
             node = found.filter(name=decision.node).first() if decision.node else None
             if node is not None:
                 decision = rules.repeat_offense(decision, earlier=remediations_acted_on(node, received_at))
@@ -146,7 +149,7 @@ def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.ALERT_FIRING, at=firing_at)
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.WEBHOOK_RECEIVED, at=received_at)
             _act_on(remediation, decision, node, firing_at)
-            remediation.save(update_fields=["status", "reason", "step", "recheck_due_at"])
+            remediation.save(update_fields=["status", "reason", "step", "recheck_due_at", *_COUNTED])
             if node is not None:
                 _hold_while_repairing(node.pk)
     except IntegrityError:
@@ -241,7 +244,8 @@ def _climb(remediation: Remediation, step: rules.Step, node: Node) -> None:
         remediation.recheck_due_at = None
         _quarantine_within_cap(remediation, node)
         return
-    if over := _over_cap(node):
+    # A ladder already counted climbs on: its rungs are one incident.
+    if remediation.counted_from is None and (over := _count_against_cap(remediation, node)):
         _suppress(remediation, node, over)
         return
     now = timezone.now()
@@ -295,33 +299,25 @@ def take_due_repairs(*, limit: int) -> list[int]:
     )
 
 
-def _over_cap(node: Node) -> str | None:
-    """Why acting on `node` now would exceed the blast-radius cap, or None. The cap counts the
-    nodes automatic remediation acted on in the window (any rung, a quarantine included) and
-    those whose ladder is still climbing; a node already counted may climb on. Takes the cap's
-    advisory lock, so the count and the act that follows share one locked transaction."""
+def _database_clock() -> datetime:
+    """PostgreSQL's clock now, not the transaction's start: one clock for every process's spans."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
+def _count_against_cap(remediation: Remediation, node: Node) -> str | None:
+    """Count the remediation as a new incident against the blast-radius cap
+    (remediation/blast_radius.py), or say why the cap refuses it. Takes the cap's advisory lock,
+    so the count and the act that follows share one locked transaction."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CAP_LOCK])
-    since = timezone.now() - timedelta(seconds=settings.REMEDIATION_WINDOW_SECONDS)
-    automatic = Remediation.objects.filter(mode=RemediationMode.ENFORCE, decided_by="", node__isnull=False)
-    climbing_or_done = Q(status=RemediationStatus.PENDING) | Q(
-        status__in=[RemediationStatus.REPAIRED, RemediationStatus.APPLIED], at__gte=since
-    )
-    nodes = set(automatic.filter(climbing_or_done).values_list("node_id", flat=True))
-    # A quarantine counts in the window it happened, however long ago its ladder began.
-    quarantines = AuditEvent.objects.filter(event=lifecycle.Event.HARDWARE_FAULT, actor=AUTOMATIC_ACTOR, at__gte=since)
-    nodes |= set(quarantines.values_list("node_id", flat=True))
-    if node.pk in nodes:
-        return None
-    minutes = f"{settings.REMEDIATION_WINDOW_SECONDS / 60:g} minutes"
-    if len(nodes) >= settings.REMEDIATION_CAP:
-        return f"{len(nodes)} nodes remediated automatically in the last {minutes} (cap {settings.REMEDIATION_CAP})"
-    in_pod = Node.objects.filter(pk__in=nodes, rack__pod_id=node.rack.pod_id).count()
-    if in_pod >= settings.REMEDIATION_POD_CAP:
-        return (
-            f"{in_pod} nodes remediated automatically in pod in the last {minutes}"
-            f" (pod cap {settings.REMEDIATION_POD_CAP})"
-        )
+    now = _database_clock()
+    cap = selectors.blast_radius_cap()
+    counted = selectors.cap_incidents(since=now - cap.window)
+    if over := blast_radius.refusal(cap, counted, pod=node.rack.pod.name, at=now):
+        return over
+    remediation.counted_from = now
     return None
 
 
@@ -334,16 +330,30 @@ def _suppress(remediation: Remediation, node: Node, over: str) -> None:
 
 
 def _quarantine_within_cap(remediation: Remediation, node: Node) -> None:
-    """Quarantine unless the cap is reached."""
-    if over := _over_cap(node):
+    """Quarantine as a new incident unless the cap is reached, or as the last rung of a ladder
+    already counted; either way the incident ends here. A quarantine that found nothing to do
+    (the node moved on) counts only if rungs before it acted."""
+    new_incident = remediation.counted_from is None
+    if new_incident and (over := _count_against_cap(remediation, node)):
         _suppress(remediation, node, over)
         return
     _quarantine(remediation, node, actor=AUTOMATIC_ACTOR)
+    if new_incident and remediation.status != RemediationStatus.APPLIED:
+        remediation.counted_from = None
+    else:
+        remediation.counted_until = _database_clock()
 
 
 def _quarantine(remediation: Remediation, node: Node, *, actor: str) -> None:
     try:
-        transition(node_id=node.pk, event=lifecycle.Event.HARDWARE_FAULT, actor=actor, reason=remediation.reason)
+        transition(
+            node_id=node.pk,
+            event=lifecycle.Event.HARDWARE_FAULT,
+            actor=actor,
+            reason=remediation.reason,
+            # The incident it belongs to: check_invariants finds an automatic quarantine the cap never counted.
+            detail={"remediation": remediation.pk},
+        )
     except (lifecycle.IllegalTransition, ConcurrentTransition) as error:
         remediation.status = RemediationStatus.NO_ACTION
         remediation.reason = f"{remediation.reason}; nothing to do: {error}"
@@ -423,7 +433,7 @@ def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remed
     with transaction.atomic():
         _lock_node_of(remediation_id)
         remediation = (
-            Remediation.objects.select_for_update(of=("self",)).select_related("node__rack").get(pk=remediation_id)
+            Remediation.objects.select_for_update(of=("self",)).select_related("node__rack__pod").get(pk=remediation_id)
         )
         if remediation.status != RemediationStatus.PENDING:
             return remediation
@@ -435,6 +445,7 @@ def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remed
         if decision.step is None:
             remediation.status = RemediationStatus.REPAIRED
             remediation.recheck_due_at = None
+            remediation.counted_until = _database_clock()
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.REPAIRED, at=timezone.now())
         else:
             IncidentEvent.objects.create(
@@ -442,7 +453,10 @@ def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remed
             )
             _climb(remediation, decision.step, remediation.node)
         remediation.save(
-            update_fields=["status", "reason", "step", "recheck_due_at", "step_started_at", "reset_before", "forced_at"]
+            update_fields=[
+                *("status", "reason", "step", "recheck_due_at", "step_started_at", "reset_before", "forced_at"),
+                *_COUNTED,
+            ]
         )
         _hold_while_repairing(remediation.node_id)
     return remediation
@@ -472,6 +486,7 @@ def node_moved_on(*, remediation_id: int) -> Remediation:
             remediation.recheck_due_at = None
             node = remediation.node
             remediation.reason = f"{remediation.reason}; {node.name} is {node.state}: left as it is"
-            remediation.save(update_fields=["status", "recheck_due_at", "reason"])
+            remediation.counted_until = _database_clock()
+            remediation.save(update_fields=["status", "recheck_due_at", "reason", "counted_until"])
             _hold_while_repairing(node.pk)
     return remediation

@@ -100,6 +100,6 @@ def test_over_the_cap_a_critical_sel_event_is_recorded_as_suppressed(bmcsim, con
     log_event(bmcsim, second, message_id=PSU, severity="Critical")
     suppressed = recorded(second, rules.BMC_CRITICAL_EVENT)
     assert suppressed.status == "suppressed"
-    assert suppressed.reason.endswith("suppressed: 1 nodes remediated automatically in the last 10 minutes (cap 1)")
+    assert suppressed.reason.endswith("suppressed: 1 automatic remediation in the last 10 minutes (cap 1)")
     assert [e.step for e in suppressed.timeline.all()] == ["alert_firing", "webhook_received", "suppressed"]
     assert Node.objects.get(pk=second.pk).state == "available"

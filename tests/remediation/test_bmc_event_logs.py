@@ -343,7 +343,7 @@ def test_over_the_cap_a_critical_event_is_suppressed_and_recorded(sim, managed, 
     assert Node.objects.get(pk=second.pk).state == "available"
     suppressed = Remediation.objects.get(node=second)
     assert suppressed.status == "suppressed"
-    assert "suppressed: 1 nodes remediated automatically" in suppressed.reason
+    assert "suppressed: 1 automatic remediation in the last 10 minutes (cap 1)" in suppressed.reason
 
 
 def test_a_gpu_off_the_bus_that_the_agent_reported_is_not_acted_on_again_from_the_sel(sim, managed):

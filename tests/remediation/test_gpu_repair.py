@@ -76,7 +76,8 @@ def test_a_repair_lost_with_a_redis_flush_is_sent_again_by_the_reconciler(broker
     assert services.step_finished(remediation_id=pending.pk, healthy=True).status == "applied"  # done once
 
 
-def test_the_third_remediation_of_a_node_in_a_week_quarantines_it_as_a_repeat_offender(available_fleet):
+def test_the_third_remediation_of_a_node_in_a_week_quarantines_it_as_a_repeat_offender(available_fleet, settings):
+    settings.REMEDIATION_POD_CAP = 4  # each of the three incidents counts against the pod's cap
     node = available_fleet[0]
     for n in range(2):
         (remediation,) = receive(reset_gpu_alert(node, n=n))

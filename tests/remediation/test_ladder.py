@@ -151,7 +151,7 @@ def test_every_rung_counts_against_the_cap_and_a_node_already_counted_climbs_on(
     (refused,) = receive(alert(third.name, xid=79, n=2))
     assert (reset.status, reboot.status) == ("pending", "pending")
     assert (refused.status, refused.step, refused.recheck_due_at) == ("suppressed", "reboot", None)
-    assert refused.reason.endswith("suppressed: 2 nodes remediated automatically in the last 10 minutes (cap 2)")
+    assert refused.reason.endswith("suppressed: 2 automatic remediations in the last 10 minutes (cap 2)")
     # The first node's ladder was counted when it began: its next rungs are not refused.
     assert services.step_finished(remediation_id=reset.pk, healthy=False).step == "reboot"
     assert services.step_finished(remediation_id=reset.pk, healthy=False).status == "applied"
