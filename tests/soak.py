@@ -5,14 +5,16 @@ Redis, gunicorn, two workers, beat, and Prometheus with Alertmanager from Debian
 each on a port of its own that a restart keeps. For DURATION seconds, tenants reserve (rack-scale
 among them, some for later) and release through the API; faults strike through bmcsim's fault
 API (XID 79, BMC 500s and timeouts, hung erases, implants); an operator clears the faults of
-quarantined nodes and returns them; and a driver kills and restarts, every kind once in a random
-order and then at random, at least every 40 s: a worker (SIGKILL), beat, the web server, bmcsim,
-Redis, or stalls a worker with SIGSTOP past its lease before it resumes. After each kill a probe
+quarantined nodes and returns them, and XID 79 strikes a returned node again once it is back in
+service within the cap's window (a new incident, which the blast-radius cap counts again); and a
+driver kills and restarts, every kind once in a random order and then at random, at least every
+40 s: a worker (SIGKILL), beat, the web server, bmcsim, Redis, or stalls a worker with SIGSTOP
+past its lease before it resumes. After each kill a probe
 reservation measures the time until the system provisions a node again. At the end the fleet
 settles and `check_invariants` runs.
 
-Prints a table: operations, faults, kills, violations (must be 0), reservations lost (must be
-0), recovery time per kill. Exit status 1 on any violation or lost reservation.
+Prints a table: operations, faults, nodes struck again, kills, violations (must be 0),
+reservations lost (must be 0), recovery time per kill. Exit status 1 on any violation or lost reservation.
 Run: make soak DURATION=600   or   .venv/bin/python -m tests.soak --duration 60
 """
 
@@ -52,6 +54,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.conf import settings  # noqa: E402
 from django.core.management import CommandError, call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models.functions import Now  # noqa: E402
@@ -60,6 +63,7 @@ from bench.table import print_table  # noqa: E402
 from fleet import lifecycle  # noqa: E402
 from fleet.models import AuditEvent, Node  # noqa: E402
 from fleet.services import ConcurrentTransition, transition  # noqa: E402
+from remediation.models import Remediation  # noqa: E402
 from reservations.models import Reservation, ReservationState  # noqa: E402
 from tests.support.bmcsim import Bmcsim, start_bmcsim  # noqa: E402
 from tests.support.factories import tenant_token  # noqa: E402
@@ -149,6 +153,8 @@ class Soak:
         self.operations: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
         self.kills: list[tuple[str, float | None]] = []
+        self.returned: dict[str, float] = {}  # the nodes the operator returned, and when
+        self.struck_again: list[str] = []
 
     # -- tenants -------------------------------------------------------------------------------
 
@@ -202,12 +208,14 @@ class Soak:
 
     # -- faults and the operator ---------------------------------------------------------------
 
-    def fault(self, body: dict) -> None:
+    def fault(self, body: dict) -> bool:
         try:
             requests.post(f"{self.stack.bmcsim_url}/bmcsim/v1/faults", json=body, timeout=5).raise_for_status()
-            self.faults[body["kind"]] += 1
         except requests.RequestException:
             self.operations["faults that found bmcsim down"] += 1
+            return False
+        self.faults[body["kind"]] += 1
+        return True
 
     def clear_faults(self, node: str | None = None) -> None:
         with contextlib.suppress(requests.RequestException):  # bmcsim is down: cleared when it is back
@@ -216,15 +224,30 @@ class Soak:
             )
 
     def inject_fault(self) -> None:
+        if again := self.returned_in_service():
+            if self.fault({"node": again, "kind": "xid", "gpu": self.rng.randrange(8), "xid": 79}):
+                del self.returned[again]
+                self.struck_again.append(again)
+            return
         active = list(Node.objects.filter(state="active").values_list("name", flat=True))
         anyone = list(Node.objects.values_list("name", flat=True))
-        kind = self.rng.choice(["xid", "bmc_error", "bmc_timeout", "erase_hang", "implant"])
+        # The first fault an XID, so that even a minute's run returns a node in time to strike it again.
+        kinds = ["xid", "bmc_error", "bmc_timeout", "erase_hang", "implant"]
+        kind = self.rng.choice(kinds) if self.faults else "xid"
         if kind in ("xid", "implant", "erase_hang") and not active:
             return
         node = self.rng.choice(active if kind in ("xid", "implant", "erase_hang") else anyone)
         self.fault({"node": node, "kind": kind, **({"gpu": self.rng.randrange(8), "xid": 79} if kind == "xid" else {})})
         if kind in ("bmc_error", "bmc_timeout"):
             self.transient.append((time.monotonic() + self.rng.uniform(2, 6), node))
+
+    def returned_in_service(self) -> str | None:
+        """A node the operator returned within the cap's window, back in service and not struck
+        again since: its next fault is a new incident."""
+        window = settings.REMEDIATION_WINDOW_SECONDS
+        self.returned = {name: at for name, at in self.returned.items() if time.monotonic() - at < window}
+        serving = Node.objects.filter(name__in=self.returned, state__in=["available", "active"])
+        return serving.order_by("name").values_list("name", flat=True).first()
 
     def operator(self) -> None:
         """Clear what struck quarantined nodes and return them, as an operator does after a repair;
@@ -238,6 +261,7 @@ class Soak:
             try:
                 transition(node_id=node_id, event=lifecycle.Event.OPERATOR_RETURN, actor="operator:soak")
                 self.operations["quarantined nodes repaired and returned"] += 1
+                self.returned[name] = time.monotonic()
             except (ConcurrentTransition, lifecycle.IllegalTransition):
                 pass
 
@@ -299,6 +323,7 @@ class Soak:
         started = time.monotonic()
         self.clear_faults()
         self.transient.clear()
+        self.returned.clear()
         calm = []
 
         def settled() -> bool:
@@ -357,6 +382,7 @@ def main() -> None:
             AuditEvent.objects.filter(to_state="quarantined").values_list("event", flat=True).order_by()
         )
         discarded = AuditEvent.objects.filter(event="result_discarded").count()
+        suppressed = Remediation.objects.filter(status="suppressed").count()
     finally:
         stack.stop()
 
@@ -364,7 +390,9 @@ def main() -> None:
         ("duration of churn, s", f"{args.duration:g}"),
         *((f"operations: {name}", count) for name, count in sorted(soak.operations.items())),
         ("faults injected", ", ".join(f"{kind} {n}" for kind, n in sorted(soak.faults.items())) or "none"),
+        ("nodes struck again after their return", len(soak.struck_again)),
         ("quarantines by cause", ", ".join(f"{event} {n}" for event, n in sorted(quarantines.items())) or "none"),
+        ("alerts suppressed by the blast-radius cap", suppressed),
         ("late results discarded by fencing", discarded),
         ("kills and stalls", len(soak.kills)),
         *(

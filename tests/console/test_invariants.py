@@ -1,13 +1,17 @@
 """manage.py check_invariants finds what a bug elsewhere could leave behind, and nothing in a sound history."""
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.utils import timezone
 
 from console.invariants import check_all
 from fleet.models import Node
+from fleet.services import transition
+from remediation.models import Remediation
 from reservations.models import Reservation
 from tests.support.factories import drive
 
@@ -71,3 +75,54 @@ def test_a_state_change_whose_row_is_missing_is_found(node):
 def test_an_unsettled_reservation_is_found(alices_reservation):
     Reservation.objects.filter(pk=alices_reservation.pk).update(state="provisioning")
     assert [v.check for v in check_all()] == ["unsettled_reservation"]
+
+
+def counted_incident(node: Node, began, ended, n: int) -> Remediation:
+    """What a decision that ignored the cap would leave: an incident counted on the node."""
+    return Remediation.objects.create(
+        fingerprint=f"{n:016x}",
+        starts_at=began.isoformat(),
+        alert="GPUFatalXid",
+        alert_status="firing",
+        node=node,
+        action="hardware_failed",
+        reason="test",
+        status="applied",
+        step="quarantine",
+        counted_from=began,
+        counted_until=ended,
+    )
+
+
+def test_a_pod_over_its_cap_in_a_window_is_found_and_the_fleet_within_its_own(available_fleet, settings):
+    settings.REMEDIATION_CAP, settings.REMEDIATION_POD_CAP = 5, 2
+    now = timezone.now()
+    p1 = [n for n in available_fleet if n.rack.pod.name == "p1"]
+    for n, node in enumerate(p1[:3]):
+        counted_incident(node, now + timedelta(minutes=4 * n), now + timedelta(minutes=4 * n, seconds=1), n)
+    (breach,) = [v for v in check_all() if v.check == "remediation_cap"]
+    assert breach.message.startswith("3 automatic remediations in pod p1 within 10 minutes up to ")
+    assert breach.message.endswith("(cap 2)") and len(breach.rows) == 3
+    # Spread over more than a window, the same three are within the cap.
+    Remediation.objects.filter(node=p1[2]).update(
+        counted_from=now + timedelta(minutes=11), counted_until=now + timedelta(minutes=11)
+    )
+    assert [v for v in check_all() if v.check == "remediation_cap"] == []
+
+
+def test_an_automatic_quarantine_the_cap_never_counted_is_found(available_fleet):
+    from remediation.services import AUTOMATIC_ACTOR
+
+    node = available_fleet[0]
+    uncounted = Remediation.objects.create(
+        fingerprint="0" * 16, starts_at="x", alert="GPUFatalXid", alert_status="firing", node=node,
+        action="hardware_failed", reason="test", status="no_action",
+    )  # fmt: skip
+    transition(
+        node_id=node.pk, event="hardware_fault", actor=AUTOMATIC_ACTOR, reason="x", detail={"remediation": uncounted.pk}
+    )
+    (found,) = [v for v in check_all() if v.check == "remediation_cap"]
+    assert (
+        found.message
+        == f"node-001 was quarantined automatically by remediation {uncounted.pk}, which the cap never counted"
+    )

@@ -10,7 +10,8 @@ from django.core import management
 from django.core.management.base import SystemCheckError
 from django.utils import timezone
 
-from fleet.models import Node
+from console.invariants import check_all
+from fleet.models import AuditEvent, Node
 from remediation import rules, services
 from remediation.models import IncidentEvent, Remediation
 from reservations.models import Reservation, Webhook, WebhookDelivery
@@ -157,6 +158,57 @@ def test_every_rung_counts_against_the_cap_and_a_node_already_counted_climbs_on(
     assert services.step_finished(remediation_id=reset.pk, healthy=False).status == "applied"
     assert Node.objects.get(pk=first.pk).state == "quarantined"
     assert services.take_due_repairs(limit=10) == [reboot.pk]  # the suppressed one is not due
+
+
+RETURN_TO_SERVICE = ("operator_return", "wipe_succeeded", "inspection_passed", "attestation_passed")
+
+
+def test_a_node_returned_to_service_and_struck_again_is_a_new_incident_suppressed_over_a_full_cap(
+    available_fleet, settings
+):
+    settings.REMEDIATION_CAP, settings.REMEDIATION_POD_CAP = 3, 10
+    first, second, third = available_fleet[:3]
+    (quarantined,) = receive(alert(first.name, n=1))
+    assert quarantined.status == "applied"
+    drive(first, *RETURN_TO_SERVICE)
+    assert [r.status for r in receive(alert(second.name, n=2), alert(third.name, n=3))] == ["applied", "applied"]
+    (again,) = receive(alert(first.name, n=4))  # the cap is full: the first incident still counts
+    assert (again.status, again.step) == ("suppressed", "quarantine")
+    assert again.reason.endswith("suppressed: 3 automatic remediations in the last 10 minutes (cap 3)")
+    suppressed = again.timeline.get(step="suppressed")
+    assert suppressed.detail == "3 automatic remediations in the last 10 minutes (cap 3)"
+    assert Node.objects.get(pk=first.pk).state == "available"
+    assert [v for v in check_all() if v.check == "remediation_cap"] == []
+
+
+def test_a_node_struck_again_after_its_return_counts_again_while_the_cap_has_room(available_fleet, settings):
+    settings.REMEDIATION_CAP, settings.REMEDIATION_POD_CAP = 3, 10
+    first, second, third = available_fleet[:3]
+    receive(alert(first.name, n=1))
+    drive(first, *RETURN_TO_SERVICE)
+    (again,) = receive(alert(first.name, n=2))
+    assert again.status == "applied" and Node.objects.get(pk=first.pk).state == "quarantined"
+    assert [r.status for r in receive(alert(second.name, n=3), alert(third.name, n=4))] == ["applied", "suppressed"]
+    audit = AuditEvent.objects.filter(node=first, event="hardware_fault").order_by("id")
+    assert [row.detail for row in audit] == [
+        {"remediation": r.pk} for r in Remediation.objects.filter(node=first).order_by("id")
+    ]
+
+
+def test_a_ladder_counts_once_from_its_first_rung_until_its_verdict(available_fleet, settings):
+    settings.REMEDIATION_CAP = 1
+    first, second = available_fleet[:2]
+    (ladder,) = receive(alert(first.name, xid=79))
+    assert (ladder.counted_from is not None, ladder.counted_until) == (True, None)
+    (waiting,) = receive(alert(second.name, xid=79, n=1))
+    assert waiting.status == "suppressed" and waiting.counted_from is None
+    escalated = services.step_finished(remediation_id=ladder.pk, healthy=False)  # a power cycle: no new count
+    assert (escalated.status, escalated.step, escalated.counted_until) == ("pending", "power_cycle", None)
+    repaired = services.step_finished(remediation_id=ladder.pk, healthy=True)
+    assert repaired.status == "repaired" and repaired.counted_from <= repaired.counted_until
+    # Ended, it still counts for a window after its verdict: the cap of 1 stays full.
+    (later,) = receive(alert(second.name, xid=79, n=2))
+    assert later.status == "suppressed"
 
 
 def test_placement_gives_a_node_under_repair_to_no_one_until_its_ladder_ends(available_fleet, alice):
