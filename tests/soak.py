@@ -382,6 +382,7 @@ def main() -> None:
             AuditEvent.objects.filter(to_state="quarantined").values_list("event", flat=True).order_by()
         )
         discarded = AuditEvent.objects.filter(event="result_discarded").count()
+        incidents = Remediation.objects.filter(counted_from__isnull=False).count()
         suppressed = Remediation.objects.filter(status="suppressed").count()
     finally:
         stack.stop()
@@ -392,7 +393,8 @@ def main() -> None:
         ("faults injected", ", ".join(f"{kind} {n}" for kind, n in sorted(soak.faults.items())) or "none"),
         ("nodes struck again after their return", len(soak.struck_again)),
         ("quarantines by cause", ", ".join(f"{event} {n}" for event, n in sorted(quarantines.items())) or "none"),
-        ("alerts suppressed by the blast-radius cap", suppressed),
+        ("automatic remediations let act by the cap (incidents)", incidents),
+        ("alerts suppressed by the cap", suppressed),
         ("late results discarded by fencing", discarded),
         ("kills and stalls", len(soak.kills)),
         *(
