@@ -30,7 +30,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from core import validation as v
+from core import validation
 
 CC_MODES = ("on", "off", "devtools")
 MAX_EVIDENCE_AGE_SECONDS = 86_400
@@ -92,7 +92,7 @@ def load_policy_file(path: str | Path) -> Policy:
 def _policy(document: object) -> Policy:
     try:
         return _read(document)
-    except v.Invalid as error:
+    except validation.Invalid as error:
         raise PolicyError(f"'{error.path}' {error.problem}" if error.path else f"the policy {error.problem}") from None
 
 
@@ -102,34 +102,36 @@ def _read(document: object) -> Policy:
     gpu = _table(top["gpu"], "gpu", {"measurements"})
 
     name = _name(top["name"], "name")
-    cc_mode = v.one_of(_name(top["cc_mode"], "cc_mode"), "cc_mode", CC_MODES)
-    max_age = v.integer(
+    cc_mode = validation.one_of(_name(top["cc_mode"], "cc_mode"), "cc_mode", CC_MODES)
+    max_age = validation.integer(
         top["max_evidence_age_seconds"], "max_evidence_age_seconds", minimum=1, maximum=MAX_EVIDENCE_AGE_SECONDS
     )
 
-    pcrs = v.mapping(
+    pcrs = validation.mapping(
         boot["pcrs"], "boot.pcrs", min_items=1, expected="a non-empty table of boot component -> PCR index"
     )
     boot_pcrs = {}
     for component, pcr in pcrs.items():
-        key = v.at("boot.pcrs", component)
+        key = validation.at("boot.pcrs", component)
         _name(component, key)
-        boot_pcrs[component] = v.integer(
+        boot_pcrs[component] = validation.integer(
             pcr, key, minimum=0, maximum=PCR_COUNT - 1, expected=f"a PCR index from 0 to {PCR_COUNT - 1}"
         )
 
-    secure_boot_required = v.one_of(boot.get("secure_boot_required", False), "boot.secure_boot_required", (True, False))
+    secure_boot_required = validation.one_of(
+        boot.get("secure_boot_required", False), "boot.secure_boot_required", (True, False)
+    )
     if secure_boot_required and SECURE_BOOT_PCR not in boot_pcrs.values():
         raise PolicyError(
             f"'boot.secure_boot_required' needs PCR {SECURE_BOOT_PCR} quoted, where Secure Boot's state is"
             f" measured: assign its component to it in boot.pcrs (secureboot = {SECURE_BOOT_PCR})"
         )
 
-    measurements = v.sequence(
+    measurements = validation.sequence(
         gpu["measurements"], "gpu.measurements", min_items=1, expected="a non-empty array of measurement names"
     )
     for position, measurement in enumerate(measurements):
-        _name(measurement, v.at("gpu.measurements", position))
+        _name(measurement, validation.at("gpu.measurements", position))
     if len(set(measurements)) != len(measurements):
         raise PolicyError("'gpu.measurements' names a measurement twice")
 
@@ -144,7 +146,7 @@ def _read(document: object) -> Policy:
 
 
 def _table(value: object, where: str, keys: set[str], optional: Set[str] = frozenset()) -> dict:
-    table = v.mapping(value, where, expected="a table")
+    table = validation.mapping(value, where, expected="a table")
     prefix = f"{where}." if where else ""
     unknown = sorted(str(k) for k in table.keys() - keys - optional)
     if unknown:
@@ -162,4 +164,4 @@ def _table(value: object, where: str, keys: set[str], optional: Set[str] = froze
 
 
 def _name(value: object, key: str) -> str:
-    return v.text(value, key, max_length=MAX_NAME_LENGTH)
+    return validation.text(value, key, max_length=MAX_NAME_LENGTH)

@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from core import validation as v
+from core import validation
 
 GPU_PREFIX = "gpu."
 MANIFEST_VERSION = 1
@@ -66,27 +66,27 @@ class ReferenceValues:
 def parse_manifest(document: object) -> list[ReferenceEntry]:
     try:
         return _entries(document)
-    except v.Invalid as error:
+    except validation.Invalid as error:
         raise ManifestError(f"'{error.path}' {error.problem}") from None
 
 
 def _entries(document: object) -> list[ReferenceEntry]:
     top = _object(document, "manifest", {"issuer", "version", "boot", "gpu"})
     _text(top["issuer"], "issuer")
-    v.one_of(top["version"], "version", (MANIFEST_VERSION,))
+    validation.one_of(top["version"], "version", (MANIFEST_VERSION,))
 
     boot = _object(top["boot"], "boot", {"hash_algorithm", "pcrs", "quoted_pcrs", "components"})
-    v.one_of(boot["hash_algorithm"], "boot.hash_algorithm", ("sha256",))
-    for component, pcr in v.mapping(boot["pcrs"], "boot.pcrs").items():
+    validation.one_of(boot["hash_algorithm"], "boot.hash_algorithm", ("sha256",))
+    for component, pcr in validation.mapping(boot["pcrs"], "boot.pcrs").items():
         _component(component, f"boot.pcrs.{component}")
         _pcr(pcr, f"boot.pcrs.{component}")
-    quoted_pcrs = v.sequence(boot["quoted_pcrs"], "boot.quoted_pcrs", expected="a list of PCR indexes")
+    quoted_pcrs = validation.sequence(boot["quoted_pcrs"], "boot.quoted_pcrs", expected="a list of PCR indexes")
     for position, pcr in enumerate(quoted_pcrs):
-        _pcr(pcr, v.at("boot.quoted_pcrs", position))
+        _pcr(pcr, validation.at("boot.quoted_pcrs", position))
     entries = _releases(boot["components"], "boot.components", "", DIGEST_HEX_LENGTH["sha256"])
 
     gpu = _object(top["gpu"], "gpu", {"hash_algorithm", "model", "measurements"})
-    v.one_of(gpu["hash_algorithm"], "gpu.hash_algorithm", ("sha384",))
+    validation.one_of(gpu["hash_algorithm"], "gpu.hash_algorithm", ("sha384",))
     _text(gpu["model"], "gpu.model")
     entries += _releases(gpu["measurements"], "gpu.measurements", GPU_PREFIX, DIGEST_HEX_LENGTH["sha384"])
     return entries
@@ -132,21 +132,23 @@ def reference_values(
 def _releases(value: object, where: str, prefix: str, hex_length: int) -> list[ReferenceEntry]:
     hex_digits = re.compile(f"[0-9a-f]{{{hex_length}}}")
     entries = []
-    for component, releases in v.mapping(value, where).items():
+    for component, releases in validation.mapping(value, where).items():
         key = f"{where}.{component}"
         _component(component, key)
-        releases = v.sequence(releases, key, min_items=1, expected="a non-empty list of {release, digest}")
+        releases = validation.sequence(releases, key, min_items=1, expected="a non-empty list of {release, digest}")
         for position, item in enumerate(releases):
-            place = v.at(key, position)
+            place = validation.at(key, position)
             release = _object(item, place, {"release", "digest"})
             name = _text(release["release"], f"{place}.release")
-            digest = v.matches(release["digest"], f"{place}.digest", hex_digits, f"{hex_length} lowercase hex digits")
+            digest = validation.matches(
+                release["digest"], f"{place}.digest", hex_digits, f"{hex_length} lowercase hex digits"
+            )
             entries.append(ReferenceEntry(release=name, component=prefix + component, digest=digest))
     return entries
 
 
 def _object(value: object, where: str, keys: set[str]) -> dict:
-    fields = v.mapping(value, where)
+    fields = validation.mapping(value, where)
     unknown = sorted(str(k) for k in fields.keys() - keys)
     if unknown:
         raise ManifestError(f"unknown field '{where}.{unknown[0]}'")
@@ -157,7 +159,7 @@ def _object(value: object, where: str, keys: set[str]) -> dict:
 
 
 def _text(value: object, where: str) -> str:
-    return v.text(
+    return validation.text(
         value, where, max_length=MAX_RELEASE_LENGTH, expected=f"a string of 1 to {MAX_RELEASE_LENGTH} characters"
     )
 
@@ -168,4 +170,4 @@ def _component(name: object, where: str) -> None:
 
 
 def _pcr(value: object, where: str) -> None:
-    v.integer(value, where, minimum=0, maximum=MAX_PCR, expected=f"a PCR index from 0 to {MAX_PCR}")
+    validation.integer(value, where, minimum=0, maximum=MAX_PCR, expected=f"a PCR index from 0 to {MAX_PCR}")

@@ -65,7 +65,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509 import verification
 from cryptography.x509.oid import NameOID
 
-from core import validation as v
+from core import validation
 
 from .policy import SECURE_BOOT_PCR, Policy
 from .reference import GPU_PREFIX, ReferenceValues
@@ -318,7 +318,9 @@ class _Appraisal:
 
     def run(self, evidence: object) -> None:
         self.check_freshness()
-        evidence = self.guarded(v.mapping, evidence, "evidence", expected="an object with quote, event_log and gpus")
+        evidence = self.guarded(
+            validation.mapping, evidence, "evidence", expected="an object with quote, event_log and gpus"
+        )
         if evidence is None:
             return
         events = self.guarded(self.parse_event_log, evidence.get("event_log"))
@@ -332,7 +334,7 @@ class _Appraisal:
         """Run a check; evidence off its shape (core.validation.Invalid) is a `malformed` failure."""
         try:
             return check(*args, **kwargs)
-        except v.Invalid as invalid:
+        except validation.Invalid as invalid:
             expected = invalid.problem.removeprefix("must be ")
             self.failures.append(Failure("malformed", invalid.path, expected, _describe(invalid.found)))
             return None
@@ -349,7 +351,7 @@ class _Appraisal:
     # The TPM quote.
 
     def check_quote(self, document: object, replayed: dict[int, bytes] | None) -> None:
-        quote_doc = v.mapping(document, "quote", expected="an object with attest, signature and ak_cert")
+        quote_doc = validation.mapping(document, "quote", expected="an object with attest, signature and ak_cert")
         attest = _base64(quote_doc.get("attest"), "quote.attest", MAX_ATTEST_BYTES)
         signature = _base64(quote_doc.get("signature"), "quote.signature", MAX_SIGNATURE_BYTES)
         chain = self.guarded(_pem_chain, [quote_doc.get("ak_cert")], ["quote.ak_cert"])
@@ -385,10 +387,12 @@ class _Appraisal:
 
     def parse_event_log(self, document: object) -> list[tuple[int, bytes, str]]:
         events = []
-        for position, event in enumerate(v.sequence(document, "event_log", max_items=MAX_EVENTS)):
+        for position, event in enumerate(validation.sequence(document, "event_log", max_items=MAX_EVENTS)):
             where = f"event_log[{position}]"
-            event = v.mapping(event, where, expected="an object with pcr, digest and component")
-            pcr = v.integer(event.get("pcr"), f"{where}.pcr", minimum=0, maximum=PCR_COUNT - 1, expected=PCR_INDEX)
+            event = validation.mapping(event, where, expected="an object with pcr, digest and component")
+            pcr = validation.integer(
+                event.get("pcr"), f"{where}.pcr", minimum=0, maximum=PCR_COUNT - 1, expected=PCR_INDEX
+            )
             digest = _hex(event.get("digest"), f"{where}.digest", 32)
             component = _name(event.get("component"), f"{where}.component")
             events.append((pcr, digest, component))
@@ -434,7 +438,7 @@ class _Appraisal:
     # The GPU reports.
 
     def check_gpus(self, document: object) -> None:
-        document = v.sequence(document, "gpus", max_items=MAX_GPUS, expected="a list of GPU reports")
+        document = validation.sequence(document, "gpus", max_items=MAX_GPUS, expected="a list of GPU reports")
         enrolled = {gpu.index: gpu for gpu in self.node.gpus}
         reported: set[int] = set()
         for position, report in enumerate(document):
@@ -443,15 +447,17 @@ class _Appraisal:
             self.fail("gpu_inventory", f"gpu{index}", f"a report from {enrolled[index].uuid}", "no report")
 
     def check_gpu(self, report: object, where: str, enrolled: dict[int, GPUIdentity], reported: set[int]) -> None:
-        report = v.mapping(report, where, expected="a GPU report object")
-        index = v.integer(report.get("index"), f"{where}.index", minimum=0, maximum=MAX_GPUS - 1, expected=GPU_INDEX)
+        report = validation.mapping(report, where, expected="a GPU report object")
+        index = validation.integer(
+            report.get("index"), f"{where}.index", minimum=0, maximum=MAX_GPUS - 1, expected=GPU_INDEX
+        )
         # A report that names its GPU counts as that GPU's, even if it turns out malformed.
         duplicate = index in reported
         reported.add(index)
         uuid = _name(report.get("uuid"), f"{where}.uuid")
         report_nonce = _name(report.get("nonce"), f"{where}.nonce", limit=2 * 64)
         cc_mode = _name(report.get("cc_mode"), f"{where}.cc_mode")
-        measurements = v.mapping(
+        measurements = validation.mapping(
             report.get("measurements"),
             f"{where}.measurements",
             max_items=MAX_MEASUREMENTS,
@@ -461,7 +467,7 @@ class _Appraisal:
             _name(name, f"{where}.measurements")
             _name(value, f"{where}.measurements.{name}", limit=128)
         signature = _base64(report.get("signature"), f"{where}.signature", MAX_SIGNATURE_BYTES)
-        chain_pems = v.sequence(
+        chain_pems = validation.sequence(
             report.get("cert_chain"),
             f"{where}.cert_chain",
             min_items=1,
@@ -472,7 +478,7 @@ class _Appraisal:
         try:
             signed = _canonical_gpu_report(report)
         except (TypeError, ValueError, RecursionError) as err:
-            raise v.Invalid(where, "must be a report of JSON values", str(err)) from None
+            raise validation.Invalid(where, "must be a report of JSON values", str(err)) from None
         # Every field is well-formed from here on: the report is a GPU's, named by its index.
         component = f"gpu{index}"
         enrolled_gpu = enrolled.get(index)
@@ -664,7 +670,7 @@ def _load_certificate(pem: str) -> x509.Certificate:
 
 def _pem_chain(pems: list[object], components: list[str]) -> tuple[str, ...]:
     for pem, component in zip(pems, components, strict=True):
-        v.text(
+        validation.text(
             pem,
             component,
             max_length=MAX_PEM_CHARS,
@@ -675,7 +681,7 @@ def _pem_chain(pems: list[object], components: list[str]) -> tuple[str, ...]:
         # cryptography reports broken certificates with many exception types (ValueError, TypeError,
         # InvalidVersion, DuplicateExtension, UnsupportedAlgorithm...): any of them means malformed.
         except Exception as err:
-            raise v.Invalid(component, "must be a PEM certificate", str(err)) from None
+            raise validation.Invalid(component, "must be a PEM certificate", str(err)) from None
     return tuple(pems)
 
 
@@ -846,22 +852,24 @@ def _verifies_p384(public_key: object, signature: bytes, message: bytes) -> bool
 
 
 def _base64(value: object, where: str, limit: int) -> bytes:
-    v.text(value, where, max_length=2 * limit, expected=f"base64 of at most {limit} bytes")
+    validation.text(value, where, max_length=2 * limit, expected=f"base64 of at most {limit} bytes")
     try:
         decoded = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as err:
-        raise v.Invalid(where, "must be base64", str(err)) from None
+        raise validation.Invalid(where, "must be base64", str(err)) from None
     if not decoded or len(decoded) > limit:
-        raise v.Invalid(where, f"must be base64 of 1 to {limit} bytes", f"{len(decoded)} bytes")
+        raise validation.Invalid(where, f"must be base64 of 1 to {limit} bytes", f"{len(decoded)} bytes")
     return decoded
 
 
 def _hex(value: object, where: str, size: int) -> bytes:
-    return bytes.fromhex(v.matches(value, where, re.compile(f"[0-9a-fA-F]{{{2 * size}}}"), f"{2 * size} hex digits"))
+    return bytes.fromhex(
+        validation.matches(value, where, re.compile(f"[0-9a-fA-F]{{{2 * size}}}"), f"{2 * size} hex digits")
+    )
 
 
 def _name(value: object, where: str, limit: int = MAX_NAME_CHARS) -> str:
-    return v.text(value, where, max_length=limit)
+    return validation.text(value, where, max_length=limit)
 
 
 def _attribute(name: x509.Name, oid: x509.ObjectIdentifier) -> str | None:

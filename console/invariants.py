@@ -18,13 +18,11 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from fleet import lifecycle
+from fleet.lifecycle import Event, State
 from fleet.models import AuditEvent, AuditOnlyEvent, Node
 from remediation import blast_radius, selectors
 from remediation.services import AUTOMATIC_ACTOR
 from reservations.models import Reservation, ReservationState
-
-S, E = lifecycle.State, lifecycle.Event
 
 
 @dataclass(frozen=True)
@@ -71,12 +69,12 @@ def dirty_nodes_made_available() -> Iterator[Violation]:
     for node_id, history in _transitions():
         dirty, wiped = False, False
         for row in history:
-            if row.event == E.PROVISION_REQUESTED:
+            if row.event == Event.PROVISION_REQUESTED:
                 dirty, wiped = True, False
-            elif row.event == E.WIPE_SUCCEEDED:
+            elif row.event == Event.WIPE_SUCCEEDED:
                 wiped = True
-            elif row.to_state == S.AVAILABLE:
-                if dirty and not (wiped and row.event == E.ATTESTATION_PASSED):
+            elif row.to_state == State.AVAILABLE:
+                if dirty and not (wiped and row.event == Event.ATTESTATION_PASSED):
                     yield Violation(
                         "dirty_node_available",
                         f"{names[node_id]} became available after a tenant without a wipe and a passing attestation",
@@ -112,7 +110,7 @@ def audit_gaps() -> Iterator[Violation]:
 
 def active_without_live_reservation() -> Iterator[Violation]:
     live = [ReservationState.PROVISIONING, ReservationState.ACTIVE, ReservationState.DEGRADED]
-    broken = Node.objects.filter(state=S.ACTIVE).exclude(reservation__state__in=live)
+    broken = Node.objects.filter(state=State.ACTIVE).exclude(reservation__state__in=live)
     for name, reservation in broken.values_list("name", "reservation_id"):
         yield Violation(
             "active_without_reservation", f"{name} is active for no live reservation", (f"reservation {reservation}",)
@@ -135,7 +133,9 @@ def remediations_over_the_cap() -> Iterator[Violation]:
         )
     counted = {incident.remediation for incident in incidents}
     # Rows written before incidents were counted name no remediation.
-    automatic = AuditEvent.objects.filter(event=E.HARDWARE_FAULT, actor=AUTOMATIC_ACTOR, detail__has_key="remediation")
+    automatic = AuditEvent.objects.filter(
+        event=Event.HARDWARE_FAULT, actor=AUTOMATIC_ACTOR, detail__has_key="remediation"
+    )
     for pk, node, detail in automatic.values_list("pk", "node__name", "detail"):
         if (remediation := detail["remediation"]) not in counted:
             yield Violation(
@@ -148,9 +148,9 @@ def remediations_over_the_cap() -> Iterator[Violation]:
 def stuck_without_a_lease() -> Iterator[Violation]:
     """A node owing work past its deadline that nobody holds: work lost somewhere."""
     deadlines = {
-        S.INSPECTING: settings.INSPECTION_DEADLINE,
-        S.PROVISIONING: settings.PROVISION_DEADLINE,
-        S.WIPING: settings.WIPE_DEADLINE,
+        State.INSPECTING: settings.INSPECTION_DEADLINE,
+        State.PROVISIONING: settings.PROVISION_DEADLINE,
+        State.WIPING: settings.WIPE_DEADLINE,
     }
     unleased = Q(lease_owner="") | Q(lease_expires_at__lte=Now())
     for state, seconds in deadlines.items():

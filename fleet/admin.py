@@ -9,7 +9,7 @@ from django.db.models import Case, When
 from django.template.response import TemplateResponse
 
 from core.admin_permissions import ViewOnlyAdmin, has_permission
-from fleet import firmware_rollout, firmware_rollouts, lifecycle
+from fleet import firmware_rollouts, lifecycle, rollout_rules
 from fleet.bmc_access import BMCAddressRefused, check_bmc_url
 from fleet.models import (
     GPU,
@@ -283,10 +283,10 @@ class FirmwareBaselineComponentInline(admin.TabularInline):
 
 class RollOutForm(forms.Form):
     batch_size = forms.IntegerField(
-        min_value=1, initial=firmware_rollout.DEFAULT_BATCH_SIZE, help_text="Nodes updated at once, in all."
+        min_value=1, initial=rollout_rules.DEFAULT_BATCH_SIZE, help_text="Nodes updated at once, in all."
     )
     per_pod_cap = forms.IntegerField(
-        min_value=1, initial=firmware_rollout.DEFAULT_PER_POD_CAP, help_text="Nodes of one pod updated at once."
+        min_value=1, initial=rollout_rules.DEFAULT_PER_POD_CAP, help_text="Nodes of one pod updated at once."
     )
 
 
@@ -341,7 +341,7 @@ class FirmwareRolloutNodeInline(admin.TabularInline):
     readonly_fields = fields
 
     def get_queryset(self, request):
-        first = [firmware_rollout.NodeStatus.FAILED, firmware_rollout.NodeStatus.UPDATING]
+        first = [rollout_rules.NodeStatus.FAILED, rollout_rules.NodeStatus.UPDATING]
         shown_first = Case(*(When(status=s, then=i) for i, s in enumerate(first)), default=len(first))
         return super().get_queryset(request).select_related("node__rack__pod").order_by(shown_first, "node__name")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from core import validation as v
+from core import validation
 
 NAME = re.compile(r"[-a-zA-Z0-9_]{1,64}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -30,24 +30,30 @@ class ImageRecord:
 
 
 def parse_catalogue(document: object) -> list[ImageRecord]:
-    entries = v.sequence(v.mapping(document, "").get("images"), "images", max_items=1000)
+    entries = validation.sequence(validation.mapping(document, "").get("images"), "images", max_items=1000)
     records = []
     for number, entry in enumerate(entries):
-        where = v.at("images", number)
-        entry = v.mapping(entry, where)
+        where = validation.at("images", number)
+        entry = validation.mapping(entry, where)
         records.append(
             ImageRecord(
-                name=v.matches(entry.get("name"), v.at(where, "name"), NAME, "a slug of letters, digits, - and _"),
-                os=v.text(entry.get("os"), v.at(where, "os"), max_length=64),
-                url=v.matches(entry.get("url"), v.at(where, "url"), URL, "an http(s) URL"),
-                sha256=v.matches(entry.get("sha256"), v.at(where, "sha256"), SHA256, "64 lower-case hex digits"),
-                default=v.one_of(entry.get("default", False), v.at(where, "default"), (True, False)),
-                boot_mode=v.one_of(entry.get("boot_mode", "UEFI"), v.at(where, "boot_mode"), BOOT_MODES),
-                needs_secure_boot=v.one_of(
-                    entry.get("needs_secure_boot", False), v.at(where, "needs_secure_boot"), (True, False)
+                name=validation.matches(
+                    entry.get("name"), validation.at(where, "name"), NAME, "a slug of letters, digits, - and _"
+                ),
+                os=validation.text(entry.get("os"), validation.at(where, "os"), max_length=64),
+                url=validation.matches(entry.get("url"), validation.at(where, "url"), URL, "an http(s) URL"),
+                sha256=validation.matches(
+                    entry.get("sha256"), validation.at(where, "sha256"), SHA256, "64 lower-case hex digits"
+                ),
+                default=validation.one_of(entry.get("default", False), validation.at(where, "default"), (True, False)),
+                boot_mode=validation.one_of(
+                    entry.get("boot_mode", "UEFI"), validation.at(where, "boot_mode"), BOOT_MODES
+                ),
+                needs_secure_boot=validation.one_of(
+                    entry.get("needs_secure_boot", False), validation.at(where, "needs_secure_boot"), (True, False)
                 ),
             )
         )
     if sum(r.default for r in records) > 1:
-        raise v.Invalid("images", "at most one image may be the default")
+        raise validation.Invalid("images", "at most one image may be the default")
     return records

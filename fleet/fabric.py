@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from core import validation as v
+from core import validation
 from core.topology import LEAF_SWITCH, NVLINK_DOMAIN, POD, SPINE_SWITCH
 
 MAX_LEVELS = 8
@@ -36,28 +36,32 @@ Path = tuple[tuple[str, str], ...]  # (level, domain) of the levels between the 
 
 def parse_levels(value: object, where: str = "fabric_levels") -> tuple[str, ...]:
     """The fabric's levels, top down: `pod` first, `nvlink_domain` last, each a distinct lowercase name."""
-    levels = v.sequence(
+    levels = validation.sequence(
         value, where, min_items=2, max_items=MAX_LEVELS, expected=f"a list of 2 to {MAX_LEVELS} level names"
     )
     for position, level in enumerate(levels):
-        v.matches(level, v.at(where, position), LEVEL, "a level name: lowercase letters, digits and _")
+        validation.matches(
+            level, validation.at(where, position), LEVEL, "a level name: lowercase letters, digits and _"
+        )
     if levels[0] != POD or levels[-1] != NVLINK_DOMAIN:
-        raise v.Invalid(where, f"must start with {POD!r} and end with {NVLINK_DOMAIN!r}", levels)
+        raise validation.Invalid(where, f"must start with {POD!r} and end with {NVLINK_DOMAIN!r}", levels)
     if len(set(levels)) < len(levels):
-        raise v.Invalid(where, "must name each level once", levels)
+        raise validation.Invalid(where, "must name each level once", levels)
     return tuple(levels)
 
 
 def parse_position(value: object, where: str, *, levels: Sequence[str], pod: str, rack: str) -> Path:
     """A node's domain at every level (`{level: domain}`), checked against its pod and rack; the
     levels between them, top down."""
-    position = v.mapping(value, where, expected="an object of level -> domain")
+    position = validation.mapping(value, where, expected="an object of level -> domain")
     if set(position) != set(levels):
-        raise v.Invalid(where, f"must name a domain at each level: {', '.join(levels)}", sorted(position))
+        raise validation.Invalid(where, f"must name a domain at each level: {', '.join(levels)}", sorted(position))
     for level in levels:
-        v.matches(position[level], v.at(where, level), DOMAIN, "a domain name: letters, digits, - and _")
+        validation.matches(
+            position[level], validation.at(where, level), DOMAIN, "a domain name: letters, digits, - and _"
+        )
     if position[POD] != pod or position[NVLINK_DOMAIN] != rack:
-        raise v.Invalid(where, f"must put the node in its pod {pod} and rack {rack}", position)
+        raise validation.Invalid(where, f"must put the node in its pod {pod} and rack {rack}", position)
     return tuple((level, position[level]) for level in levels[1:-1])
 
 
@@ -78,24 +82,32 @@ def parse_switches(
     the pods' under `pod`): a leaf switch one of the deepest level above the racks, a spine one higher."""
     leaf_level = levels[-2]
     parsed = []
-    for number, entry in enumerate(v.sequence(value, where, max_items=MAX_SWITCHES, expected="a list of switches")):
-        here = v.at(where, number)
-        entry = v.mapping(entry, here)
-        name = v.matches(entry.get("name"), v.at(here, "name"), DOMAIN, "a switch name: letters, digits, - and _")
-        kind = v.one_of(entry.get("kind"), v.at(here, "kind"), (LEAF_SWITCH, SPINE_SWITCH))
-        level = v.one_of(entry.get("level"), v.at(here, "level"), tuple(levels[:-1]))
+    for number, entry in enumerate(
+        validation.sequence(value, where, max_items=MAX_SWITCHES, expected="a list of switches")
+    ):
+        here = validation.at(where, number)
+        entry = validation.mapping(entry, here)
+        name = validation.matches(
+            entry.get("name"), validation.at(here, "name"), DOMAIN, "a switch name: letters, digits, - and _"
+        )
+        kind = validation.one_of(entry.get("kind"), validation.at(here, "kind"), (LEAF_SWITCH, SPINE_SWITCH))
+        level = validation.one_of(entry.get("level"), validation.at(here, "level"), tuple(levels[:-1]))
         if kind == LEAF_SWITCH and level != leaf_level:
-            raise v.Invalid(
-                v.at(here, "level"), f"a leaf switch must serve the level above the racks, {leaf_level}", level
+            raise validation.Invalid(
+                validation.at(here, "level"), f"a leaf switch must serve the level above the racks, {leaf_level}", level
             )
         if kind == SPINE_SWITCH and level not in levels[:-2]:
-            raise v.Invalid(v.at(here, "level"), f"a spine switch must serve a level above {leaf_level}", level)
+            raise validation.Invalid(
+                validation.at(here, "level"), f"a spine switch must serve a level above {leaf_level}", level
+            )
         domain = entry.get("domain")
         if not isinstance(domain, str) or domain not in domains.get(level, ()):
-            raise v.Invalid(v.at(here, "domain"), f"must be a {level} domain that the nodes name", domain)
+            raise validation.Invalid(
+                validation.at(here, "domain"), f"must be a {level} domain that the nodes name", domain
+            )
         parsed.append(Switch(name=name, kind=kind, level=level, domain=domain))
     if len({switch.name for switch in parsed}) < len(parsed):
-        raise v.Invalid(where, "must name each switch once", sorted(switch.name for switch in parsed))
+        raise validation.Invalid(where, "must name each switch once", sorted(switch.name for switch in parsed))
     return parsed
 
 
@@ -136,16 +148,18 @@ def check_tree(placed: Iterable[tuple[str, str, Path]]) -> None:
     placed = list(placed)
     levels = {tuple(level for level, _ in path) for _, _, path in placed}
     if len(levels) > 1:
-        raise v.Invalid("fabric", "every node must name the same levels", sorted(levels))
+        raise validation.Invalid("fabric", "every node must name the same levels", sorted(levels))
     rack_paths: dict[str, tuple[str, Path]] = {}
     domains: dict[str, tuple[str, str, str | None]] = {}
     for pod, rack, path in placed:
         if rack_paths.setdefault(rack, (pod, path)) != (pod, path):
-            raise v.Invalid(
+            raise validation.Invalid(
                 f"fabric.{rack}", "a rack must sit in one place in the fabric", [rack_paths[rack], (pod, path)]
             )
         parent = None
         for level, name in path:
             if domains.setdefault(name, (level, pod, parent)) != (level, pod, parent):
-                raise v.Invalid(f"fabric.{name}", "a domain must have one level, pod and parent", domains[name])
+                raise validation.Invalid(
+                    f"fabric.{name}", "a domain must have one level, pod and parent", domains[name]
+                )
             parent = name

@@ -18,7 +18,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from core import validation as v
+from core import validation
 
 BIOS = "BIOS"  # the kind a flash targets through the System, applied at the next boot
 BMC = "BMC"  # the kind a BMC applies by restarting itself, not the host
@@ -263,42 +263,56 @@ def parse_baselines(document: object, *, released: Mapping[str, Expected] | None
     "boot_releases"?: [RELEASE]}]}`;
     anything malformed raises core.validation.Invalid naming the place. Each baseline expects the
     `released` components too (newest_releases), where it names none of its own in their place."""
-    entries = v.sequence(v.mapping(document, "").get("baselines"), "baselines", min_items=1, max_items=100)
+    entries = validation.sequence(
+        validation.mapping(document, "").get("baselines"), "baselines", min_items=1, max_items=100
+    )
     baselines = []
     for number, entry in enumerate(entries):
-        where = v.at("baselines", number)
-        entry = v.mapping(entry, where)
+        where = validation.at("baselines", number)
+        entry = validation.mapping(entry, where)
         baselines.append(
             Baseline(
-                name=v.matches(entry.get("name"), v.at(where, "name"), NAME, "a slug of letters, digits, - and _"),
-                gpu_model=v.text(entry.get("gpu_model", ""), v.at(where, "gpu_model"), max_length=128, min_length=0),
-                components=parse_components(entry.get("components", {}), v.at(where, "components"), released or {}),
-                bios_attributes=parse_bios_attributes(entry.get("bios_attributes", {}), v.at(where, "bios_attributes")),
-                secure_boot_required=v.one_of(
-                    entry.get("secure_boot_required", True), v.at(where, "secure_boot_required"), (True, False)
+                name=validation.matches(
+                    entry.get("name"), validation.at(where, "name"), NAME, "a slug of letters, digits, - and _"
                 ),
-                boot_releases=parse_boot_releases(entry.get("boot_releases", []), v.at(where, "boot_releases")),
+                gpu_model=validation.text(
+                    entry.get("gpu_model", ""), validation.at(where, "gpu_model"), max_length=128, min_length=0
+                ),
+                components=parse_components(
+                    entry.get("components", {}), validation.at(where, "components"), released or {}
+                ),
+                bios_attributes=parse_bios_attributes(
+                    entry.get("bios_attributes", {}), validation.at(where, "bios_attributes")
+                ),
+                secure_boot_required=validation.one_of(
+                    entry.get("secure_boot_required", True), validation.at(where, "secure_boot_required"), (True, False)
+                ),
+                boot_releases=parse_boot_releases(
+                    entry.get("boot_releases", []), validation.at(where, "boot_releases")
+                ),
             )
         )
     models = [b.gpu_model for b in baselines]
     if len(set(models)) < len(models):
-        raise v.Invalid("baselines", "one baseline per GPU model (and one default, without)")
+        raise validation.Invalid("baselines", "one baseline per GPU model (and one default, without)")
     return baselines
 
 
 def parse_components(value: object, where: str, released: Mapping[str, Expected]) -> dict[str, Expected]:
     components = dict(released)
-    for key, entry in v.mapping(value, where, max_items=MAX_COMPONENTS).items():
-        at = v.at(where, key)
-        v.matches(key, at, COMPONENT, "a component: letters, digits, space, . _ -")
-        entry = v.mapping(entry, at)
+    for key, entry in validation.mapping(value, where, max_items=MAX_COMPONENTS).items():
+        at = validation.at(where, key)
+        validation.matches(key, at, COMPONENT, "a component: letters, digits, space, . _ -")
+        entry = validation.mapping(entry, at)
         components[key] = Expected(
-            version=v.text(entry.get("version"), v.at(at, "version"), max_length=128),
-            sha256=v.matches(entry.get("sha256"), v.at(at, "sha256"), SHA256, "64 lower-case hex digits"),
-            image=parse_image(entry.get("image", ""), v.at(at, "image")),
+            version=validation.text(entry.get("version"), validation.at(at, "version"), max_length=128),
+            sha256=validation.matches(
+                entry.get("sha256"), validation.at(at, "sha256"), SHA256, "64 lower-case hex digits"
+            ),
+            image=parse_image(entry.get("image", ""), validation.at(at, "image")),
         )
     if not components:
-        raise v.Invalid(where, "must name at least one component", value)
+        raise validation.Invalid(where, "must name at least one component", value)
     return components
 
 
@@ -307,19 +321,21 @@ def newest_releases(document: object) -> dict[str, Expected]:
     one (GET /bmcsim/v1/firmware-releases): `{"hash_algorithm": "sha256", "components": {KIND:
     [{"release", "image", "digest", ...}, ...]}}`, oldest first, each `release` as the
     FirmwareInventory's Version shows it and `digest` the SHA-256 of its image."""
-    document = v.mapping(document, "")
-    v.one_of(document.get("hash_algorithm"), "hash_algorithm", ("sha256",))
+    document = validation.mapping(document, "")
+    validation.one_of(document.get("hash_algorithm"), "hash_algorithm", ("sha256",))
     newest = {}
-    for kind, listed in v.mapping(document.get("components"), "components", min_items=1).items():
-        where = v.at("components", kind)
-        v.matches(kind, where, COMPONENT, "a component: letters, digits, space, . _ -")
-        releases = v.sequence(listed, where, min_items=1, expected="a list of releases, oldest first")
-        at = v.at(where, len(releases) - 1)
-        release = v.mapping(releases[-1], at)
+    for kind, listed in validation.mapping(document.get("components"), "components", min_items=1).items():
+        where = validation.at("components", kind)
+        validation.matches(kind, where, COMPONENT, "a component: letters, digits, space, . _ -")
+        releases = validation.sequence(listed, where, min_items=1, expected="a list of releases, oldest first")
+        at = validation.at(where, len(releases) - 1)
+        release = validation.mapping(releases[-1], at)
         newest[kind] = Expected(
-            version=v.text(release.get("release"), v.at(at, "release"), max_length=128),
-            sha256=v.matches(release.get("digest"), v.at(at, "digest"), SHA256, "64 lower-case hex digits"),
-            image=parse_image(release.get("image", ""), v.at(at, "image")),
+            version=validation.text(release.get("release"), validation.at(at, "release"), max_length=128),
+            sha256=validation.matches(
+                release.get("digest"), validation.at(at, "digest"), SHA256, "64 lower-case hex digits"
+            ),
+            image=parse_image(release.get("image", ""), validation.at(at, "image")),
         )
     return newest
 
@@ -327,27 +343,27 @@ def newest_releases(document: object) -> dict[str, Expected]:
 def parse_image(value: object, where: str) -> str:
     if value == "":
         return value
-    return v.matches(value, where, IMAGE, "a file name (no slash) under the firmware image base URL")
+    return validation.matches(value, where, IMAGE, "a file name (no slash) under the firmware image base URL")
 
 
 def parse_boot_releases(value: object, where: str) -> tuple[str, ...]:
     """Release names, as the reference values name them ("vmlinuz-6.8.0-49-generic"), each once."""
-    releases = v.sequence(value, where, max_items=MAX_BOOT_RELEASES, expected="a list of release names")
+    releases = validation.sequence(value, where, max_items=MAX_BOOT_RELEASES, expected="a list of release names")
     for position, release in enumerate(releases):
-        v.text(release, v.at(where, position), max_length=MAX_RELEASE_LENGTH)
+        validation.text(release, validation.at(where, position), max_length=MAX_RELEASE_LENGTH)
     if len(set(releases)) < len(releases):
-        raise v.Invalid(where, "must name each release once", value)
+        raise validation.Invalid(where, "must name each release once", value)
     return tuple(releases)
 
 
 def parse_bios_attributes(value: object, where: str) -> dict[str, str | int | bool]:
     """BIOS attributes as Redfish's Bios resource has them: strings, integers and booleans."""
-    attributes = v.mapping(value, where, max_items=MAX_ATTRIBUTES, expected="an object of BIOS attributes")
+    attributes = validation.mapping(value, where, max_items=MAX_ATTRIBUTES, expected="an object of BIOS attributes")
     for name, wanted in attributes.items():
-        at = v.at(where, name)
-        v.matches(name, at, ATTRIBUTE, "a BIOS attribute name")
+        at = validation.at(where, name)
+        validation.matches(name, at, ATTRIBUTE, "a BIOS attribute name")
         if isinstance(wanted, str):
-            v.text(wanted, at, max_length=MAX_ATTRIBUTE_TEXT, min_length=0)
+            validation.text(wanted, at, max_length=MAX_ATTRIBUTE_TEXT, min_length=0)
         elif not isinstance(wanted, int | bool):
-            raise v.Invalid(at, "must be a string, an integer or a boolean", wanted)
+            raise validation.Invalid(at, "must be a string, an integer or a boolean", wanted)
     return dict(attributes)

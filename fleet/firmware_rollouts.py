@@ -1,6 +1,6 @@
 """Firmware rollouts applied to the database: start, advance, pause, resume, cancel.
 
-fleet/firmware_rollout.py decides (pure); this applies its decisions in transactions. Locks are
+fleet/rollout_rules.py decides (pure); this applies its decisions in transactions. Locks are
 taken in one order: the baseline's row (a start only), the rollout's, its node rows, a node's idle
 diagnostics run, then the node's own (fleet.services.transition), as an idle run's verdict takes the
 last two. Pausing, resuming and cancelling take the rollout's only and placement takes nodes only, so
@@ -19,9 +19,9 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from core.errors import Conflict
-from fleet import firmware, firmware_rollout, lifecycle, selectors
-from fleet.firmware_rollout import NodeStatus, RolloutStatus
+from fleet import firmware, lifecycle, rollout_rules, selectors
 from fleet.models import FirmwareBaseline, FirmwareRollout, FirmwareRolloutNode, IdleDiagnosticStatus
+from fleet.rollout_rules import NodeStatus, RolloutStatus
 from fleet.services import ConcurrentTransition, end_idle_diagnostics, transition
 
 
@@ -34,10 +34,10 @@ def start_rollout(*, baseline: FirmwareBaseline, batch_size: int, per_pod_cap: i
     updated, nodes in use as at their next handoff, the others wait for a batch (the reconciler's
     `advance` sends them). RolloutRefused if one is under way for the baseline; InvalidLimits for a
     batch size or cap below 1."""
-    limits = firmware_rollout.Limits(batch_size=batch_size, per_pod_cap=per_pod_cap)
+    limits = rollout_rules.Limits(batch_size=batch_size, per_pod_cap=per_pod_cap)
     with transaction.atomic():
         FirmwareBaseline.objects.select_for_update().get(pk=baseline.pk)  # one start at a time per baseline
-        under_way = FirmwareRollout.objects.filter(baseline=baseline, status__in=firmware_rollout.UNDER_WAY).first()
+        under_way = FirmwareRollout.objects.filter(baseline=baseline, status__in=rollout_rules.UNDER_WAY).first()
         if under_way is not None:
             raise RolloutRefused(f"{under_way} is {under_way.status}: resume or cancel it rather than start another")
         rollout = FirmwareRollout.objects.create(
@@ -65,19 +65,19 @@ def advance(*, rollout_id: int, held: Collection[int] = frozenset()) -> Advanced
     held = frozenset(held)
     with transaction.atomic():
         rollout = FirmwareRollout.objects.select_for_update().select_related("baseline").get(pk=rollout_id)
-        if rollout.status not in firmware_rollout.UNDER_WAY:
+        if rollout.status not in rollout_rules.UNDER_WAY:
             return Advanced(RolloutStatus(rollout.status), [])
         settled = _settle(rollout, held=held)
     if rollout.status != RolloutStatus.RUNNING:
         return Advanced(RolloutStatus(rollout.status), [])
     rows = {facts.name: row for row, facts in settled}
-    batch = firmware_rollout.next_batch([facts for _, facts in settled], rollout.limits)
+    batch = rollout_rules.next_batch([facts for _, facts in settled], rollout.limits)
     return Advanced(RolloutStatus.RUNNING, [n.name for n in batch if _send(rollout.pk, rows[n.name], n.pod)])
 
 
 def advance_all(*, held: Collection[int] = frozenset()) -> dict:
     """Advance every rollout under way."""
-    under_way = FirmwareRollout.objects.filter(status__in=firmware_rollout.UNDER_WAY).order_by("pk")
+    under_way = FirmwareRollout.objects.filter(status__in=rollout_rules.UNDER_WAY).order_by("pk")
     advanced = {pk: advance(rollout_id=pk, held=held) for pk in under_way.values_list("pk", flat=True)}
     return {
         "rollouts": len(advanced),
@@ -87,39 +87,39 @@ def advance_all(*, held: Collection[int] = frozenset()) -> dict:
 
 def _settle(
     rollout: FirmwareRollout, *, held: frozenset[int]
-) -> list[tuple[FirmwareRolloutNode, firmware_rollout.RolloutNode]]:
+) -> list[tuple[FirmwareRolloutNode, rollout_rules.RolloutNode]]:
     """Bring the rollout's (under way) node rows up to date, then pause it at a new failure or complete
     it; each row with its node as settled. Call it in the transaction that holds the rollout's row."""
     settled, before, after = [], {}, {}
     baseline = rollout.baseline.as_baseline()
     for row in selectors.rollout_nodes(rollout):
         facts = _facts(row, baseline, held)
-        now = firmware_rollout.settle(facts)
+        now = rollout_rules.settle(facts)
         if (now.status, now.reason) != (row.status, row.reason):
             changes = {"reason": now.reason}
             if now.status != row.status:
-                changes |= {"status": now.status, "finished_at": Now() if now.status in firmware_rollout.DONE else None}
+                changes |= {"status": now.status, "finished_at": Now() if now.status in rollout_rules.DONE else None}
             FirmwareRolloutNode.objects.filter(pk=row.pk).update(**changes)
         settled.append((row, replace(facts, status=now.status)))
         before[facts.name], after[facts.name] = facts.status, now
-    if (failure := firmware_rollout.first_failure(before, after)) is not None:
+    if (failure := rollout_rules.first_failure(before, after)) is not None:
         # Paused already (by an operator), it now says why it must not simply be resumed.
         rollout.status = RolloutStatus.PAUSED
         FirmwareRollout.objects.filter(pk=rollout.pk).update(status=rollout.status, paused_reason=failure)
-    elif rollout.status == RolloutStatus.RUNNING and firmware_rollout.complete(facts for _, facts in settled):
+    elif rollout.status == RolloutStatus.RUNNING and rollout_rules.complete(facts for _, facts in settled):
         rollout.status = RolloutStatus.COMPLETED
         FirmwareRollout.objects.filter(pk=rollout.pk).update(status=rollout.status, finished_at=Now())
     return settled
 
 
-def _facts(row: FirmwareRolloutNode, baseline: firmware.Baseline, held: frozenset[int]) -> firmware_rollout.RolloutNode:
+def _facts(row: FirmwareRolloutNode, baseline: firmware.Baseline, held: frozenset[int]) -> rollout_rules.RolloutNode:
     node = row.node
-    return firmware_rollout.RolloutNode(
+    return rollout_rules.RolloutNode(
         name=node.name,
         pod=node.rack.pod.name,
         state=lifecycle.State(node.state),
         status=NodeStatus(row.status),
-        runs_baseline=firmware_rollout.runs_baseline(baseline, row.last_check),
+        runs_baseline=rollout_rules.runs_baseline(baseline, row.last_check),
         quarantine_reason=node.quarantine_reason,
         held=node.pk in held,
         under_repair=node.under_repair,
@@ -135,7 +135,7 @@ def _send(rollout_id: int, row: FirmwareRolloutNode, pod: str) -> bool:
         with transaction.atomic():
             rollout = FirmwareRollout.objects.select_for_update().select_related("baseline").get(pk=rollout_id)
             updating = rollout.nodes.filter(status=NodeStatus.UPDATING).values_list("node__rack__pod__name", flat=True)
-            if rollout.status != RolloutStatus.RUNNING or not firmware_rollout.has_room(pod, updating, rollout.limits):
+            if rollout.status != RolloutStatus.RUNNING or not rollout_rules.has_room(pod, updating, rollout.limits):
                 return False
             taken = FirmwareRolloutNode.objects.filter(pk=row.pk, status=NodeStatus.PENDING).update(
                 status=NodeStatus.UPDATING, reason="", started_at=Now()
@@ -176,7 +176,7 @@ def resume(*, rollout_id: int) -> FirmwareRollout:
 def cancel(*, rollout_id: int) -> FirmwareRollout:
     """End it: nothing more is sent. Nodes inspecting finish their inspection (stopping one halfway
     could leave it half flashed); every node still gets the baseline at its next inspection."""
-    return _move(rollout_id, firmware_rollout.UNDER_WAY, "cancelled", status=RolloutStatus.CANCELLED, finished_at=Now())
+    return _move(rollout_id, rollout_rules.UNDER_WAY, "cancelled", status=RolloutStatus.CANCELLED, finished_at=Now())
 
 
 def _move(rollout_id: int, allowed: Collection[RolloutStatus], verb: str, **fields) -> FirmwareRollout:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from core import validation as v
+from core import validation
 from core.topology import POD, NodeSpec, agent_token, fabric_switches
 from fleet import fabric
 
@@ -62,7 +62,7 @@ def _field(entry: dict, key: str, kind: type, where: str) -> Any:
 
 
 def _parse_gpu(gpu: Any, where: str) -> GPURecord:
-    gpu = v.mapping(gpu, where)
+    gpu = validation.mapping(gpu, where)
     return GPURecord(
         index=_field(gpu, "index", int, where),
         uuid=_field(gpu, "uuid", str, where),
@@ -77,18 +77,20 @@ MAX_ATTRIBUTES = 16
 
 def parse_attributes(value: Any, path: str) -> dict[str, str]:
     """Node attributes, {"nic": "cx7", "memory_gb": "2048"}: lowercase names, string values.
-    v.Invalid naming the place otherwise; an inventory and a reservation request check them alike."""
-    attributes = v.mapping(value, path, max_items=MAX_ATTRIBUTES)
+    validation.Invalid naming the place otherwise; an inventory and a reservation request check them alike."""
+    attributes = validation.mapping(value, path, max_items=MAX_ATTRIBUTES)
     for name, text in attributes.items():
-        v.matches(name, v.at(path, name), ATTRIBUTE_NAME, "a name of lowercase letters, digits and _, from a letter")
-        v.text(text, v.at(path, name), max_length=128)
+        validation.matches(
+            name, validation.at(path, name), ATTRIBUTE_NAME, "a name of lowercase letters, digits and _, from a letter"
+        )
+        validation.text(text, validation.at(path, name), max_length=128)
     return dict(sorted(attributes.items()))
 
 
 def parse_inventory(document: Any) -> list[NodeRecord]:
     try:
         return _records(document)
-    except v.Invalid as error:
+    except validation.Invalid as error:
         raise InventoryError(str(error)) from None
 
 
@@ -101,9 +103,9 @@ def _records(document: Any) -> list[NodeRecord]:
         else None
     )
     records = []
-    for number, entry in enumerate(v.sequence(nodes, "inventory", expected="an object with a 'nodes' list")):
-        entry = v.mapping(entry, v.at("nodes", number))
-        name = _field(entry, "name", str, v.at("nodes", number))
+    for number, entry in enumerate(validation.sequence(nodes, "inventory", expected="an object with a 'nodes' list")):
+        entry = validation.mapping(entry, validation.at("nodes", number))
+        name = _field(entry, "name", str, validation.at("nodes", number))
         credentials = _field(entry, "credentials", dict, name)
         gpus = _field(entry, "gpus", list, name)
         pod, rack = _field(entry, "pod", str, name), _field(entry, "rack", str, name)
@@ -120,7 +122,7 @@ def _records(document: Any) -> list[NodeRecord]:
                 bmc_password=_field(credentials, "password", str, f"{name}.credentials"),
                 agent_url=_field(entry, "agent_url", str, name),
                 agent_token=_field(entry, "agent_token", str, name),
-                gpus=tuple(_parse_gpu(gpu, v.at(f"{name}.gpus", index)) for index, gpu in enumerate(gpus)),
+                gpus=tuple(_parse_gpu(gpu, validation.at(f"{name}.gpus", index)) for index, gpu in enumerate(gpus)),
                 fabric=()
                 if levels is None
                 else fabric.parse_position(entry.get("fabric"), f"{name}.fabric", levels=levels, pod=pod, rack=rack),
@@ -134,7 +136,7 @@ def _records(document: Any) -> list[NodeRecord]:
         fabric.check_tree((r.pod, r.rack, r.fabric) for r in records)
     if isinstance(document, dict) and "switches" in document:
         if levels is None:
-            raise v.Invalid("switches", "an inventory with switches must name its fabric_levels")
+            raise validation.Invalid("switches", "an inventory with switches must name its fabric_levels")
         domains: dict[str, set[str]] = defaultdict(set)
         for record in records:
             for level, domain in ((POD, record.pod), *record.fabric):

@@ -10,7 +10,7 @@ is `attestation_passed`, and the only way into `inspecting` after a tenant is
 A quarantined node comes back only by an operator, and then only through wiping.
 
 An available node goes back into inspection on `firmware_update`, when an operator's firmware
-rollout (fleet/firmware_rollout.py) takes it: it then runs the whole inspection again (firmware
+rollout (fleet/rollout_rules.py) takes it: it then runs the whole inspection again (firmware
 check and repair, inventory, diagnostics, attestation), so it comes back available only with a
 passing attestation, as every node does. It held no tenant, so no wipe comes first.
 """
@@ -63,53 +63,55 @@ class IllegalTransition(Conflict, ValueError):
         super().__init__(f"event {event.value!r} is not allowed in state {state.value!r}")
 
 
-S, E = State, Event
-_NOT_QUARANTINED = frozenset(State) - {S.QUARANTINED}
+_NOT_QUARANTINED = frozenset(State) - {State.QUARANTINED}
 # A node serves a reservation (and has its tenant) exactly in these states (a CHECK constraint too).
-SERVING_STATES = frozenset({S.PROVISIONING, S.ACTIVE})
+SERVING_STATES = frozenset({State.PROVISIONING, State.ACTIVE})
 
 TRANSITIONS: dict[tuple[State, Event], State] = {
-    (S.ENROLLED, E.INSPECTION_STARTED): S.INSPECTING,
+    (State.ENROLLED, Event.INSPECTION_STARTED): State.INSPECTING,
     # Inventory matched; the node stays in inspecting until attestation decides.
-    (S.INSPECTING, E.INSPECTION_PASSED): S.INSPECTING,
-    (S.INSPECTING, E.INSPECTION_FAILED): S.QUARANTINED,
+    (State.INSPECTING, Event.INSPECTION_PASSED): State.INSPECTING,
+    (State.INSPECTING, Event.INSPECTION_FAILED): State.QUARANTINED,
     # A diagnostics test failed: at inspection, or in a run on an idle node (workflows/idle_diagnostics.py)
     # whose verdict may arrive just as placement takes the node; a tenant never gets a failing GPU.
-    **{(state, E.DIAGNOSTIC_FAILED): S.QUARANTINED for state in (S.INSPECTING, S.AVAILABLE, S.PROVISIONING)},
+    **{
+        (state, Event.DIAGNOSTIC_FAILED): State.QUARANTINED
+        for state in (State.INSPECTING, State.AVAILABLE, State.PROVISIONING)
+    },
     # Firmware, BIOS settings or Secure Boot off the node class's baseline, and not repaired.
-    (S.INSPECTING, E.FIRMWARE_DRIFT): S.QUARANTINED,
-    (S.INSPECTING, E.ATTESTATION_PASSED): S.AVAILABLE,
+    (State.INSPECTING, Event.FIRMWARE_DRIFT): State.QUARANTINED,
+    (State.INSPECTING, Event.ATTESTATION_PASSED): State.AVAILABLE,
     # A firmware rollout brings an idle node to its baseline: the whole inspection again, no wipe
     # (no tenant had it since its last one). Nodes in use get the baseline at their next handoff.
-    (S.AVAILABLE, E.FIRMWARE_UPDATE): S.INSPECTING,
-    (S.INSPECTING, E.ATTESTATION_FAILED): S.QUARANTINED,
-    (S.AVAILABLE, E.PROVISION_REQUESTED): S.PROVISIONING,
-    (S.PROVISIONING, E.PROVISION_SUCCEEDED): S.ACTIVE,
+    (State.AVAILABLE, Event.FIRMWARE_UPDATE): State.INSPECTING,
+    (State.INSPECTING, Event.ATTESTATION_FAILED): State.QUARANTINED,
+    (State.AVAILABLE, Event.PROVISION_REQUESTED): State.PROVISIONING,
+    (State.PROVISIONING, Event.PROVISION_SUCCEEDED): State.ACTIVE,
     # A half-provisioned node may already hold tenant data: it is wiped, never reused as is.
-    (S.PROVISIONING, E.PROVISION_FAILED): S.WIPING,
-    (S.PROVISIONING, E.RELEASED): S.WIPING,
-    (S.ACTIVE, E.RELEASED): S.WIPING,
-    (S.WIPING, E.WIPE_SUCCEEDED): S.INSPECTING,
-    (S.WIPING, E.WIPE_FAILED): S.QUARANTINED,
-    **{(state, E.HARDWARE_FAULT): S.QUARANTINED for state in _NOT_QUARANTINED},
-    **{(state, E.OPERATOR_QUARANTINE): S.QUARANTINED for state in _NOT_QUARANTINED},
+    (State.PROVISIONING, Event.PROVISION_FAILED): State.WIPING,
+    (State.PROVISIONING, Event.RELEASED): State.WIPING,
+    (State.ACTIVE, Event.RELEASED): State.WIPING,
+    (State.WIPING, Event.WIPE_SUCCEEDED): State.INSPECTING,
+    (State.WIPING, Event.WIPE_FAILED): State.QUARANTINED,
+    **{(state, Event.HARDWARE_FAULT): State.QUARANTINED for state in _NOT_QUARANTINED},
+    **{(state, Event.OPERATOR_QUARANTINE): State.QUARANTINED for state in _NOT_QUARANTINED},
     # "This node is broken": it leaves the reservation for an operator to look at.
-    **{(state, E.TENANT_REPORT): S.QUARANTINED for state in SERVING_STATES},
+    **{(state, Event.TENANT_REPORT): State.QUARANTINED for state in SERVING_STATES},
     # The tenant's reinstall: provisioned again for the same reservation, its disks erased first.
-    (S.ACTIVE, E.REINSTALL_REQUESTED): S.PROVISIONING,
-    (S.ENROLLED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
-    (S.AVAILABLE, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
-    (S.QUARANTINED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
-    (S.QUARANTINED, E.OPERATOR_RETURN): S.WIPING,
-    (S.MAINTENANCE, E.OPERATOR_RETURN): S.WIPING,
+    (State.ACTIVE, Event.REINSTALL_REQUESTED): State.PROVISIONING,
+    (State.ENROLLED, Event.OPERATOR_MAINTENANCE): State.MAINTENANCE,
+    (State.AVAILABLE, Event.OPERATOR_MAINTENANCE): State.MAINTENANCE,
+    (State.QUARANTINED, Event.OPERATOR_MAINTENANCE): State.MAINTENANCE,
+    (State.QUARANTINED, Event.OPERATOR_RETURN): State.WIPING,
+    (State.MAINTENANCE, Event.OPERATOR_RETURN): State.WIPING,
 }
 
 # Invariants the database repeats as CHECK constraints.
 # A node in these states is clean: no tenant, and no tenant's data on it.
-CLEAN_STATES = frozenset({S.ENROLLED, S.INSPECTING, S.AVAILABLE})
-REASON_REQUIRED = frozenset({S.QUARANTINED})
+CLEAN_STATES = frozenset({State.ENROLLED, State.INSPECTING, State.AVAILABLE})
+REASON_REQUIRED = frozenset({State.QUARANTINED})
 # States in which a workflow owes the node work; workers claim nodes in these.
-WORK_STATES = frozenset({S.INSPECTING, S.PROVISIONING, S.WIPING})
+WORK_STATES = frozenset({State.INSPECTING, State.PROVISIONING, State.WIPING})
 
 
 def next_state(state: State | str, event: Event | str) -> State:

@@ -16,7 +16,7 @@ from django.db.models.functions import Now
 
 from core.constraints import json_type_is
 from core.validation import Invalid
-from fleet import diagnostics, fabric, fabric_health, firmware, firmware_rollout, lifecycle
+from fleet import diagnostics, fabric, fabric_health, firmware, lifecycle, rollout_rules
 
 NodeState = models.TextChoices("NodeState", [(s.name, s.value) for s in lifecycle.State])
 NodeEvent = models.TextChoices("NodeEvent", [(e.name, e.value) for e in lifecycle.Event])
@@ -573,8 +573,8 @@ class FirmwareBaselineComponent(models.Model):
         return f"{self.baseline.name} {self.component} {self.version}"
 
 
-RolloutStatus = models.TextChoices("RolloutStatus", [(s.name, s.value) for s in firmware_rollout.RolloutStatus])
-RolloutNodeStatus = models.TextChoices("RolloutNodeStatus", [(s.name, s.value) for s in firmware_rollout.NodeStatus])
+RolloutStatus = models.TextChoices("RolloutStatus", [(s.name, s.value) for s in rollout_rules.RolloutStatus])
+RolloutNodeStatus = models.TextChoices("RolloutNodeStatus", [(s.name, s.value) for s in rollout_rules.NodeStatus])
 
 
 def _values(statuses) -> list[str]:
@@ -590,7 +590,7 @@ def _finished_exactly_when(statuses) -> Q:
 
 class FirmwareRollout(models.Model):
     """An operator's rollout of a baseline to the idle nodes of its class, in batches under a per-pod
-    cap, paused on the first failure (fleet/firmware_rollout.py decides, fleet/firmware_rollouts.py
+    cap, paused on the first failure (fleet/rollout_rules.py decides, fleet/firmware_rollouts.py
     applies it). Nodes in use get the baseline at their next handoff; the rollout counts them."""
 
     baseline = models.ForeignKey(FirmwareBaseline, on_delete=models.PROTECT, related_name="rollouts")
@@ -615,7 +615,7 @@ class FirmwareRollout(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["baseline"],
-                condition=Q(status__in=_values(firmware_rollout.UNDER_WAY)),
+                condition=Q(status__in=_values(rollout_rules.UNDER_WAY)),
                 name="firmware_rollout_one_under_way_per_baseline",
             ),
             models.CheckConstraint(condition=Q(status__in=RolloutStatus.values), name="firmware_rollout_status_known"),
@@ -628,7 +628,7 @@ class FirmwareRollout(models.Model):
                 name="firmware_rollout_paused_has_reason",
             ),
             models.CheckConstraint(
-                condition=_finished_exactly_when(firmware_rollout.FINISHED),
+                condition=_finished_exactly_when(rollout_rules.FINISHED),
                 name="firmware_rollout_finished_exactly_when_over",
             ),
         ]
@@ -637,8 +637,8 @@ class FirmwareRollout(models.Model):
         return f"rollout {self.pk} of {self.baseline.name}"
 
     @property
-    def limits(self) -> firmware_rollout.Limits:
-        return firmware_rollout.Limits(batch_size=self.batch_size, per_pod_cap=self.per_pod_cap)
+    def limits(self) -> rollout_rules.Limits:
+        return rollout_rules.Limits(batch_size=self.batch_size, per_pod_cap=self.per_pod_cap)
 
     @property
     def actor(self) -> str:
@@ -672,7 +672,7 @@ class FirmwareRolloutNode(models.Model):
                 name="firmware_rollout_node_updating_has_start",
             ),
             models.CheckConstraint(
-                condition=_finished_exactly_when(firmware_rollout.DONE),
+                condition=_finished_exactly_when(rollout_rules.DONE),
                 name="firmware_rollout_node_finished_exactly_when_done",
             ),
         ]

@@ -9,8 +9,7 @@ from django.db.models import Exists, F, JSONField, OuterRef, Q, QuerySet, Subque
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from fleet import diagnostics, fabric, fabric_health, firmware, firmware_rollout, lifecycle
-from fleet.firmware_rollout import NodeStatus
+from fleet import diagnostics, fabric, fabric_health, firmware, lifecycle, rollout_rules
 from fleet.models import (
     GPU,
     SWITCH_IN_TROUBLE,
@@ -28,6 +27,7 @@ from fleet.models import (
     Node,
     Rack,
 )
+from fleet.rollout_rules import NodeStatus
 
 
 def _unleased_owing_work() -> QuerySet[Node]:
@@ -134,7 +134,7 @@ def rollout_nodes(rollout: FirmwareRollout) -> QuerySet[FirmwareRolloutNode]:
 def rollout_progress(rollout: FirmwareRollout) -> str:
     """How many of the rollout's nodes stand where, in one line."""
     counts = Counter(rollout.nodes.values_list("status", flat=True))
-    return firmware_rollout.describe({NodeStatus(status): n for status, n in counts.items()})
+    return rollout_rules.describe({NodeStatus(status): n for status, n in counts.items()})
 
 
 def fabric_levels() -> tuple[str, ...]:

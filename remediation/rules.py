@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
 
-from core import validation as v
+from core import validation
 from core.parsing import InvalidInput, check_text
 
 
@@ -305,17 +305,19 @@ def sel_entry(node: str, entry: object) -> Alert | None:
     Its key (fingerprint, startsAt) is the node, the entry's Id and its Created: an entry read twice
     is recorded once, and a log whose Ids started again is told apart. An entry with no readable
     Created is keyed by its Id alone. Raises InvalidInput for an entry that cannot be read or stored."""
-    entry = v.mapping(entry, "entry")
+    entry = validation.mapping(entry, "entry")
     name = SEL_ALERTS.get(entry.get("Severity"))
     if name is None:
         return None
-    entry_id = v.text(entry.get("Id"), "entry.Id", max_length=128)
-    message_id = v.text(entry.get("MessageId", ""), "entry.MessageId", min_length=0, max_length=MAX_LABEL_VALUE)
-    message = v.text(entry.get("Message", ""), "entry.Message", min_length=0, max_length=MAX_ANNOTATION_VALUE)
+    entry_id = validation.text(entry.get("Id"), "entry.Id", max_length=128)
+    message_id = validation.text(
+        entry.get("MessageId", ""), "entry.MessageId", min_length=0, max_length=MAX_LABEL_VALUE
+    )
+    message = validation.text(entry.get("Message", ""), "entry.Message", min_length=0, max_length=MAX_ANNOTATION_VALUE)
     check_text([entry_id, message_id, message], "entry")
     try:
         starts_at = _timestamp(entry.get("Created"), "entry.Created")
-    except v.Invalid:
+    except validation.Invalid:
         starts_at = ""
     labels = {"alertname": name, "node": node, "entry": entry_id, "message_id": message_id, "source": "bmc"}
     if (gpu := _gpu_of_origin(entry.get("Links"))) is not None:
@@ -473,8 +475,10 @@ def parse_webhook(payload: object) -> list[Alert | RefusedAlert]:
     only `alerts`, and raises PayloadError if there is no list of them.
     """
     try:
-        alerts = v.sequence(v.mapping(payload, "payload").get("alerts"), "alerts", max_items=MAX_ALERTS)
-    except v.Invalid as error:
+        alerts = validation.sequence(
+            validation.mapping(payload, "payload").get("alerts"), "alerts", max_items=MAX_ALERTS
+        )
+    except validation.Invalid as error:
         raise PayloadError(str(error)) from None
     return parse_alerts(alerts)
 
@@ -513,18 +517,18 @@ def _alert_or_refusal(item: object, index: int) -> Alert | RefusedAlert:
 
 
 def _alert(item: object, where: str) -> Alert:
-    item = v.mapping(item, where)
-    status = v.one_of(item.get("status"), f"{where}.status", STATUSES)
+    item = validation.mapping(item, where)
+    status = validation.one_of(item.get("status"), f"{where}.status", STATUSES)
     labels = label_set(item.get("labels"), f"{where}.labels")
     if not labels.get("alertname"):
-        raise v.Invalid(f"{where}.labels.alertname", "required")
-    name = v.text(labels["alertname"], f"{where}.labels.alertname", min_length=0, max_length=MAX_ALERT_NAME)
+        raise validation.Invalid(f"{where}.labels.alertname", "required")
+    name = validation.text(labels["alertname"], f"{where}.labels.alertname", min_length=0, max_length=MAX_ALERT_NAME)
     annotations = annotation_set(item.get("annotations", {}), f"{where}.annotations")
     starts_at = _timestamp(item.get("startsAt"), f"{where}.startsAt")
     _timestamp(item.get("endsAt"), f"{where}.endsAt")
     if "generatorURL" in item:
-        v.text(item["generatorURL"], f"{where}.generatorURL", min_length=0, max_length=MAX_TEXT)
-    fingerprint = v.matches(
+        validation.text(item["generatorURL"], f"{where}.generatorURL", min_length=0, max_length=MAX_TEXT)
+    fingerprint = validation.matches(
         item.get("fingerprint"), f"{where}.fingerprint", FINGERPRINT, "16 lowercase hexadecimal digits"
     )
     return Alert(
@@ -538,11 +542,11 @@ def _alert(item: object, where: str) -> Alert:
 
 
 def _pairs(value: object, path: str, max_value: int, valid_name: Callable[[str], object]) -> dict[str, str]:
-    pairs = v.mapping(value, path, max_items=MAX_PAIRS, expected="an object of strings")
+    pairs = validation.mapping(value, path, max_items=MAX_PAIRS, expected="an object of strings")
     for name, item in pairs.items():
         if not isinstance(name, str) or not valid_name(name):
-            raise v.Invalid(path, f"invalid name {str(name)[:64]!r}", name)
-        v.text(item, v.at(path, name), min_length=0, max_length=max_value)
+            raise validation.Invalid(path, f"invalid name {str(name)[:64]!r}", name)
+        validation.text(item, validation.at(path, name), min_length=0, max_length=max_value)
     return dict(pairs)
 
 
@@ -555,4 +559,4 @@ def _timestamp(value: object, path: str) -> str:
             pass
         else:
             return value
-    raise v.Invalid(path, "must be an RFC 3339 timestamp", value)
+    raise validation.Invalid(path, "must be an RFC 3339 timestamp", value)

@@ -67,7 +67,6 @@ PLACEMENT_ATTEMPTS = 8
 OUT_OF_SERVICE = (lifecycle.State.QUARANTINED, lifecycle.State.MAINTENANCE, lifecycle.State.ENROLLED)
 EXCLUSION_VIOLATION = "23P01"
 DEADLOCK_DETECTED = "40P01"
-RS = ReservationState
 # Rows a reconciler pass reads per query: it goes through every row that needs work, a batch at a time.
 RECONCILE_BATCH = 100
 WAITING_FOR_CAPACITY = "waiting for capacity"  # how a degraded reservation's reason says no node was free
@@ -281,7 +280,7 @@ class _Booking:
                 placed_in=placement.domain,
                 starts_at=starts_at,
                 ends_at=ends_at,
-                state=RS.PROVISIONING if starts_at <= timezone.now() else RS.PENDING,
+                state=ReservationState.PROVISIONING if starts_at <= timezone.now() else ReservationState.PENDING,
                 reason=f"{QUEUED} for the earliest period in which it fits" if queued else "",
                 placement=placement.description,
                 image=self.image,
@@ -356,11 +355,13 @@ def _end_allocations(allocations, reason: str) -> int:
 
 def release_reservation(*, reservation_id: int, actor: str, reason: str = "released") -> Reservation:
     """End the reservation now; its nodes go to wiping. Idempotent, and resumable if interrupted."""
-    started = Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(state=RS.RELEASING, reason="")
+    started = Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
+        state=ReservationState.RELEASING, reason=""
+    )
     reservation = Reservation.objects.get(pk=reservation_id)
     if started:
         _record(reservation, ReservationEventKind.RELEASING, actor, reason)
-    if reservation.state != RS.RELEASING:
+    if reservation.state != ReservationState.RELEASING:
         return reservation
     # One transaction per node: a node's release must not wait on, or roll back, another's.
     for node_id in Node.objects.filter(reservation=reservation).order_by("pk").values_list("pk", flat=True):
@@ -371,9 +372,13 @@ def release_reservation(*, reservation_id: int, actor: str, reason: str = "relea
     with transaction.atomic():
         _end_allocations(live_allocations().filter(reservation=reservation), reason)
         # The tenant's release and the reconciler's may finish the same release: one records it.
-        if Reservation.objects.filter(pk=reservation_id, state=RS.RELEASING).update(state=RS.RELEASED):
+        if Reservation.objects.filter(pk=reservation_id, state=ReservationState.RELEASING).update(
+            state=ReservationState.RELEASED
+        ):
             _record(reservation, ReservationEventKind.RELEASED, actor, reason)
-            webhooks.notify(reservation, WebhookEvent.RESERVATION_RELEASED, state=RS.RELEASED, detail=reason)
+            webhooks.notify(
+                reservation, WebhookEvent.RESERVATION_RELEASED, state=ReservationState.RELEASED, detail=reason
+            )
     return Reservation.objects.get(pk=reservation_id)
 
 
@@ -387,11 +392,11 @@ def let_node_go(*, node_id: int, reservation_id: int, reason: str, actor: str) -
     reservation = Reservation.objects.get(pk=reservation_id)
     if reservation.state not in LIVE_STATES:
         return False
-    if reservation.state != RS.PENDING:
+    if reservation.state != ReservationState.PENDING:
         Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
-            state=RS.DEGRADED, reason=f"{reason}; placing a replacement"
+            state=ReservationState.DEGRADED, reason=f"{reason}; placing a replacement"
         )
-        webhooks.notify(reservation, WebhookEvent.RESERVATION_DEGRADED, state=RS.DEGRADED, detail=reason)
+        webhooks.notify(reservation, WebhookEvent.RESERVATION_DEGRADED, state=ReservationState.DEGRADED, detail=reason)
     _record(reservation, ReservationEventKind.NODE_LOST, actor, reason)
     return True
 
@@ -446,7 +451,8 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Re
                 chosen = _with_retries(replacements)
             except PlacementRefused as refused:
                 Reservation.objects.filter(pk=reservation_id, state__in=LIVE_STATES).update(
-                    state=RS.DEGRADED, reason=f"{WAITING_FOR_CAPACITY} to replace {missing} node(s): {refused.reason}"
+                    state=ReservationState.DEGRADED,
+                    reason=f"{WAITING_FOR_CAPACITY} to replace {missing} node(s): {refused.reason}",
                 )
             else:
                 _record(reservation, ReservationEventKind.REPLACEMENT_PLACED, actor, ", ".join(chosen))
@@ -464,21 +470,21 @@ def _pod_of(allocations) -> str | None:
 def settle_reservation(*, reservation_id: int, actor: str = "system:reconciler") -> Reservation:
     """Active once every node it holds serves it and is up, and none is missing."""
     reservation = Reservation.objects.get(pk=reservation_id)
-    if reservation.state in (RS.PROVISIONING, RS.DEGRADED):
+    if reservation.state in (ReservationState.PROVISIONING, ReservationState.DEGRADED):
         up = Node.objects.filter(reservation=reservation, state=lifecycle.State.ACTIVE).count()
         held = live_allocations().filter(reservation=reservation).count()
         if up == held == reservation.node_count:
             with transaction.atomic():
                 if Reservation.objects.filter(pk=reservation_id, state=reservation.state).update(
-                    state=RS.ACTIVE, reason=""
+                    state=ReservationState.ACTIVE, reason=""
                 ):
                     _record(reservation, ReservationEventKind.ACTIVE, actor)
                     # Active again after it lost a node: healed.
-                    healed = reservation.state == RS.DEGRADED
+                    healed = reservation.state == ReservationState.DEGRADED
                     webhooks.notify(
                         reservation,
                         WebhookEvent.RESERVATION_HEALED if healed else WebhookEvent.RESERVATION_ACTIVE,
-                        state=RS.ACTIVE,
+                        state=ReservationState.ACTIVE,
                         nodes=sorted(Node.objects.filter(reservation=reservation).values_list("name", flat=True)),
                     )
             reservation.refresh_from_db()
@@ -500,8 +506,10 @@ def _in_batches(queryset: QuerySet) -> Iterator:
 def start_due_reservations(*, actor: str = "system:reconciler") -> int:
     """Provision the held nodes of pending reservations whose period has begun."""
     started = 0
-    for reservation in _in_batches(Reservation.objects.filter(state=RS.PENDING, starts_at__lte=Now())):
-        if Reservation.objects.filter(pk=reservation.pk, state=RS.PENDING).update(state=RS.PROVISIONING):
+    for reservation in _in_batches(Reservation.objects.filter(state=ReservationState.PENDING, starts_at__lte=Now())):
+        if Reservation.objects.filter(pk=reservation.pk, state=ReservationState.PENDING).update(
+            state=ReservationState.PROVISIONING
+        ):
             _record(reservation, ReservationEventKind.STARTED, actor)
             started += 1
     return started + provision_held_nodes(actor=actor)
@@ -517,7 +525,7 @@ def provision_held_nodes(*, actor: str = "system:reconciler") -> int:
     held = (
         live_allocations()
         .filter(
-            reservation__state__in=[RS.PROVISIONING, RS.DEGRADED],
+            reservation__state__in=[ReservationState.PROVISIONING, ReservationState.DEGRADED],
             period__startswith__lte=Now(),
             node__state__in=[lifecycle.State.AVAILABLE, *OUT_OF_SERVICE],
         )
@@ -549,7 +557,7 @@ def _provision_if_still_started(*, node_id: int, reservation_id: int, actor: str
     with transaction.atomic():
         reservation = (
             Reservation.objects.select_for_update(no_key=True)
-            .filter(pk=reservation_id, state__in=[RS.PROVISIONING, RS.DEGRADED])
+            .filter(pk=reservation_id, state__in=[ReservationState.PROVISIONING, ReservationState.DEGRADED])
             .first()
         )
         if reservation is None:
@@ -573,7 +581,9 @@ def heal_under_allocated(*, actor: str = "system:reconciler") -> int:
     its pod has as many nodes free now as it misses. Returns how many got their replacements."""
     first_held = live_allocations().filter(reservation=OuterRef("pk")).order_by("pk")
     short = (
-        Reservation.objects.filter(state__in=[RS.PENDING, RS.PROVISIONING, RS.DEGRADED])
+        Reservation.objects.filter(
+            state__in=[ReservationState.PENDING, ReservationState.PROVISIONING, ReservationState.DEGRADED]
+        )
         .exclude(ends_at__lte=Now())
         .annotate(
             held=_count_per_reservation(live_allocations()),
@@ -594,7 +604,7 @@ def heal_under_allocated(*, actor: str = "system:reconciler") -> int:
         heal_reservation(reservation_id=reservation.pk, actor=actor)
         if live_allocations().filter(reservation=reservation).count() >= reservation.node_count:
             healed += 1
-            if free_now is not None and pod and reservation.state != RS.PENDING:
+            if free_now is not None and pod and reservation.state != ReservationState.PENDING:
                 free_now[pod] -= missing
     return healed
 
@@ -611,7 +621,7 @@ def settle_ready(*, actor: str = "system:reconciler") -> int:
     """Make active every provisioning or degraded reservation whose nodes are all up: what the
     node's own signal does, in case its process died before it could."""
     ready = (
-        Reservation.objects.filter(state__in=[RS.PROVISIONING, RS.DEGRADED])
+        Reservation.objects.filter(state__in=[ReservationState.PROVISIONING, ReservationState.DEGRADED])
         .annotate(
             held=_count_per_reservation(live_allocations()),
             up=_count_per_reservation(Node.objects.filter(state=lifecycle.State.ACTIVE)),
@@ -619,7 +629,7 @@ def settle_ready(*, actor: str = "system:reconciler") -> int:
         .filter(held=F("node_count"), up=F("node_count"))
     )
     return sum(
-        settle_reservation(reservation_id=reservation.pk, actor=actor).state == RS.ACTIVE
+        settle_reservation(reservation_id=reservation.pk, actor=actor).state == ReservationState.ACTIVE
         for reservation in _in_batches(ready)
     )
 
@@ -632,7 +642,7 @@ def reconcile_reservations() -> dict[str, int]:
     is up. Releases come first, since they free capacity that healing can use.
     """
     done = {"expired": expire_reservations(), "released": 0}
-    for reservation in _in_batches(Reservation.objects.filter(state=RS.RELEASING)):
+    for reservation in _in_batches(Reservation.objects.filter(state=ReservationState.RELEASING)):
         release_reservation(reservation_id=reservation.pk, actor="system:reconciler")
         done["released"] += 1
     done["ending notices"] = notify_ending_reservations()
@@ -648,7 +658,9 @@ def notify_ending_reservations(*, actor: str = "system:reconciler") -> int:
     end (an end that moves is told again), marked with a compare-and-set so two passes tell once."""
     notice = timedelta(minutes=settings.RESERVATION_ENDING_NOTICE_MINUTES)
     ending = Reservation.objects.filter(
-        state__in=[RS.PROVISIONING, RS.ACTIVE, RS.DEGRADED], ends_at__lte=Now() + notice, ends_at__gt=Now()
+        state__in=[ReservationState.PROVISIONING, ReservationState.ACTIVE, ReservationState.DEGRADED],
+        ends_at__lte=Now() + notice,
+        ends_at__gt=Now(),
     ).exclude(ending_notice_for=F("ends_at"))
     told = 0
     for reservation in _in_batches(ending):
@@ -832,7 +844,7 @@ def _grow(reservation: Reservation, tenant: Tenant, more: int, actor: str) -> st
     growing = Reservation.objects.filter(pk=reservation.pk)
     growing.update(node_count=F("node_count") + more, placement=f"{reservation.placement}; {placement.description}")
     # Up again once the new nodes are: the tenant hears reservation.active then.
-    growing.filter(state=RS.ACTIVE).update(state=RS.PROVISIONING)
+    growing.filter(state=ReservationState.ACTIVE).update(state=ReservationState.PROVISIONING)
     return f"node_count {reservation.node_count} -> {reservation.node_count + more}: {placement.description}"
 
 

@@ -74,9 +74,8 @@ NODES = 50
 TENANTS = ["soak-a", "soak-b", "soak-c"]
 KILLS = ["worker", "beat", "web", "bmcsim", "redis", "stall"]
 TRANSITIONAL = [lifecycle.State.INSPECTING, lifecycle.State.WIPING, lifecycle.State.PROVISIONING]
-RS = ReservationState
 # What a reservation the API accepted may be once the fleet has settled; anything else is lost.
-SETTLED = {RS.ACTIVE, RS.RELEASED, RS.PENDING, RS.FAILED}
+SETTLED = {ReservationState.ACTIVE, ReservationState.RELEASED, ReservationState.PENDING, ReservationState.FAILED}
 LEASE_SECONDS = 3
 
 
@@ -194,7 +193,10 @@ class Soak:
 
     def release_one(self, tenant: str) -> bool:
         live = list(
-            Reservation.objects.filter(tenant__name=tenant, state__in=[RS.ACTIVE, RS.PENDING, RS.DEGRADED])
+            Reservation.objects.filter(
+                tenant__name=tenant,
+                state__in=[ReservationState.ACTIVE, ReservationState.PENDING, ReservationState.DEGRADED],
+            )
             .order_by("pk")
             .values_list("pk", flat=True)
         )
@@ -290,7 +292,7 @@ class Soak:
                 reservation = self.reserve(TENANTS[0], {"node_count": 1})
                 if reservation is None:  # no free node, or the web server still down: make room
                     self.release_one(self.rng.choice(TENANTS))
-            elif Reservation.objects.get(pk=reservation).state == RS.ACTIVE:
+            elif Reservation.objects.get(pk=reservation).state == ReservationState.ACTIVE:
                 recovered = time.monotonic() - since
                 self.api(TENANTS[0], "POST", f"/v1/reservations/{reservation}/release")
                 return recovered
@@ -329,8 +331,12 @@ class Soak:
         def settled() -> bool:
             self.operator()
             busy = Node.objects.filter(state__in=[*TRANSITIONAL, lifecycle.State.QUARANTINED]).exists()
-            owing = Reservation.objects.filter(state__in=[RS.PROVISIONING, RS.RELEASING, RS.DEGRADED]).exists()
-            due = Reservation.objects.filter(state=RS.PENDING, starts_at__lte=Now() + timedelta(seconds=5)).exists()
+            owing = Reservation.objects.filter(
+                state__in=[ReservationState.PROVISIONING, ReservationState.RELEASING, ReservationState.DEGRADED]
+            ).exists()
+            due = Reservation.objects.filter(
+                state=ReservationState.PENDING, starts_at__lte=Now() + timedelta(seconds=5)
+            ).exists()
             calm.append(not (busy or owing or due))
             return calm[-2:] == [True, True]
 

@@ -30,10 +30,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from attestation import services as attestation
+from attestation import services as attestation_services
 from attestation import verifier
 from fleet import diagnostics, firmware, leases, lifecycle, selectors, services
 from fleet.leases import Lease, LeaseLost, record_discarded_result
+from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, AuditOnlyEvent, IdleDiagnosticRun, IdleDiagnosticStatus, Node
 from reservations.models import Reservation
 from workflows import idle_diagnostics
@@ -52,7 +53,6 @@ from workflows.redfish import (
 )
 
 log = logging.getLogger(__name__)
-S, E = lifecycle.State, lifecycle.Event
 
 
 class StepFailed(Exception):
@@ -64,14 +64,14 @@ class StepFailed(Exception):
 class DiagnosticFailed(StepFailed):
     """A diagnostics test failed: apply diagnostic_failed, with the test and GPU as the reason."""
 
-    event = E.DIAGNOSTIC_FAILED
+    event = Event.DIAGNOSTIC_FAILED
 
 
 class FirmwareDrift(StepFailed):
     """The node is off its firmware baseline and no repair brings it back (none can, or one
     failed): apply firmware_drift, naming each component, what was expected and what was found."""
 
-    event = E.FIRMWARE_DRIFT
+    event = Event.FIRMWARE_DRIFT
 
 
 @dataclass(frozen=True)
@@ -186,11 +186,11 @@ def boot_service_image(run: Run) -> None:
 def _reinstalling(node: Node) -> bool:
     """Whether the node's current provisioning is a tenant's reinstall."""
     entered = (
-        AuditEvent.objects.filter(node_id=node.pk, to_state=S.PROVISIONING)
-        .exclude(from_state=S.PROVISIONING)
+        AuditEvent.objects.filter(node_id=node.pk, to_state=State.PROVISIONING)
+        .exclude(from_state=State.PROVISIONING)
         .latest("id")
     )
-    return entered.event == E.REINSTALL_REQUESTED
+    return entered.event == Event.REINSTALL_REQUESTED
 
 
 def stop_idle_diagnostics(run: Run) -> None:
@@ -421,7 +421,7 @@ def check_inventory(run: Run) -> None:
         raise StepFailed("; ".join(problems))
     services.complete(
         run.lease,
-        event=E.INSPECTION_PASSED,
+        event=Event.INSPECTION_PASSED,
         actor=run.actor,
         reason="inventory matches enrolment",
         detail=run.figures(),
@@ -433,13 +433,13 @@ def _returning_to_service(node: Node) -> bool:
     back is operator_return -> wiping -> inspecting, and no other event enters wiping from those
     states, so the audit log says it: no flag to set at the return and to clear after."""
     entered_wiping = (
-        AuditEvent.objects.filter(node_id=node.pk, to_state=S.WIPING)
-        .exclude(from_state=S.WIPING)
+        AuditEvent.objects.filter(node_id=node.pk, to_state=State.WIPING)
+        .exclude(from_state=State.WIPING)
         .order_by("-id")
         .values_list("event", flat=True)
         .first()
     )
-    return entered_wiping == E.OPERATOR_RETURN
+    return entered_wiping == Event.OPERATOR_RETURN
 
 
 def start_diagnostics(run: Run) -> dict:
@@ -481,13 +481,13 @@ def wait_for_diagnostics(run: Run) -> None:
     services.record_diagnostics_pass(node_id=run.node.pk, level=level)
 
 
-def _to_appraise(node: Node) -> attestation.NodeToAppraise:
+def _to_appraise(node: Node) -> attestation_services.NodeToAppraise:
     """What attestation needs to know of the node: who it is, the GPUs it must have, its class and
     the releases its class may boot, and the firmware this inspection found it running (and
     repaired), for the signed result."""
     gpus = list(GPU.objects.filter(node=node).order_by("index"))
     baseline = selectors.firmware_baseline_for(node_id=node.pk)
-    return attestation.NodeToAppraise(
+    return attestation_services.NodeToAppraise(
         identity=verifier.NodeIdentity(
             name=node.name,
             serial=node.serial,
@@ -507,17 +507,17 @@ def attest(run: Run) -> None:
     except AgentError as error:  # an agent that refuses to attest fails attestation: fail closed
         evidence = {"refused": str(error)}
     try:
-        appraisal = attestation.appraise(node=_to_appraise(run.node), evidence=evidence, nonce=nonce)
-    except attestation.NotConfigured as missing:
+        appraisal = attestation_services.appraise(node=_to_appraise(run.node), evidence=evidence, nonce=nonce)
+    except attestation_services.NotConfigured as missing:
         raise NotYet(f"attestation: {missing}") from missing
-    event = E.ATTESTATION_PASSED if appraisal.verdict.affirming else E.ATTESTATION_FAILED
+    event = Event.ATTESTATION_PASSED if appraisal.verdict.affirming else Event.ATTESTATION_FAILED
     with transaction.atomic():
-        result = attestation.record(node_id=run.node.pk, nonce=nonce, appraisal=appraisal)
+        result = attestation_services.record(node_id=run.node.pk, nonce=nonce, appraisal=appraisal)
         services.complete(
             run.lease,
             event=event,
             actor=run.actor,
-            reason=attestation.summary(appraisal.verdict),
+            reason=attestation_services.summary(appraisal.verdict),
             detail={**run.figures(), "attestation_result": result.pk},
         )
 
@@ -601,7 +601,7 @@ class Workflow:
 
 
 WORKFLOWS: dict[lifecycle.State, Workflow] = {
-    S.INSPECTING: Workflow(
+    State.INSPECTING: Workflow(
         steps=(
             boot_service_image,
             wait_for_agent,
@@ -614,10 +614,10 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
             attest,
         ),
         succeeded=None,
-        failed=E.INSPECTION_FAILED,
+        failed=Event.INSPECTION_FAILED,
         deadline_setting="INSPECTION_DEADLINE",
     ),
-    S.PROVISIONING: Workflow(
+    State.PROVISIONING: Workflow(
         steps=(
             stop_idle_diagnostics,
             erase_drives_if_reinstalling,
@@ -629,11 +629,11 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
             check_secure_boot_for_image,
             check_booted_image,
         ),
-        succeeded=E.PROVISION_SUCCEEDED,
-        failed=E.PROVISION_FAILED,
+        succeeded=Event.PROVISION_SUCCEEDED,
+        failed=Event.PROVISION_FAILED,
         deadline_setting="PROVISION_DEADLINE",
     ),
-    S.WIPING: Workflow(
+    State.WIPING: Workflow(
         steps=(
             boot_service_image,
             wait_for_agent,
@@ -645,8 +645,8 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
             clear_boot_override,
             power_off,
         ),
-        succeeded=E.WIPE_SUCCEEDED,
-        failed=E.WIPE_FAILED,
+        succeeded=Event.WIPE_SUCCEEDED,
+        failed=Event.WIPE_FAILED,
         deadline_setting="WIPE_DEADLINE",
     ),
 }
@@ -764,7 +764,7 @@ POWER_ACTOR = "system:power"
 
 
 def _still_serving(node_id: int, reservation_id: int) -> Node | None:
-    return Node.objects.filter(pk=node_id, state=S.ACTIVE, reservation_id=reservation_id).first()
+    return Node.objects.filter(pk=node_id, state=State.ACTIVE, reservation_id=reservation_id).first()
 
 
 def power_action(

@@ -22,19 +22,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleet import firmware, firmware_rollouts, selectors, services
-from fleet.firmware_rollout import (
-    InvalidLimits,
-    Limits,
-    NodeStatus,
-    RolloutNode,
-    RolloutStatus,
-    Settled,
-    complete,
-    first_failure,
-    next_batch,
-    runs_baseline,
-    settle,
-)
 from fleet.lifecycle import SERVING_STATES, State
 from fleet.models import (
     GPU,
@@ -47,13 +34,25 @@ from fleet.models import (
     Node,
     Pod,
 )
+from fleet.rollout_rules import (
+    InvalidLimits,
+    Limits,
+    NodeStatus,
+    RolloutNode,
+    RolloutStatus,
+    Settled,
+    complete,
+    first_failure,
+    next_batch,
+    runs_baseline,
+    settle,
+)
 from reservations import services as reservations
 from reservations.models import Reservation
 from reservations.placement import PlacementRefused
 from tests.support.factories import drive, enrol_default_fleet, make_available
 from workflows import tasks
 
-S, N = State, NodeStatus
 OLD, NEW = ("GF-BMC 1.4.2", "a1" * 32), ("GF-BMC 1.5.0", "b2" * 32)
 DRIFT = "firmware_drift: BMC expected GF-BMC 1.5.0 (sha256 b2b2b2b2b2b2b2b2…) found GF-BMC 1.5.0-custom"
 
@@ -61,62 +60,91 @@ DRIFT = "firmware_drift: BMC expected GF-BMC 1.5.0 (sha256 b2b2b2b2b2b2b2b2…) 
 # -- the pure decisions ------------------------------------------------------------------------
 
 
-def node(state=S.AVAILABLE, status=N.PENDING, runs_baseline=False, **facts) -> RolloutNode:
+def node(state=State.AVAILABLE, status=NodeStatus.PENDING, runs_baseline=False, **facts) -> RolloutNode:
     return RolloutNode(name="node-001", pod="p1", state=state, status=status, runs_baseline=runs_baseline, **facts)
 
 
 @pytest.mark.parametrize(
     ("before", "now"),
     [
-        (node(status=N.UPDATING, state=S.INSPECTING), Settled(N.UPDATING, "")),
-        (node(status=N.UPDATING, state=S.QUARANTINED, quarantine_reason=DRIFT), Settled(N.FAILED, DRIFT)),
+        (node(status=NodeStatus.UPDATING, state=State.INSPECTING), Settled(NodeStatus.UPDATING, "")),
         (
-            node(status=N.UPDATING, state=S.QUARANTINED, quarantine_reason="attestation_failed: kernel"),
-            Settled(N.FAILED, "attestation_failed: kernel"),
+            node(status=NodeStatus.UPDATING, state=State.QUARANTINED, quarantine_reason=DRIFT),
+            Settled(NodeStatus.FAILED, DRIFT),
         ),
-        (node(status=N.UPDATING, runs_baseline=True), Settled(N.UPDATED, "inspected: runs the baseline")),
+        (
+            node(status=NodeStatus.UPDATING, state=State.QUARANTINED, quarantine_reason="attestation_failed: kernel"),
+            Settled(NodeStatus.FAILED, "attestation_failed: kernel"),
+        ),
+        (
+            node(status=NodeStatus.UPDATING, runs_baseline=True),
+            Settled(NodeStatus.UPDATED, "inspected: runs the baseline"),
+        ),
         # Placement took it the moment it came back: it passed all the same.
         (
-            node(status=N.UPDATING, state=S.PROVISIONING, runs_baseline=True),
-            Settled(N.UPDATED, "inspected: runs the baseline"),
+            node(status=NodeStatus.UPDATING, state=State.PROVISIONING, runs_baseline=True),
+            Settled(NodeStatus.UPDATED, "inspected: runs the baseline"),
         ),
         (
-            node(status=N.UPDATING),
-            Settled(N.FAILED, "came out of its inspection available without a firmware check against the baseline"),
+            node(status=NodeStatus.UPDATING),
+            Settled(
+                NodeStatus.FAILED, "came out of its inspection available without a firmware check against the baseline"
+            ),
         ),
-        (node(state=S.ACTIVE), Settled(N.AT_NEXT_HANDOFF, "active: its next inspection brings the baseline")),
-        (node(state=S.WIPING), Settled(N.AT_NEXT_HANDOFF, "wiping: its next inspection brings the baseline")),
+        (
+            node(state=State.ACTIVE),
+            Settled(NodeStatus.AT_NEXT_HANDOFF, "active: its next inspection brings the baseline"),
+        ),
+        (
+            node(state=State.WIPING),
+            Settled(NodeStatus.AT_NEXT_HANDOFF, "wiping: its next inspection brings the baseline"),
+        ),
         # Its inspection after release checked the firmware: done once the inspection has passed.
         (
-            node(status=N.AT_NEXT_HANDOFF, state=S.INSPECTING, runs_baseline=True),
-            Settled(N.AT_NEXT_HANDOFF, "inspecting: its next inspection brings the baseline"),
+            node(status=NodeStatus.AT_NEXT_HANDOFF, state=State.INSPECTING, runs_baseline=True),
+            Settled(NodeStatus.AT_NEXT_HANDOFF, "inspecting: its next inspection brings the baseline"),
         ),
-        (node(status=N.AT_NEXT_HANDOFF, runs_baseline=True), Settled(N.UPDATED, "runs the baseline")),
+        (node(status=NodeStatus.AT_NEXT_HANDOFF, runs_baseline=True), Settled(NodeStatus.UPDATED, "runs the baseline")),
         (
             node(
-                status=N.AT_NEXT_HANDOFF,
-                state=S.QUARANTINED,
+                status=NodeStatus.AT_NEXT_HANDOFF,
+                state=State.QUARANTINED,
                 runs_baseline=True,
                 quarantine_reason="attestation_failed: implant",
             ),
-            Settled(N.PENDING, "quarantined: out of service"),
+            Settled(NodeStatus.PENDING, "quarantined: out of service"),
         ),
         (
-            node(status=N.UPDATED, state=S.QUARANTINED, runs_baseline=True, quarantine_reason="hardware_fault: XID 79"),
-            Settled(N.UPDATED, "runs the baseline"),
+            node(
+                status=NodeStatus.UPDATED,
+                state=State.QUARANTINED,
+                runs_baseline=True,
+                quarantine_reason="hardware_fault: XID 79",
+            ),
+            Settled(NodeStatus.UPDATED, "runs the baseline"),
         ),
         # After its release: a failed reflash is the rollout's failure, a tenant's implant is not.
-        (node(status=N.AT_NEXT_HANDOFF, state=S.QUARANTINED, quarantine_reason=DRIFT), Settled(N.FAILED, DRIFT)),
         (
-            node(status=N.AT_NEXT_HANDOFF, state=S.QUARANTINED, quarantine_reason="attestation_failed: implant"),
-            Settled(N.PENDING, "quarantined: out of service"),
+            node(status=NodeStatus.AT_NEXT_HANDOFF, state=State.QUARANTINED, quarantine_reason=DRIFT),
+            Settled(NodeStatus.FAILED, DRIFT),
         ),
-        (node(status=N.FAILED, state=S.QUARANTINED, quarantine_reason=DRIFT), Settled(N.FAILED, DRIFT)),
-        (node(status=N.FAILED), Settled(N.PENDING, "")),  # an operator brought it back as it was
-        (node(status=N.UPDATED), Settled(N.PENDING, "")),  # the baseline changed since
-        (node(held=True), Settled(N.PENDING, "a reservation holds it from now or soon")),
-        (node(under_repair=True), Settled(N.PENDING, "a remediation ladder is repairing it")),
-        (node(state=S.MAINTENANCE), Settled(N.PENDING, "maintenance: out of service")),
+        (
+            node(
+                status=NodeStatus.AT_NEXT_HANDOFF,
+                state=State.QUARANTINED,
+                quarantine_reason="attestation_failed: implant",
+            ),
+            Settled(NodeStatus.PENDING, "quarantined: out of service"),
+        ),
+        (
+            node(status=NodeStatus.FAILED, state=State.QUARANTINED, quarantine_reason=DRIFT),
+            Settled(NodeStatus.FAILED, DRIFT),
+        ),
+        (node(status=NodeStatus.FAILED), Settled(NodeStatus.PENDING, "")),  # an operator brought it back as it was
+        (node(status=NodeStatus.UPDATED), Settled(NodeStatus.PENDING, "")),  # the baseline changed since
+        (node(held=True), Settled(NodeStatus.PENDING, "a reservation holds it from now or soon")),
+        (node(under_repair=True), Settled(NodeStatus.PENDING, "a remediation ladder is repairing it")),
+        (node(state=State.MAINTENANCE), Settled(NodeStatus.PENDING, "maintenance: out of service")),
     ],
 )
 def test_settle(before, now):
@@ -178,7 +206,11 @@ LIMITS = st.builds(Limits, batch_size=st.integers(1, 6), per_pod_cap=st.integers
 
 
 def idle(n: RolloutNode) -> bool:
-    return n.status is N.PENDING and n.state is S.AVAILABLE and not (n.runs_baseline or n.held or n.under_repair)
+    return (
+        n.status is NodeStatus.PENDING
+        and n.state is State.AVAILABLE
+        and not (n.runs_baseline or n.held or n.under_repair)
+    )
 
 
 @settings(max_examples=500, deadline=None)
@@ -188,7 +220,7 @@ def test_a_batch_takes_idle_nodes_only_as_many_as_the_caps_allow_and_waits_for_t
     per_pod = Counter(n.pod for n in batch)
     assert len(batch) <= limits.batch_size and max(per_pod.values(), default=0) <= limits.per_pod_cap
     assert all(idle(n) for n in batch)  # never a node in use, held, repairing or already updated
-    if any(n.status is N.UPDATING for n in nodes):
+    if any(n.status is NodeStatus.UPDATING for n in nodes):
         assert batch == []
     else:  # as many as the caps allow
         left = [n for n in nodes if idle(n) and n not in batch]
@@ -196,7 +228,9 @@ def test_a_batch_takes_idle_nodes_only_as_many_as_the_caps_allow_and_waits_for_t
 
 
 @settings(max_examples=300, deadline=None)
-@given(fleets(states=(S.AVAILABLE, S.ACTIVE, S.QUARANTINED), statuses=(N.PENDING,)), LIMITS, st.data())
+@given(
+    fleets(states=(State.AVAILABLE, State.ACTIVE, State.QUARANTINED), statuses=(NodeStatus.PENDING,)), LIMITS, st.data()
+)
 def test_a_rollout_never_passes_its_caps_nor_takes_a_node_in_use_and_stops_at_the_first_failure(nodes, limits, data):
     """The reconciler's loop over a fleet whose inspections end at once: a failing node's reflash
     is quarantined firmware_drift, every other node comes back running the baseline."""
@@ -217,23 +251,23 @@ def test_a_rollout_never_passes_its_caps_nor_takes_a_node_in_use_and_stops_at_th
         assert max(Counter(n.pod for n in batch).values()) <= limits.per_pod_cap and len(batch) <= limits.batch_size
         sent.append({n.name for n in batch})
         for n in batch:
-            fleet[n.name] = replace(n, status=N.UPDATING, state=S.INSPECTING)
+            fleet[n.name] = replace(n, status=NodeStatus.UPDATING, state=State.INSPECTING)
         assert next_batch(fleet.values(), limits) == []  # while they inspect
         for n in batch:
             fleet[n.name] = (
-                replace(fleet[n.name], state=S.QUARANTINED, quarantine_reason=DRIFT)
+                replace(fleet[n.name], state=State.QUARANTINED, quarantine_reason=DRIFT)
                 if n.name in failing
-                else replace(fleet[n.name], state=S.AVAILABLE, runs_baseline=True)
+                else replace(fleet[n.name], state=State.AVAILABLE, runs_baseline=True)
             )
-    idle_failing = {n.name for n in nodes if n.state is S.AVAILABLE} & failing
+    idle_failing = {n.name for n in nodes if n.state is State.AVAILABLE} & failing
     if idle_failing:
         assert paused is not None and paused.split(":")[0] in idle_failing
         assert paused.split(":")[0] in sent[-1]  # the batch it failed in was the last one sent
     else:
         assert paused is None
-        assert all(fleet[n.name].status is N.UPDATED for n in nodes if n.state is S.AVAILABLE)
-        assert all(fleet[n.name].status is N.AT_NEXT_HANDOFF for n in nodes if n.state is S.ACTIVE)
-        assert complete(fleet.values()) == (not any(n.state is S.ACTIVE for n in nodes))
+        assert all(fleet[n.name].status is NodeStatus.UPDATED for n in nodes if n.state is State.AVAILABLE)
+        assert all(fleet[n.name].status is NodeStatus.AT_NEXT_HANDOFF for n in nodes if n.state is State.ACTIVE)
+        assert complete(fleet.values()) == (not any(n.state is State.ACTIVE for n in nodes))
 
 
 # -- the services, on the real database ----------------------------------------------------------

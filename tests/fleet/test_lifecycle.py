@@ -19,36 +19,34 @@ from fleet.lifecycle import (
 )
 from tests.support import REPO_ROOT
 
-S, E = State, Event
-
 EXPECTED = {
-    (S.ENROLLED, E.INSPECTION_STARTED): S.INSPECTING,
-    (S.INSPECTING, E.INSPECTION_PASSED): S.INSPECTING,
-    (S.INSPECTING, E.INSPECTION_FAILED): S.QUARANTINED,
-    (S.INSPECTING, E.DIAGNOSTIC_FAILED): S.QUARANTINED,
-    (S.AVAILABLE, E.DIAGNOSTIC_FAILED): S.QUARANTINED,
-    (S.PROVISIONING, E.DIAGNOSTIC_FAILED): S.QUARANTINED,
-    (S.INSPECTING, E.FIRMWARE_DRIFT): S.QUARANTINED,
-    (S.INSPECTING, E.ATTESTATION_PASSED): S.AVAILABLE,
-    (S.AVAILABLE, E.FIRMWARE_UPDATE): S.INSPECTING,
-    (S.INSPECTING, E.ATTESTATION_FAILED): S.QUARANTINED,
-    (S.AVAILABLE, E.PROVISION_REQUESTED): S.PROVISIONING,
-    (S.PROVISIONING, E.PROVISION_SUCCEEDED): S.ACTIVE,
-    (S.PROVISIONING, E.PROVISION_FAILED): S.WIPING,
-    (S.PROVISIONING, E.RELEASED): S.WIPING,
-    (S.ACTIVE, E.RELEASED): S.WIPING,
-    (S.WIPING, E.WIPE_SUCCEEDED): S.INSPECTING,
-    (S.WIPING, E.WIPE_FAILED): S.QUARANTINED,
-    (S.ENROLLED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
-    (S.AVAILABLE, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
-    (S.QUARANTINED, E.OPERATOR_MAINTENANCE): S.MAINTENANCE,
-    (S.QUARANTINED, E.OPERATOR_RETURN): S.WIPING,
-    (S.MAINTENANCE, E.OPERATOR_RETURN): S.WIPING,
-    **{(s, E.HARDWARE_FAULT): S.QUARANTINED for s in State if s is not S.QUARANTINED},
-    **{(s, E.OPERATOR_QUARANTINE): S.QUARANTINED for s in State if s is not S.QUARANTINED},
-    (S.PROVISIONING, E.TENANT_REPORT): S.QUARANTINED,
-    (S.ACTIVE, E.TENANT_REPORT): S.QUARANTINED,
-    (S.ACTIVE, E.REINSTALL_REQUESTED): S.PROVISIONING,
+    (State.ENROLLED, Event.INSPECTION_STARTED): State.INSPECTING,
+    (State.INSPECTING, Event.INSPECTION_PASSED): State.INSPECTING,
+    (State.INSPECTING, Event.INSPECTION_FAILED): State.QUARANTINED,
+    (State.INSPECTING, Event.DIAGNOSTIC_FAILED): State.QUARANTINED,
+    (State.AVAILABLE, Event.DIAGNOSTIC_FAILED): State.QUARANTINED,
+    (State.PROVISIONING, Event.DIAGNOSTIC_FAILED): State.QUARANTINED,
+    (State.INSPECTING, Event.FIRMWARE_DRIFT): State.QUARANTINED,
+    (State.INSPECTING, Event.ATTESTATION_PASSED): State.AVAILABLE,
+    (State.AVAILABLE, Event.FIRMWARE_UPDATE): State.INSPECTING,
+    (State.INSPECTING, Event.ATTESTATION_FAILED): State.QUARANTINED,
+    (State.AVAILABLE, Event.PROVISION_REQUESTED): State.PROVISIONING,
+    (State.PROVISIONING, Event.PROVISION_SUCCEEDED): State.ACTIVE,
+    (State.PROVISIONING, Event.PROVISION_FAILED): State.WIPING,
+    (State.PROVISIONING, Event.RELEASED): State.WIPING,
+    (State.ACTIVE, Event.RELEASED): State.WIPING,
+    (State.WIPING, Event.WIPE_SUCCEEDED): State.INSPECTING,
+    (State.WIPING, Event.WIPE_FAILED): State.QUARANTINED,
+    (State.ENROLLED, Event.OPERATOR_MAINTENANCE): State.MAINTENANCE,
+    (State.AVAILABLE, Event.OPERATOR_MAINTENANCE): State.MAINTENANCE,
+    (State.QUARANTINED, Event.OPERATOR_MAINTENANCE): State.MAINTENANCE,
+    (State.QUARANTINED, Event.OPERATOR_RETURN): State.WIPING,
+    (State.MAINTENANCE, Event.OPERATOR_RETURN): State.WIPING,
+    **{(s, Event.HARDWARE_FAULT): State.QUARANTINED for s in State if s is not State.QUARANTINED},
+    **{(s, Event.OPERATOR_QUARANTINE): State.QUARANTINED for s in State if s is not State.QUARANTINED},
+    (State.PROVISIONING, Event.TENANT_REPORT): State.QUARANTINED,
+    (State.ACTIVE, Event.TENANT_REPORT): State.QUARANTINED,
+    (State.ACTIVE, Event.REINSTALL_REQUESTED): State.PROVISIONING,
 }
 
 
@@ -74,7 +72,7 @@ def test_table_is_exactly_the_expected_one():
 
 
 def test_strings_are_accepted_like_members():
-    assert next_state("active", "released") is S.WIPING
+    assert next_state("active", "released") is State.WIPING
 
 
 def test_unknown_names_are_refused():
@@ -85,47 +83,52 @@ def test_unknown_names_are_refused():
 
 
 def test_available_is_reached_only_by_attestation_passed():
-    assert {event for (_, event), new in TRANSITIONS.items() if new is S.AVAILABLE} == {E.ATTESTATION_PASSED}
+    assert {event for (_, event), new in TRANSITIONS.items() if new is State.AVAILABLE} == {Event.ATTESTATION_PASSED}
 
 
 def test_after_a_tenant_inspection_is_reached_only_through_a_successful_wipe():
-    into_inspecting = {(old, event) for (old, event), new in TRANSITIONS.items() if new is S.INSPECTING and old != new}
+    into_inspecting = {
+        (old, event) for (old, event), new in TRANSITIONS.items() if new is State.INSPECTING and old != new
+    }
     # A firmware rollout inspects an available node again: available is clean, reached only by attestation.
     assert into_inspecting == {
-        (S.ENROLLED, E.INSPECTION_STARTED),
-        (S.WIPING, E.WIPE_SUCCEEDED),
-        (S.AVAILABLE, E.FIRMWARE_UPDATE),
+        (State.ENROLLED, Event.INSPECTION_STARTED),
+        (State.WIPING, Event.WIPE_SUCCEEDED),
+        (State.AVAILABLE, Event.FIRMWARE_UPDATE),
     }
-    assert S.AVAILABLE in CLEAN_STATES
+    assert State.AVAILABLE in CLEAN_STATES
 
 
 def test_no_path_from_a_tenant_to_available_skips_wipe_and_attestation():
     # Search every path leaving `active`: each one reaching `available` passes wipe_succeeded
     # and then attestation_passed.
-    frontier = [(S.ACTIVE, ())]
+    frontier = [(State.ACTIVE, ())]
     seen = set()
     while frontier:
         state, events = frontier.pop()
         for event in (event for (from_state, event) in TRANSITIONS if from_state is state):
             new = next_state(state, event)
             path = (*events, event)
-            if new is S.AVAILABLE:
-                assert E.WIPE_SUCCEEDED in path
-                assert path.index(E.ATTESTATION_PASSED) > path.index(E.WIPE_SUCCEEDED)
+            if new is State.AVAILABLE:
+                assert Event.WIPE_SUCCEEDED in path
+                assert path.index(Event.ATTESTATION_PASSED) > path.index(Event.WIPE_SUCCEEDED)
             elif (new, event) not in seen:
                 seen.add((new, event))
                 frontier.append((new, path))
 
 
 def test_quarantine_is_left_only_by_an_operator_and_only_towards_wiping_or_maintenance():
-    leaving = {(event, new) for (old, event), new in TRANSITIONS.items() if old is S.QUARANTINED}
-    assert leaving == {(E.OPERATOR_RETURN, S.WIPING), (E.OPERATOR_MAINTENANCE, S.MAINTENANCE)}
-    assert {new for (old, _), new in TRANSITIONS.items() if old is S.MAINTENANCE} <= {S.WIPING, S.QUARANTINED}
+    leaving = {(event, new) for (old, event), new in TRANSITIONS.items() if old is State.QUARANTINED}
+    assert leaving == {(Event.OPERATOR_RETURN, State.WIPING), (Event.OPERATOR_MAINTENANCE, State.MAINTENANCE)}
+    assert {new for (old, _), new in TRANSITIONS.items() if old is State.MAINTENANCE} <= {
+        State.WIPING,
+        State.QUARANTINED,
+    }
 
 
 def test_invariant_sets_do_not_contradict():
     assert not SERVING_STATES & CLEAN_STATES
-    assert {S.QUARANTINED} == REASON_REQUIRED
+    assert {State.QUARANTINED} == REASON_REQUIRED
 
 
 def test_lifecycle_imports_without_django():

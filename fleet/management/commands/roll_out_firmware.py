@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from fleet import firmware_rollout, firmware_rollouts
+from fleet import firmware_rollouts, rollout_rules
 from fleet.models import FirmwareBaseline
 from fleet.selectors import rollout_progress
 
@@ -13,9 +13,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("baseline", help="The baseline's name, e.g. bmcsim-default")
-        parser.add_argument("--batch", type=int, default=firmware_rollout.DEFAULT_BATCH_SIZE, help="nodes at once")
+        parser.add_argument("--batch", type=int, default=rollout_rules.DEFAULT_BATCH_SIZE, help="nodes at once")
         parser.add_argument(
-            "--per-pod-cap", type=int, default=firmware_rollout.DEFAULT_PER_POD_CAP, help="nodes of one pod at once"
+            "--per-pod-cap", type=int, default=rollout_rules.DEFAULT_PER_POD_CAP, help="nodes of one pod at once"
         )
 
     def handle(self, *args, baseline, batch, per_pod_cap, **options):
@@ -28,6 +28,6 @@ class Command(BaseCommand):
             )
         except FirmwareBaseline.DoesNotExist:
             raise CommandError(f"no firmware baseline is named {baseline!r}") from None
-        except (firmware_rollouts.RolloutRefused, firmware_rollout.InvalidLimits) as refused:
+        except (firmware_rollouts.RolloutRefused, rollout_rules.InvalidLimits) as refused:
             raise CommandError(str(refused)) from refused
         self.stdout.write(f"started {rollout}, {rollout.status}: {rollout_progress(rollout)}")
