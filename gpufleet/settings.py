@@ -1,31 +1,27 @@
 """Settings for gpu-fleet, read from the environment; every variable has a working default."""
 
-import ipaddress
-import os
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
+from gpufleet import environment
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def env_bool(name: str, default: bool) -> bool:
-    return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
-
-
-DEBUG = env_bool("GPUFLEET_DEBUG", False)
+DEBUG = environment.boolean("GPUFLEET_DEBUG", False)
 # A development key keeps `make demo` working out of the box; production sets SECRET_KEY.
-SECRET_KEY = os.environ.get("SECRET_KEY", "django-insecure-gpufleet-development-key-set-SECRET_KEY-in-production")
-ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
+SECRET_KEY = environment.text("SECRET_KEY", "django-insecure-gpufleet-development-key-set-SECRET_KEY-in-production")
+ALLOWED_HOSTS = environment.names("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 
 # Production serves over TLS (terminated at a proxy that sets X-Forwarded-Proto):
 # GPUFLEET_HTTPS=1 turns on what `manage.py check --deploy` asks for.
-if env_bool("GPUFLEET_HTTPS", False):
+if environment.boolean("GPUFLEET_HTTPS", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes speak plain HTTP inside the cluster
-    SECURE_HSTS_SECONDS = int(os.environ.get("GPUFLEET_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_SECONDS = environment.integer("GPUFLEET_HSTS_SECONDS", 31536000, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
@@ -94,16 +90,18 @@ TEMPLATES = [
 
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpufleet"),
+        environment.text("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpufleet"),
         conn_max_age=60,
         conn_health_checks=True,
     )
 }
-DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = int(os.environ.get("DATABASE_CONNECT_TIMEOUT", "5"))
+DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = environment.integer(
+    "DATABASE_CONNECT_TIMEOUT", 5, minimum=1
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-BMCSIM_URL = os.environ.get("BMCSIM_URL", "http://127.0.0.1:8100")
+REDIS_URL = environment.text("REDIS_URL", "redis://127.0.0.1:6379/0")
+BMCSIM_URL = environment.text("BMCSIM_URL", "http://127.0.0.1:8100")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -117,8 +115,8 @@ AUTH_PASSWORD_VALIDATORS = [
 # force_login, or client.login(request=HttpRequest(), ...). The demo's default operator
 # password is what check --deploy looks for.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-AXES_FAILURE_LIMIT = int(os.environ.get("GPUFLEET_LOGIN_FAILURE_LIMIT", "5"))
-AXES_COOLOFF_TIME = timedelta(seconds=float(os.environ.get("GPUFLEET_LOGIN_COOLOFF_SECONDS", "900")))
+AXES_FAILURE_LIMIT = environment.integer("GPUFLEET_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=environment.number("GPUFLEET_LOGIN_COOLOFF_SECONDS", 900))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # Its start-up banner and per-attempt INFO lines in every process; failures are still logged.
@@ -159,8 +157,8 @@ REST_FRAMEWORK = {
         "reservations.api.throttles.TenantWriteThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
-        "tenant_reads": os.environ.get("GPUFLEET_API_READ_RATE", "600/min"),
-        "tenant_writes": os.environ.get("GPUFLEET_API_WRITE_RATE", "120/min"),
+        "tenant_reads": environment.rate("GPUFLEET_API_READ_RATE", "600/min"),
+        "tenant_writes": environment.rate("GPUFLEET_API_WRITE_RATE", "120/min"),
     },
 }
 SPECTACULAR_SETTINGS = {
@@ -175,15 +173,15 @@ SPECTACULAR_SETTINGS = {
     # One name for the webhook event types, wherever a serializer lists them.
     "ENUM_NAME_OVERRIDES": {"WebhookEventEnum": "reservations.models.WebhookEvent"},
 }
-API_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_API_MAX_BODY_BYTES", str(256 * 1024)))
+API_MAX_BODY_BYTES = environment.integer("GPUFLEET_API_MAX_BODY_BYTES", 256 * 1024, minimum=1)
 
 # Reservations (reservations/periods.py): how far ahead one may start and how long it may last;
 # one that starts now without ends_at lasts the maximum, unless released before.
-BOOKING_HORIZON_DAYS = float(os.environ.get("GPUFLEET_BOOKING_HORIZON_DAYS", "90"))
-MAX_RESERVATION_DAYS = float(os.environ.get("GPUFLEET_MAX_RESERVATION_DAYS", "30"))
+BOOKING_HORIZON_DAYS = environment.number("GPUFLEET_BOOKING_HORIZON_DAYS", 90, positive=True)
+MAX_RESERVATION_DAYS = environment.number("GPUFLEET_MAX_RESERVATION_DAYS", 30, positive=True)
 # GET /v1/capacity is kept per process until the fleet changes, but "free now" also moves with the
 # clock alone (a hold starts or ends): a kept answer is computed again once this old.
-CAPACITY_MAX_AGE_SECONDS = float(os.environ.get("GPUFLEET_CAPACITY_MAX_AGE_SECONDS", "5"))
+CAPACITY_MAX_AGE_SECONDS = environment.number("GPUFLEET_CAPACITY_MAX_AGE_SECONDS", 5)
 # Django's cache in Redis, shared by every web process: the API's per-tenant throttles count
 # there. Short socket timeouts: with Redis down a request waits a moment, then is let through.
 CACHES = {
@@ -206,19 +204,19 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
 # Publishing gives up fast: the reconciler enqueues again whatever a lost message was for.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
-RECONCILE_SECONDS = float(os.environ.get("GPUFLEET_RECONCILE_SECONDS", "5"))
+RECONCILE_SECONDS = environment.number("GPUFLEET_RECONCILE_SECONDS", 5, positive=True)
 # The fabric's switches (workflows/fabric_health.py): their health is read every FABRIC_POLL_SECONDS
 # from the Redfish service that manages them. The demo's is bmcsim, with its fleet-wide operator
 # credential; a real fabric's (a switch manager such as UFM) is given with its own, and its address
 # must be in BMC_NETWORKS, as the BMCs' are.
-FABRIC_REDFISH_URL = os.environ.get("GPUFLEET_FABRIC_REDFISH_URL", BMCSIM_URL)
-FABRIC_REDFISH_USERNAME = os.environ.get("GPUFLEET_FABRIC_REDFISH_USERNAME", "root")
+FABRIC_REDFISH_URL = environment.text("GPUFLEET_FABRIC_REDFISH_URL", BMCSIM_URL)
+FABRIC_REDFISH_USERNAME = environment.text("GPUFLEET_FABRIC_REDFISH_USERNAME", "root")
 DEVELOPMENT_FABRIC_PASSWORD = "calvin"  # bmcsim's; `check --deploy` warns while it is the one set
-FABRIC_REDFISH_PASSWORD = os.environ.get("GPUFLEET_FABRIC_REDFISH_PASSWORD", DEVELOPMENT_FABRIC_PASSWORD)
-FABRIC_POLL_SECONDS = float(os.environ.get("GPUFLEET_FABRIC_POLL_SECONDS", "15"))
+FABRIC_REDFISH_PASSWORD = environment.text("GPUFLEET_FABRIC_REDFISH_PASSWORD", DEVELOPMENT_FABRIC_PASSWORD)
+FABRIC_POLL_SECONDS = environment.number("GPUFLEET_FABRIC_POLL_SECONDS", 15, positive=True)
 # Placement keeps off a cut-off node at once; the reservation it serves loses it (and it is wiped)
 # only once its switch's trouble has lasted this long, so that a link that flaps once costs no node.
-FABRIC_LET_GO_AFTER_SECONDS = float(os.environ.get("GPUFLEET_FABRIC_LET_GO_AFTER_SECONDS", "60"))
+FABRIC_LET_GO_AFTER_SECONDS = environment.number("GPUFLEET_FABRIC_LET_GO_AFTER_SECONDS", 60)
 # A sweep on the workers' queue waits behind the workflow runs there: it must outlive a backlog, or
 # a busy fleet discards every sweep before a worker takes it. Each sweep claims its rows in the
 # database, so a late one does nothing twice; the limit only keeps messages from piling up while no
@@ -281,83 +279,79 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # How long a worker's claim on a node lasts without a heartbeat.
-LEASE_SECONDS = float(os.environ.get("GPUFLEET_LEASE_SECONDS", "60"))
+LEASE_SECONDS = environment.number("GPUFLEET_LEASE_SECONDS", 60, positive=True)
 
 # Remediation: Alertmanager authenticates with this bearer token (its config reads it from a
 # file); the nodes automatic remediation acts on (any rung) are capped per window, fleet-wide and per pod.
 DEVELOPMENT_WEBHOOK_TOKEN = "gpufleet-development-webhook-token"
-GPUFLEET_WEBHOOK_TOKEN = os.environ.get("GPUFLEET_WEBHOOK_TOKEN", DEVELOPMENT_WEBHOOK_TOKEN)
-REMEDIATION_CAP = int(os.environ.get("GPUFLEET_REMEDIATION_CAP", "5"))
-REMEDIATION_POD_CAP = int(os.environ.get("GPUFLEET_REMEDIATION_POD_CAP", "3"))
-REMEDIATION_WINDOW_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_WINDOW_SECONDS", "600"))
+GPUFLEET_WEBHOOK_TOKEN = environment.text("GPUFLEET_WEBHOOK_TOKEN", DEVELOPMENT_WEBHOOK_TOKEN)
+REMEDIATION_CAP = environment.integer("GPUFLEET_REMEDIATION_CAP", 5, minimum=0)
+REMEDIATION_POD_CAP = environment.integer("GPUFLEET_REMEDIATION_POD_CAP", 3, minimum=0)
+REMEDIATION_WINDOW_SECONDS = environment.number("GPUFLEET_REMEDIATION_WINDOW_SECONDS", 600, positive=True)
 # A repair's message lost (with Redis, or expired in a backlog) is sent again after this.
-REMEDIATION_RECHECK_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RECHECK_SECONDS", "30"))
+REMEDIATION_RECHECK_SECONDS = environment.number("GPUFLEET_REMEDIATION_RECHECK_SECONDS", 30, positive=True)
 # How often a GPU reset under way is looked at, and how long it may take before it counts as failed.
-REMEDIATION_RESET_POLL_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RESET_POLL_SECONDS", "1"))
-REMEDIATION_RESET_TIMEOUT_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_RESET_TIMEOUT_SECONDS", "60"))
+REMEDIATION_RESET_POLL_SECONDS = environment.number("GPUFLEET_REMEDIATION_RESET_POLL_SECONDS", 1, positive=True)
+REMEDIATION_RESET_TIMEOUT_SECONDS = environment.number("GPUFLEET_REMEDIATION_RESET_TIMEOUT_SECONDS", 60, positive=True)
 # How long a reboot or power cycle may take to bring the node's agent back: a server with eight
 # GPUs can take ten minutes to pass its firmware's checks.
-REMEDIATION_REBOOT_TIMEOUT_SECONDS = float(os.environ.get("GPUFLEET_REMEDIATION_REBOOT_TIMEOUT_SECONDS", "900"))
+REMEDIATION_REBOOT_TIMEOUT_SECONDS = environment.number(
+    "GPUFLEET_REMEDIATION_REBOOT_TIMEOUT_SECONDS", 900, positive=True
+)
 # Ladders (remediation.rules.LADDERS) that only record what they would do: comma-separated names.
-REMEDIATION_SHADOW_RULES = [
-    name.strip() for name in os.environ.get("GPUFLEET_REMEDIATION_SHADOW_RULES", "").split(",") if name.strip()
-]
-ALERT_MAX_BODY_BYTES = int(os.environ.get("GPUFLEET_ALERT_MAX_BODY_BYTES", str(1024 * 1024)))
+REMEDIATION_SHADOW_RULES = environment.names("GPUFLEET_REMEDIATION_SHADOW_RULES")
+ALERT_MAX_BODY_BYTES = environment.integer("GPUFLEET_ALERT_MAX_BODY_BYTES", 1024 * 1024, minimum=1)
 # BMC event logs (workflows/bmc_event_logs.py), a fault source under the same rules and cap: each
 # managed node's SEL is read for new entries every SEL_POLL_SECONDS, SEL_READ_CONCURRENCY (1 or more)
 # BMCs at a time.
-SEL_POLL_SECONDS = float(os.environ.get("GPUFLEET_SEL_POLL_SECONDS", "30"))
-SEL_READ_CONCURRENCY = int(os.environ.get("GPUFLEET_SEL_READ_CONCURRENCY", "16"))
+SEL_POLL_SECONDS = environment.number("GPUFLEET_SEL_POLL_SECONDS", 30, positive=True)
+SEL_READ_CONCURRENCY = environment.integer("GPUFLEET_SEL_READ_CONCURRENCY", 16, minimum=1)
 
 # Attestation: result-signing keys (a PEM file, or a directory of them: the newest signs, the
 # older stay in the JWKS), and the policy used when no policy in the database fits a node.
 DEFAULT_SIGNING_KEY_DIR = BASE_DIR / "var" / "signing-keys"
-GPUFLEET_SIGNING_KEY = os.environ.get("GPUFLEET_SIGNING_KEY", str(DEFAULT_SIGNING_KEY_DIR))
-ATTESTATION_POLICY_FILE = os.environ.get(
+GPUFLEET_SIGNING_KEY = environment.text("GPUFLEET_SIGNING_KEY", str(DEFAULT_SIGNING_KEY_DIR))
+ATTESTATION_POLICY_FILE = environment.text(
     "GPUFLEET_ATTESTATION_POLICY", str(BASE_DIR / "attestation" / "policies" / "default.toml")
 )
 
 # Workflows (workflows/node_workflows.py). Timeouts are in real seconds: bmcsim scales its own durations.
-SERVICE_IMAGE_URL = os.environ.get("GPUFLEET_SERVICE_IMAGE_URL", "http://images.gpufleet.internal/service.iso")
-TENANT_IMAGE_URL = os.environ.get("GPUFLEET_TENANT_IMAGE_URL", "http://images.gpufleet.internal/tenant.iso")
+SERVICE_IMAGE_URL = environment.text("GPUFLEET_SERVICE_IMAGE_URL", "http://images.gpufleet.internal/service.iso")
+TENANT_IMAGE_URL = environment.text("GPUFLEET_TENANT_IMAGE_URL", "http://images.gpufleet.internal/tenant.iso")
 # A tenant may report at most this many nodes broken a day: each report costs a node of the fleet.
-TENANT_REPORTS_PER_DAY = int(os.environ.get("GPUFLEET_TENANT_REPORTS_PER_DAY", "5"))
+TENANT_REPORTS_PER_DAY = environment.integer("GPUFLEET_TENANT_REPORTS_PER_DAY", 5, minimum=0)
 # Tenants' power actions on their nodes: at most this many per node an hour, and a reboot the OS
 # does not carry out gracefully within the grace is forced.
-TENANT_POWER_ACTIONS_PER_HOUR = int(os.environ.get("GPUFLEET_TENANT_POWER_ACTIONS_PER_HOUR", "6"))
-TENANT_REBOOT_GRACE_SECONDS = float(os.environ.get("GPUFLEET_TENANT_REBOOT_GRACE_SECONDS", "120"))
+TENANT_POWER_ACTIONS_PER_HOUR = environment.integer("GPUFLEET_TENANT_POWER_ACTIONS_PER_HOUR", 6, minimum=0)
+TENANT_REBOOT_GRACE_SECONDS = environment.number("GPUFLEET_TENANT_REBOOT_GRACE_SECONDS", 120)
 # Tenants' webhooks go to public addresses only, and to these networks (comma-separated CIDRs).
-WEBHOOK_ALLOWED_NETWORKS = [
-    ipaddress.ip_network(n.strip())
-    for n in os.environ.get("GPUFLEET_WEBHOOK_ALLOWED_NETWORKS", "").split(",")
-    if n.strip()
-]
+WEBHOOK_ALLOWED_NETWORKS = list(environment.networks("GPUFLEET_WEBHOOK_ALLOWED_NETWORKS"))
 # Before a reservation's end, its tenant is told this many minutes ahead (reservation.ending).
 # A worker that claimed a tenant's webhook delivery and died: how long until another sends it.
-WEBHOOK_SEND_LEASE_SECONDS = float(os.environ.get("GPUFLEET_WEBHOOK_SEND_LEASE_SECONDS", "60"))
-RESERVATION_ENDING_NOTICE_MINUTES = float(os.environ.get("GPUFLEET_RESERVATION_ENDING_NOTICE_MINUTES", "60"))
+WEBHOOK_SEND_LEASE_SECONDS = environment.number("GPUFLEET_WEBHOOK_SEND_LEASE_SECONDS", 60, positive=True)
+RESERVATION_ENDING_NOTICE_MINUTES = environment.number("GPUFLEET_RESERVATION_ENDING_NOTICE_MINUTES", 60)
 # Where BMCs fetch config drives: this private listener, as the BMC network reaches it.
-CONFIG_DRIVE_BASE_URL = os.environ.get("GPUFLEET_CONFIG_DRIVE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
-BMC_TIMEOUT = float(os.environ.get("GPUFLEET_BMC_TIMEOUT", "10"))
-WORKFLOW_POLL_SECONDS = float(os.environ.get("GPUFLEET_WORKFLOW_POLL_SECONDS", "1"))
+CONFIG_DRIVE_BASE_URL = environment.text("GPUFLEET_CONFIG_DRIVE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+BMC_TIMEOUT = environment.number("GPUFLEET_BMC_TIMEOUT", 10, positive=True)
+WORKFLOW_POLL_SECONDS = environment.number("GPUFLEET_WORKFLOW_POLL_SECONDS", 1, positive=True)
 # Hung or slow hardware must not hold a worker: a wait longer than this parks the node, and the
 # reconciler sends it again after a quarter of the time waited so far, at most the maximum.
-WORKFLOW_HOLD_SECONDS = float(os.environ.get("GPUFLEET_WORKFLOW_HOLD_SECONDS", "10"))
-WORKFLOW_RECHECK_MAX_SECONDS = float(os.environ.get("GPUFLEET_WORKFLOW_RECHECK_MAX_SECONDS", "60"))
-AGENT_BOOT_TIMEOUT = float(os.environ.get("GPUFLEET_AGENT_BOOT_TIMEOUT", "600"))
-WIPE_TIMEOUT = float(os.environ.get("GPUFLEET_WIPE_TIMEOUT", "3600"))
+WORKFLOW_HOLD_SECONDS = environment.number("GPUFLEET_WORKFLOW_HOLD_SECONDS", 10, positive=True)
+WORKFLOW_RECHECK_MAX_SECONDS = environment.number("GPUFLEET_WORKFLOW_RECHECK_MAX_SECONDS", 60, positive=True)
+AGENT_BOOT_TIMEOUT = environment.number("GPUFLEET_AGENT_BOOT_TIMEOUT", 600, positive=True)
+WIPE_TIMEOUT = environment.number("GPUFLEET_WIPE_TIMEOUT", 3600, positive=True)
 # Firmware baselines (fleet/firmware.py): where BMCs fetch the images a repair flashes (a baseline
 # names each image's file), and how long the BMCs' update tasks may take together.
-FIRMWARE_IMAGE_BASE_URL = os.environ.get(
+FIRMWARE_IMAGE_BASE_URL = environment.text(
     "GPUFLEET_FIRMWARE_IMAGE_BASE_URL", "http://images.gpufleet.internal/firmware"
 ).rstrip("/")
-FIRMWARE_UPDATE_TIMEOUT = float(os.environ.get("GPUFLEET_FIRMWARE_UPDATE_TIMEOUT", "1800"))
+FIRMWARE_UPDATE_TIMEOUT = environment.number("GPUFLEET_FIRMWARE_UPDATE_TIMEOUT", 1800, positive=True)
 # How long a node may stay in a state that owes work, every retry included, before it fails.
-INSPECTION_DEADLINE = float(os.environ.get("GPUFLEET_INSPECTION_DEADLINE", "3600"))
-PROVISION_DEADLINE = float(os.environ.get("GPUFLEET_PROVISION_DEADLINE", "3600"))
-WIPE_DEADLINE = float(os.environ.get("GPUFLEET_WIPE_DEADLINE", "7200"))
+INSPECTION_DEADLINE = environment.number("GPUFLEET_INSPECTION_DEADLINE", 3600, positive=True)
+PROVISION_DEADLINE = environment.number("GPUFLEET_PROVISION_DEADLINE", 3600, positive=True)
+WIPE_DEADLINE = environment.number("GPUFLEET_WIPE_DEADLINE", 7200, positive=True)
 # Messages that wait longer than this are dropped: the reconciler enqueues the work again.
-WORKFLOW_MESSAGE_EXPIRES = float(os.environ.get("GPUFLEET_WORKFLOW_MESSAGE_EXPIRES", "300"))
+WORKFLOW_MESSAGE_EXPIRES = environment.number("GPUFLEET_WORKFLOW_MESSAGE_EXPIRES", 300, positive=True)
 
 # Diagnostics (fleet/diagnostics.py): a short run at every inspection, a long one as burn-in after
 # quarantine or maintenance, and long ones on idle available nodes (workflows/idle_diagnostics.py),
@@ -365,21 +359,17 @@ WORKFLOW_MESSAGE_EXPIRES = float(os.environ.get("GPUFLEET_WORKFLOW_MESSAGE_EXPIR
 # when placement wants the node. A run may take DIAGNOSTICS_TIMEOUT (DCGM's level 3 takes about 15
 # minutes); a long pass counts as recent, preferred by placement, for DIAGNOSTICS_RECENT_DAYS; a node
 # whose idle run ended without one is not asked again before IDLE_DIAGNOSTICS_RETRY_SECONDS.
-DIAGNOSTICS_TIMEOUT = float(os.environ.get("GPUFLEET_DIAGNOSTICS_TIMEOUT", "3600"))
-DIAGNOSTICS_RECENT_DAYS = float(os.environ.get("GPUFLEET_DIAGNOSTICS_RECENT_DAYS", "7"))
-IDLE_DIAGNOSTICS_AT_ONCE = int(os.environ.get("GPUFLEET_IDLE_DIAGNOSTICS_AT_ONCE", "4"))
-IDLE_DIAGNOSTICS_POLL_SECONDS = float(os.environ.get("GPUFLEET_IDLE_DIAGNOSTICS_POLL_SECONDS", "30"))
-IDLE_DIAGNOSTICS_RETRY_SECONDS = float(os.environ.get("GPUFLEET_IDLE_DIAGNOSTICS_RETRY_SECONDS", "3600"))
+DIAGNOSTICS_TIMEOUT = environment.number("GPUFLEET_DIAGNOSTICS_TIMEOUT", 3600, positive=True)
+DIAGNOSTICS_RECENT_DAYS = environment.number("GPUFLEET_DIAGNOSTICS_RECENT_DAYS", 7)
+IDLE_DIAGNOSTICS_AT_ONCE = environment.integer("GPUFLEET_IDLE_DIAGNOSTICS_AT_ONCE", 4, minimum=0)
+IDLE_DIAGNOSTICS_POLL_SECONDS = environment.number("GPUFLEET_IDLE_DIAGNOSTICS_POLL_SECONDS", 30, positive=True)
+IDLE_DIAGNOSTICS_RETRY_SECONDS = environment.number("GPUFLEET_IDLE_DIAGNOSTICS_RETRY_SECONDS", 3600, positive=True)
 
 # BMC access (fleet/bmc_access.py): BMC and node-agent URLs must resolve into these networks
 # (comma-separated CIDRs), wherever they come in and before a worker connects, so a changed
 # address cannot send a BMC's password, or any request, elsewhere.
-BMC_NETWORKS = tuple(
-    ipaddress.ip_network(cidr.strip())
-    for cidr in os.environ.get(
-        "GPUFLEET_BMC_NETWORKS", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
-    ).split(",")
-    if cidr.strip()
+BMC_NETWORKS = environment.networks(
+    "GPUFLEET_BMC_NETWORKS", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
 )
 
 LOGGING = {
@@ -387,5 +377,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("GPUFLEET_LOG_LEVEL", "INFO")},
+    "root": {
+        "handlers": ["console"],
+        "level": environment.choice("GPUFLEET_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    },
 }
