@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: prerequisites setup database demo test lint bench soak
+.PHONY: prerequisites setup database demo test check lint bench soak
 
 # The Debian packages (installed when missing, as root), then PostgreSQL and Redis running.
 prerequisites:
@@ -53,6 +53,14 @@ test: setup
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -n 2 --ignore=tests/e2e --ignore=tests/test_soak.py
 	$(VENV)/bin/pytest tests/e2e tests/test_soak.py
+
+# The inner loop: ruff, the layers, and every test of none of the slow kinds that pytest.ini
+# declares (end-to-end, browser, validators, fuzzing, soak); `make test` runs those too.
+SLOW_KINDS := e2e or browser or validators or fuzzing or soak
+check: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/pytest -n 2 -m "not ($(SLOW_KINDS))"
 
 lint: setup
 	$(VENV)/bin/ruff check .

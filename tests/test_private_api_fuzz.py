@@ -8,6 +8,8 @@ from core.topology import agent_token
 from tests.support.factories import enrol_default_fleet, make_available, tenant_token
 from tests.support.processes import run_schemathesis
 
+pytestmark = pytest.mark.fuzzing
+
 WEBHOOK_TOKEN = "fuzz-webhook-token"
 
 

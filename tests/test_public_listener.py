@@ -95,6 +95,7 @@ def test_the_private_schema_declares_the_webhooks_bearer_scheme(client, db):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.fuzzing
 def test_schemathesis_finds_no_server_error_on_the_public_listener(tmp_path):
     enrol_default_fleet(12)
     result = run_schemathesis("gpufleet.wsgi_public", tmp_path, "--max-examples", "30")

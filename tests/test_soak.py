@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import REPO_ROOT
+
+pytestmark = pytest.mark.soak
 
 
 def test_a_minute_of_soak_ends_with_no_violation_and_no_lost_reservation():

@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO_ROOT
 from tests.support.bmcsim import OPERATOR
+
+pytestmark = pytest.mark.validators
 
 BIN = Path(sys.executable).parent
 # DMTF's schemas and OpenStack Ironic's profile, vendored with their licences.

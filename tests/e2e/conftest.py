@@ -4,6 +4,7 @@ test database (transactional tests, so every process sees what the others commit
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import redis
@@ -16,6 +17,14 @@ from tests.support.processes import RedisServer
 from tests.support.stack import ControlPlane
 
 E2E_NODES = 24
+
+
+def pytest_collection_modifyitems(items):
+    """Every test here is end-to-end: `make check` leaves them to `make test`."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture

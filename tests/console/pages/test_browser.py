@@ -12,6 +12,8 @@ from reservations import services as reservations
 from reservations.models import Reservation, Tenant
 from tests.support.factories import bring_up, drive, enrol_default_fleet, make_available, signed_result
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
