@@ -24,7 +24,11 @@ DAY = timedelta(days=1)
 
 
 def record(node: Node, status: str, step: str, *, fault_at, reservation=None, mode="enforce", **steps):
-    """A remediation received 30 s after its fault, with its timeline: step name -> time."""
+    """A remediation received 30 s after its fault, with its timeline: step name -> time; one that
+    acted counts against the blast-radius cap from its receipt until its verdict."""
+    received = fault_at + timedelta(seconds=30)
+    acted = mode == "enforce" and status in ("pending", "repaired", "applied")
+    verdict = max(steps.get("repaired") or steps.get("quarantined") or received, received)
     remediation = Remediation.objects.create(
         fingerprint=f"{Remediation.objects.count():016x}",
         starts_at=fault_at.isoformat(),
@@ -37,12 +41,14 @@ def record(node: Node, status: str, step: str, *, fault_at, reservation=None, mo
         reason="test",
         status=status,
         step=step,
-        at=fault_at + timedelta(seconds=30),
+        at=received,
         reservation=reservation,
         mode=mode,
         recheck_due_at=fault_at if status == "pending" else None,
+        counted_from=received if acted else None,
+        counted_until=verdict if acted and status != "pending" else None,
     )
-    timeline = {"alert_firing": fault_at, "webhook_received": fault_at + timedelta(seconds=30), **steps}
+    timeline = {"alert_firing": fault_at, "webhook_received": received, **steps}
     IncidentEvent.objects.bulk_create(
         IncidentEvent(remediation=remediation, step=name, at=at) for name, at in timeline.items()
     )
