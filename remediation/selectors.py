@@ -15,7 +15,8 @@ from django.conf import settings
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce, TruncDate
 
-from fleet.models import GPU
+from fleet.models import GPU, Node
+from remediation import rules
 from remediation.blast_radius import Cap, Incident
 from remediation.models import IncidentEvent, IncidentStep, Remediation, RemediationMode, RemediationStatus
 from remediation.reliability import IncidentTimes
@@ -53,6 +54,16 @@ def _first(step: IncidentStep) -> Subquery:
     """When the remediation's timeline first reached `step`."""
     events = IncidentEvent.objects.filter(remediation=OuterRef("pk"), step=step).order_by("at")
     return Subquery(events.values("at")[:1])
+
+
+def remediations_acted_on(node: Node, now: datetime) -> int:
+    """How many times the node was remediated (reset or quarantined by the rules) within the
+    repeat-offender window: suppressed alerts and those calling for nothing do not count."""
+    return Remediation.objects.filter(
+        node=node,
+        at__gte=now - rules.REPEAT_OFFENDER.window,
+        status__in=[RemediationStatus.APPLIED, RemediationStatus.PENDING, RemediationStatus.REPAIRED],
+    ).count()
 
 
 def incidents_since(since: datetime) -> list[IncidentTimes]:

@@ -5,7 +5,6 @@ PostgreSQL advisory lock."""
 from __future__ import annotations
 
 import logging
-import re
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -41,10 +40,9 @@ CAP_LOCK = 0x67707566
 
 
 def _parse_time(text: str) -> datetime | None:
-    """Alertmanager's RFC 3339 times carry nanoseconds; Python takes microseconds."""
-    trimmed = re.sub(r"(\.\d{6})\d+", r"\1", text).replace("Z", "+00:00")
+    """Alertmanager's RFC 3339 times, nanoseconds and all (Python keeps microseconds)."""
     try:
-        return datetime.fromisoformat(trimmed)
+        return datetime.fromisoformat(text)
     except ValueError:
         return None
 
@@ -130,7 +128,7 @@ def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
             found = Node.objects.select_for_update(of=("self",)).select_related("rack__pod")
             node = found.filter(name=decision.node).first() if decision.node else None
             if node is not None:
-                decision = rules.repeat_offense(decision, earlier=remediations_acted_on(node, received_at))
+                decision = rules.repeat_offense(decision, earlier=selectors.remediations_acted_on(node, received_at))
             remediation = Remediation.objects.create(
                 fingerprint=alert.fingerprint,
                 starts_at=alert.starts_at,
@@ -276,16 +274,6 @@ def _tell_tenant(remediation: Remediation, node: Node, *, step: rules.Step | Non
     IncidentEvent.objects.create(
         remediation=remediation, step=IncidentStep.TENANT_NOTIFIED, at=timezone.now(), detail=when
     )
-
-
-def remediations_acted_on(node: Node, now: datetime) -> int:
-    """How many times the node was remediated (reset or quarantined by the rules) within the
-    repeat-offender window: suppressed alerts and those calling for nothing do not count."""
-    return Remediation.objects.filter(
-        node=node,
-        at__gte=now - rules.REPEAT_OFFENDER.window,
-        status__in=[RemediationStatus.APPLIED, RemediationStatus.PENDING, RemediationStatus.REPAIRED],
-    ).count()
 
 
 def take_due_repairs(*, limit: int) -> list[int]:

@@ -22,7 +22,6 @@ from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, AuditOnlyEvent, Node
 from remediation import reliability, rules
 from remediation import selectors as remediation_selectors
-from remediation import services as remediation_services
 from remediation.models import IncidentStep, Remediation, RemediationMode, RemediationStatus
 from reservations.models import LIVE_STATES, Reservation, ReservationEventKind, Tenant, Webhook, WebhookDelivery
 from reservations.models import ReservationEvent as ReservationHistory
@@ -260,7 +259,7 @@ def node_page(name: str, *, disclosure: Disclosure) -> NodePage | None:
         remediations=[
             _remediation_row(remediation, disclosure) for remediation in node.remediations.order_by("-at", "-id")[:10]
         ],
-        remediated_recently=remediation_services.remediations_acted_on(node, timezone.now()),
+        remediated_recently=remediation_selectors.remediations_acted_on(node, timezone.now()),
     )
 
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from console.invariants import check_all
 from fleet.models import AuditEvent, Node
-from remediation import rules, services
+from remediation import rules, selectors, services
 from remediation.models import IncidentEvent, Remediation
 from reservations.models import Reservation, Webhook, WebhookDelivery
 from tests.support.factories import alert, drive, payload
@@ -135,7 +135,7 @@ def test_shadow_mode_is_recorded_apart_from_what_was_enforced(available_fleet, s
     assert (shadow.mode, enforced.mode) == ("shadow", "enforce")
     assert Node.objects.get(pk=available_fleet[1].pk).state == "quarantined"
     # The shadow decision is no remediation of the node: it does not count towards a repeat offence.
-    assert services.remediations_acted_on(available_fleet[0], timezone.now() + timedelta(seconds=1)) == 0
+    assert selectors.remediations_acted_on(available_fleet[0], timezone.now() + timedelta(seconds=1)) == 0
 
 
 def test_a_shadow_rule_that_names_no_ladder_stops_the_control_plane(settings):
