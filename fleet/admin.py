@@ -30,7 +30,6 @@ from fleet.selectors import rollout_progress
 from fleet.services import (
     BMC_ACCESS_FIELDS,
     SECRET_ACCESS_FIELDS,
-    ConcurrentTransition,
     change_bmc_access,
     transition,
 )
@@ -118,7 +117,7 @@ def _apply(modeladmin, request, queryset, event: lifecycle.Event, reason: str = 
     for node in queryset.order_by("pk"):
         try:
             transition(node_id=node.pk, event=event, actor=f"operator:{request.user.get_username()}", reason=reason)
-        except (lifecycle.IllegalTransition, ConcurrentTransition) as exc:
+        except lifecycle.TransitionRefused as exc:
             modeladmin.message_user(request, f"{node.name}: {exc}", messages.ERROR)
         else:
             applied.append(node.name)

@@ -22,7 +22,7 @@ from core.errors import Conflict
 from fleet import firmware, lifecycle, rollout_rules, selectors
 from fleet.models import FirmwareBaseline, FirmwareRollout, FirmwareRolloutNode, IdleDiagnosticStatus
 from fleet.rollout_rules import NodeStatus, RolloutStatus
-from fleet.services import ConcurrentTransition, end_idle_diagnostics, transition
+from fleet.services import end_idle_diagnostics, transition
 
 
 class RolloutRefused(Conflict):
@@ -156,7 +156,7 @@ def _send(rollout_id: int, row: FirmwareRolloutNode, pod: str) -> bool:
                 reason=f"firmware rollout {rollout.pk} of baseline {rollout.baseline.name}",
                 detail={"rollout": rollout.pk, "baseline": rollout.baseline.name},
             )
-    except (ConcurrentTransition, lifecycle.IllegalTransition):
+    except lifecycle.TransitionRefused:
         return False  # placement or an operator took the node first; the next look settles it
     return True
 

@@ -56,7 +56,12 @@ class Event(enum.StrEnum):
     FIRMWARE_UPDATE = "firmware_update"
 
 
-class IllegalTransition(Conflict, ValueError):
+class TransitionRefused(Conflict):
+    """The node cannot move by this event now: the state machine forbids it (IllegalTransition),
+    or another writer moved the node first (fleet.services.ConcurrentTransition)."""
+
+
+class IllegalTransition(TransitionRefused, ValueError):
     def __init__(self, state: State, event: Event):
         self.state = state
         self.event = event

@@ -55,7 +55,7 @@ BMC_ACCESS_FIELDS = ["redfish_url", "system_id", "bmc_username", "bmc_password",
 SECRET_ACCESS_FIELDS = ("bmc_password", "agent_token")
 
 
-class ConcurrentTransition(Exception):
+class ConcurrentTransition(lifecycle.TransitionRefused):
     """Another writer changed the node between our read and our compare-and-set."""
 
     def __init__(self, node: str, expected_state: str):
@@ -177,7 +177,7 @@ def start_inspections(*, actor: str, limit: int) -> int:
         try:
             transition(node_id=node_id, event=lifecycle.Event.INSPECTION_STARTED, actor=actor)
             started += 1
-        except (ConcurrentTransition, lifecycle.IllegalTransition):
+        except lifecycle.TransitionRefused:
             continue
     return started
 

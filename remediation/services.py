@@ -17,7 +17,7 @@ from core.due_work import take_due
 from core.parsing import InvalidInput
 from fleet import lifecycle
 from fleet.models import Node, NodeState
-from fleet.services import ConcurrentTransition, audit_power_action, transition
+from fleet.services import audit_power_action, transition
 from fleet.signals import node_remediation_planned
 from remediation import blast_radius, rules, selectors
 from remediation.models import (
@@ -342,7 +342,7 @@ def _quarantine(remediation: Remediation, node: Node, *, actor: str) -> None:
             # The incident it belongs to: check_invariants finds an automatic quarantine the cap never counted.
             detail={"remediation": remediation.pk},
         )
-    except (lifecycle.IllegalTransition, ConcurrentTransition) as error:
+    except lifecycle.TransitionRefused as error:
         remediation.status = RemediationStatus.NO_ACTION
         remediation.reason = f"{remediation.reason}; nothing to do: {error}"
         return

@@ -25,7 +25,7 @@ from core.errors import Conflict, DomainError, TooMany
 from core.topology import NVLINK_DOMAIN, POD
 from fleet import lifecycle
 from fleet.models import AuditEvent, Image, Node, Pod
-from fleet.services import ConcurrentTransition, transition
+from fleet.services import transition
 from reservations import ssh_keys as keys
 from reservations import usage, webhooks
 from reservations.models import (
@@ -163,7 +163,7 @@ def _hold(reservation: Reservation, placement: _Placement, *, actor: str) -> Non
                     actor=actor,
                     reservation=reservation,
                 )
-            except (ConcurrentTransition, lifecycle.IllegalTransition) as error:
+            except lifecycle.TransitionRefused as error:
                 raise LostPlacementRace from error
 
 
@@ -367,7 +367,7 @@ def release_reservation(*, reservation_id: int, actor: str, reason: str = "relea
     for node_id in Node.objects.filter(reservation=reservation).order_by("pk").values_list("pk", flat=True):
         try:
             transition(node_id=node_id, event=lifecycle.Event.RELEASED, actor=actor, reason=reason)
-        except (ConcurrentTransition, lifecycle.IllegalTransition):
+        except lifecycle.TransitionRefused:
             log.info("node %s left reservation %s on its own while it was released", node_id, reservation_id)
     with transaction.atomic():
         _end_allocations(live_allocations().filter(reservation=reservation), reason)
@@ -416,7 +416,7 @@ def let_go_of_cut_off_nodes(*, actor: str = "system:fabric") -> int:
             with transaction.atomic():
                 lost = let_node_go(node_id=node_id, reservation_id=reservation_id, reason=reason, actor=actor)
                 transition(node_id=node_id, event=lifecycle.Event.RELEASED, actor=actor, reason=reason)
-        except (ConcurrentTransition, lifecycle.IllegalTransition):
+        except lifecycle.TransitionRefused:
             log.info("node %s moved on its own while it was let go for its switch", name)
             continue
         let_go += 1
@@ -564,7 +564,7 @@ def _provision_if_still_started(*, node_id: int, reservation_id: int, actor: str
             return False
         try:
             transition(node_id=node_id, event=lifecycle.Event.PROVISION_REQUESTED, actor=actor, reservation=reservation)
-        except (ConcurrentTransition, lifecycle.IllegalTransition):
+        except lifecycle.TransitionRefused:
             return False
     return True
 
@@ -881,7 +881,7 @@ def _give_back(reservation: Reservation, fewer: int, names: list[str] | None, ac
         if node.reservation_id == reservation.pk:
             try:
                 transition(node_id=node.pk, event=lifecycle.Event.RELEASED, actor=actor, reason=reason)
-            except (ConcurrentTransition, lifecycle.IllegalTransition):
+            except lifecycle.TransitionRefused:
                 log.info("node %s left reservation %s on its own while it was given back", name, reservation.pk)
     Reservation.objects.filter(pk=reservation.pk).update(node_count=F("node_count") - fewer)
     return f"node_count {reservation.node_count} -> {reservation.node_count - fewer}: gave back {', '.join(chosen)}"

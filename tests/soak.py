@@ -62,7 +62,7 @@ from django.db.models.functions import Now  # noqa: E402
 from bench.table import print_table  # noqa: E402
 from fleet import lifecycle  # noqa: E402
 from fleet.models import AuditEvent, Node  # noqa: E402
-from fleet.services import ConcurrentTransition, transition  # noqa: E402
+from fleet.services import transition  # noqa: E402
 from remediation.models import Remediation  # noqa: E402
 from reservations.models import Reservation, ReservationState  # noqa: E402
 from tests.support.bmcsim import Bmcsim, start_bmcsim  # noqa: E402
@@ -264,7 +264,7 @@ class Soak:
                 transition(node_id=node_id, event=lifecycle.Event.OPERATOR_RETURN, actor="operator:soak")
                 self.operations["quarantined nodes repaired and returned"] += 1
                 self.returned[name] = time.monotonic()
-            except (ConcurrentTransition, lifecycle.IllegalTransition):
+            except lifecycle.TransitionRefused:
                 pass
 
     # -- kills ---------------------------------------------------------------------------------

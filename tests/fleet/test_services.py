@@ -5,9 +5,9 @@ import threading
 import pytest
 from django.db import connection
 
-from fleet.lifecycle import IllegalTransition
+from fleet.lifecycle import IllegalTransition, TransitionRefused
 from fleet.models import AuditEvent, Node
-from fleet.services import ConcurrentTransition, transition
+from fleet.services import transition
 from tests.support.factories import drive, enrol_default_fleet
 
 
@@ -63,7 +63,7 @@ def test_racing_transitions_apply_exactly_one_and_audit_exactly_one():
         try:
             transition(node_id=node_id, event=event, actor=f"racer:{event}", reason="race")
             outcomes.append((node_id, event))
-        except (ConcurrentTransition, IllegalTransition):
+        except TransitionRefused:
             pass
         finally:
             connection.close()
