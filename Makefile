@@ -68,7 +68,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 # Every benchmark, each a module that prints its table (python -m bench.NAME runs one).
-BENCHES := $(filter-out __init__ table placement_baselines,$(basename $(notdir $(wildcard bench/*.py))))
+BENCHES := $(filter-out __init__,$(basename $(notdir $(wildcard bench/*.py))))
 bench: setup
 	@for b in $(BENCHES); do echo "== bench.$$b"; $(PY) -m bench.$$b || exit 1; done
 

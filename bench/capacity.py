@@ -18,7 +18,7 @@ import sys
 import time
 
 from bench.placement import BENCH_DB, PG, percentile, prepare_fleet, run
-from bench.table import print_table
+from tests.support.table import print_table
 
 # 60 % of the racks held now, and every seventh node booked from tomorrow: counted free now, not
 # for as long as a reservation without an end.

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.table import print_table
+from tests.support.table import print_table
 
 os.environ.update(
     DJANGO_SETTINGS_MODULE="gpufleet.settings",

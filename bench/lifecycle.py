@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from bench.placement import PG, run
-from bench.table import print_table
 from tests.support.bmcsim import start_bmcsim
 from tests.support.processes import RedisServer, start_beat, start_worker
+from tests.support.table import print_table
 
 BENCH_DB = "gpufleet_bench_lifecycle"
 FIRMWARE_BASELINE = "deploy/firmware-baseline.json"

@@ -6,7 +6,7 @@ In process (no database): a fleet of pods, leaves of two racks and racks of 8 no
 releases applied to the free-capacity index as deltas: requests of 1-64 nodes (about 10% whole
 racks, 15% `preferred: leaf`, 15% `required: leaf`). Each placement is timed through the index
 (reservations.placement.place_in) and, on a sample of the same requests, through the walk of every
-rack it replaced (bench/placement_reference.py), which must choose the same nodes.
+rack it replaced (tests/support/placement_reference.py), which must choose the same nodes.
 
 Over HTTP: builds its own database (gpufleet_bench), enrols 10 pods x 125 racks x 8 nodes, serves the API
 with gunicorn, and drives it with 32 concurrent clients: 5,000 reservations of 1-16 nodes (10%
@@ -38,13 +38,12 @@ from pathlib import Path
 
 import requests
 
-from bench import placement_reference
-from bench.table import print_table
 from core.topology import LEAF, default_layout
 from reservations.free_capacity import FreeCapacity, RackState
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place_in
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, placement_reference
 from tests.support.processes import start_gunicorn
+from tests.support.table import print_table
 
 BENCH_DB = os.environ.get("GPUFLEET_BENCH_DATABASE", "gpufleet_bench")  # another name runs two at once
 PG = "postgres://postgres@127.0.0.1:5432"

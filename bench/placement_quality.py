@@ -26,7 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.placement_baselines import (
+from core.topology import LEAF, NVLINK_DOMAIN, SPINE_GROUP, default_layout
+from reservations.placement import Path, PlacementRefused, PlacementRequest, RackCapacity, place
+from tests.support.placement_baselines import (
     Strategy,
     count_domains,
     count_whole_free_racks,
@@ -34,9 +36,7 @@ from bench.placement_baselines import (
     most_free_first,
     random_fit,
 )
-from bench.table import print_table
-from core.topology import LEAF, NVLINK_DOMAIN, SPINE_GROUP, default_layout
-from reservations.placement import Path, PlacementRefused, PlacementRequest, RackCapacity, place
+from tests.support.table import print_table
 
 WHOLE_SHARE = 0.1
 PINNED_SHARE = 0.2

@@ -24,8 +24,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from bench.placement import PG, run
-from bench.table import print_table
 from tests.support.processes import RedisServer
+from tests.support.table import print_table
 
 BENCH_DB = "gpufleet_bench_reconcile"
 SPARE_NODES = 8

@@ -29,8 +29,8 @@ the order exactly by dynamic programming over the index's tree, one table per do
 reading of interchangeable domains only as many as the request can use, so its cost follows the
 request and the partly used domains, not the fleet. A fleet without switch levels and a request
 without levels has nothing to span, and takes the direct greedy `_place_in_pods` over each pod's
-racks grouped by signature. bench/placement_reference.py keeps the walk of every rack this
-replaced, which the tests and bench/placement.py check it against; bench/placement_baselines.py
+racks grouped by signature. tests/support/placement_reference.py keeps the walk of every rack this
+replaced, which the tests and bench/placement.py check it against; tests/support/placement_baselines.py
 holds first-fit, random and most-free-first placement to measure that choice against.
 """
 

@@ -59,7 +59,6 @@ from django.core.management import CommandError, call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models.functions import Now  # noqa: E402
 
-from bench.table import print_table  # noqa: E402
 from fleet import lifecycle  # noqa: E402
 from fleet.models import AuditEvent, Node  # noqa: E402
 from fleet.services import transition  # noqa: E402
@@ -69,6 +68,7 @@ from tests.support.bmcsim import Bmcsim, start_bmcsim  # noqa: E402
 from tests.support.factories import tenant_token  # noqa: E402
 from tests.support.processes import Process, RedisServer, wait_for  # noqa: E402
 from tests.support.stack import ControlPlane, Monitoring  # noqa: E402
+from tests.support.table import print_table  # noqa: E402
 
 NODES = 50
 TENANTS = ["soak-a", "soak-b", "soak-c"]

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from bench.placement_baselines import count_whole_free_racks, first_fit, random_fit
 from core.topology import default_layout
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place
+from tests.support.placement_baselines import count_whole_free_racks, first_fit, random_fit
 
 
 def nodes(first: int, last: int) -> list[str]:

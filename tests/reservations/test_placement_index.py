@@ -1,5 +1,5 @@
 """Placement over the free-capacity index, pure: the same nodes (or the same refusal) as the walk of
-every rack it replaced (bench/placement_reference.py), and an index kept by deltas equal to one
+every rack it replaced (tests/support/placement_reference.py), and an index kept by deltas equal to one
 built from scratch.
 
 The fabrics are generated with few shapes (racks of 2 or 4 nodes, few free patterns, up to four
@@ -13,10 +13,10 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import placement_reference as reference
 from core.topology import NVLINK_DOMAIN, POD
 from reservations.free_capacity import FreeCapacity, RackState
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place, place_in
+from tests.support import placement_reference as reference
 
 SWITCH_LEVELS = ("spine_group", "leaf")
 MODELS = ("H100", "B200")

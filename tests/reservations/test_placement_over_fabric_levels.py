@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.placement_baselines import count_domains, first_fit, most_free_first, random_fit
 from core.topology import NVLINK_DOMAIN, POD, default_layout
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, give_back, place
+from tests.support.placement_baselines import count_domains, first_fit, most_free_first, random_fit
 
 
 def nodes(first: int, last: int) -> list[str]:

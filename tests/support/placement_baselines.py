@@ -3,7 +3,7 @@ placement, a Kueue-style most-free-first, and the counts of whole free domains t
 apart. Used by bench/placement_quality.py and by the placement tests; never by the control plane.
 
 The baselines see a request and the racks through placement's own helpers and the reference
-walk's objective (bench/placement_reference.py: the domains of the required level, the whole
+walk's objective (tests/support/placement_reference.py: the domains of the required level, the whole
 units, the refusals), so that the comparison differs only in the choice each makes.
 """
 
@@ -13,7 +13,6 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
-from bench.placement_reference import _Objective
 from core.topology import NVLINK_DOMAIN
 from reservations.placement import (
     PlacementRefused,
@@ -24,6 +23,7 @@ from reservations.placement import (
     _pods_in_scope,
     _Rack,
 )
+from tests.support.placement_reference import _Objective
 
 Strategy = Callable[[PlacementRequest, Sequence[RackCapacity]], list[str]]
 Domains = dict[tuple[str, ...], list[_Rack]]

@@ -2,7 +2,7 @@
 scope per request, then the greedy `_place_in_pods` or the dynamic programme `_Objective` over the
 racks' tree. Kept as the reference the index is checked against (tests/reservations/
 test_placement_index.py) and timed against (bench/placement.py), and for the baselines' view of
-a request (bench/placement_baselines.py); never used by the control plane.
+a request (tests/support/placement_baselines.py); never used by the control plane.
 """
 
 from __future__ import annotations
