@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+import tenacity
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Count, F, Func, OuterRef, Q, QuerySet, Subquery, Value
@@ -168,13 +169,19 @@ def _hold(reservation: Reservation, placement: _Placement, *, actor: str) -> Non
 
 
 def _with_retries(attempt):
-    """Run `attempt(lost_races)` in a transaction, again on fresh capacity after each lost race."""
-    for lost_races in range(PLACEMENT_ATTEMPTS):
-        try:
-            with transaction.atomic():
-                return attempt(lost_races)
-        except LostPlacementRace:
-            continue
+    """Run `attempt(lost_races)` in a transaction, again at once on fresh capacity after each lost
+    race, PLACEMENT_ATTEMPTS times in all."""
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(LostPlacementRace),
+        stop=tenacity.stop_after_attempt(PLACEMENT_ATTEMPTS),
+        retry_error_callback=_placement_races_lost,
+    )
+    for attempt_state in retrying:
+        with attempt_state, transaction.atomic():
+            return attempt(attempt_state.retry_state.attempt_number - 1)
+
+
+def _placement_races_lost(_state: tenacity.RetryCallState):
     raise PlacementRefused(
         f"the free nodes were taken by concurrent reservations {PLACEMENT_ATTEMPTS} times; try again"
     )
