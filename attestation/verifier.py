@@ -272,20 +272,22 @@ def verify(
 def verify_quote(
     attest: bytes,
     signature: bytes,
-    public_key: object,
+    public_key: object | None,
     nonce: bytes,
     *,
     pcrs: Mapping[int, bytes] | None = None,
 ) -> tuple[Quote | None, list[Failure]]:
     """Check a TPM 2.0 quote alone: format, AK signature, nonce, and (given `pcrs`) selection and digest.
 
-    `public_key` is the AK's: ECDSA P-256 or RSA (RSASSA-PKCS1-v1_5), both with SHA-256.
+    `public_key` is the AK's: ECDSA P-256 or RSA (RSASSA-PKCS1-v1_5), both with SHA-256; None
+    when the AK is unknown (its certificate chain failed), and then the signature is not checked.
     `signature` is a TPMT_SIGNATURE as tpm2_quote writes it, or a plain signature (DER or
     r||s for ECDSA, the raw block for RSA).
     """
     failures: list[Failure] = []
     quote = _parse_quote(attest, failures)
-    _check_quote_signature(attest, signature, public_key, failures)
+    if public_key is not None:
+        _check_quote_signature(attest, signature, public_key, failures)
     if quote is not None:
         _check_quote_contents(quote, nonce, pcrs, failures)
     return quote, failures
@@ -360,11 +362,7 @@ class _Appraisal:
             leaf = self.check_chain(chain, self.roots.manufacturer_ca, "ak_chain", "quote.ak_cert")
             ak = leaf.public_key
             self.check_subject(leaf.certificate, self.node.name, self.node.serial, "ak_identity", "quote.ak_cert")
-        quote = _parse_quote(attest, self.failures)
-        if ak is not None:
-            _check_quote_signature(attest, signature, ak, self.failures)
-        if quote is not None:
-            _check_quote_contents(quote, self.nonce, replayed, self.failures)
+        self.failures.extend(verify_quote(attest, signature, ak, self.nonce, pcrs=replayed)[1])
 
     def check_chain(self, pems: tuple[str, ...], root: x509.Certificate, code: str, component: str) -> _Leaf:
         leaf, problem = _verified_chain(pems, root)

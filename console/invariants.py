@@ -181,7 +181,3 @@ CHECKS: dict[str, Callable[[], Iterator[Violation]]] = {
     "unsettled_reservation": unsettled_reservations,
     "audit_gap": audit_gaps,
 }
-
-
-def check_all() -> list[Violation]:
-    return [violation for check in CHECKS.values() for violation in check()]

@@ -8,12 +8,12 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from console.invariants import check_all
 from fleet.models import Node
 from fleet.services import transition
 from remediation.models import Remediation
 from reservations.models import Reservation
 from tests.support.factories import drive
+from tests.support.invariants import check_all
 
 
 def run_checks() -> str:

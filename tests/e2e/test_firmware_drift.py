@@ -14,11 +14,11 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from attestation.models import ReferenceValue
-from console.invariants import check_all
 from fleet.models import AuditEvent, Node
 from reservations import services as reservations
 from reservations.models import Tenant
 from tests.support import REPO_ROOT
+from tests.support.invariants import check_all
 from tests.support.processes import wait_for
 from tests.support.stack import verify_offline
 from tests.support.tenancy import state_of

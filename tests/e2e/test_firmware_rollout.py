@@ -14,12 +14,12 @@ from io import StringIO
 from django.core.management import call_command
 from django.db.models import F
 
-from console.invariants import check_all
 from fleet.models import AuditEvent, FirmwareRollout, Node
 from reservations import services as reservations
 from reservations.models import Tenant
 from tests.e2e.conftest import E2E_NODES
 from tests.support import REPO_ROOT
+from tests.support.invariants import check_all
 from tests.support.processes import wait_for
 from tests.support.tenancy import state_of
 

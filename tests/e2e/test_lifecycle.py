@@ -7,11 +7,11 @@ from io import StringIO
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from console.invariants import check_all
 from fleet.models import AuditEvent, Node, Pod
 from fleet.services import transition
 from reservations import services as reservations
 from reservations.models import Tenant
+from tests.support.invariants import check_all
 from tests.support.processes import wait_for
 from tests.support.stack import verify_offline
 from tests.support.tenancy import state_of

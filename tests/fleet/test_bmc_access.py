@@ -12,13 +12,13 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 
-from console.invariants import check_all
 from core.topology import default_layout
 from fleet.bmc_access import BMCAddressRefused, check_bmc_url
 from fleet.inventory import records_from_layout
 from fleet.models import AuditEvent, Node
 from fleet.services import change_bmc_access, enrol_nodes
 from tests.support.factories import drive
+from tests.support.invariants import check_all
 
 pytestmark = pytest.mark.django_db
 

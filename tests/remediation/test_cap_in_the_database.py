@@ -7,11 +7,11 @@ import pytest
 from django.db import transaction
 from hypothesis import strategies as st
 
-from console.invariants import check_all
 from fleet.models import Node
 from remediation import rules, services
 from remediation.models import Remediation
 from tests.support.factories import alert, drive, payload
+from tests.support.invariants import check_all
 
 CAP, POD_CAP = 3, 2
 # Two nodes of p1 (rack r01) and two of p2 (r02) in the 12-node fleet: few enough that nodes are

@@ -10,12 +10,12 @@ from django.core import management
 from django.core.management.base import SystemCheckError
 from django.utils import timezone
 
-from console.invariants import check_all
 from fleet.models import AuditEvent, Node
 from remediation import rules, selectors, services
 from remediation.models import IncidentEvent, Remediation
 from reservations.models import Reservation, Webhook, WebhookDelivery
 from tests.support.factories import alert, drive, payload
+from tests.support.invariants import check_all
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
