@@ -111,14 +111,44 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[output],
     )
     parser.add_argument("--version", action="version", version=f"gpufleet {__version__}")
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    command = _adder(parser.add_subparsers(title="commands", metavar="COMMAND"), output)
 
-    def command(name: str, handler: Callable, help: str, **kwargs) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help, description=help, parents=[output], **kwargs)
+    _reserve_arguments(command("reserve", do_reserve, "reserve nodes"))
+    command("list", do_list, "list your reservations, newest first")
+    show = command("show", do_show, "show a reservation and its machines")
+    show.add_argument("id", type=positive_int, metavar="ID")
+    _extend_arguments(command("extend", do_extend, "move a reservation's end (later or earlier), or change its nodes"))
+    release = command("release", do_release, "release a reservation: its nodes are wiped and given back")
+    release.add_argument("id", type=positive_int, metavar="ID")
+    command("capacity", do_capacity, "free nodes per pod (needs no token)")
+    command("quota", do_quota, "what you may hold, and hold now")
+    usage = command("usage", do_usage, "node time used, per reservation")
+    usage.add_argument("--from", dest="start", type=moment, metavar="TIME", help="from this time (ISO 8601)")
+    usage.add_argument("--to", dest="end", type=moment, metavar="TIME", help="to this time (ISO 8601)")
+    hooks = command("webhooks", do_webhooks, "list your webhooks; add, delete, and look at their deliveries")
+    _webhook_commands(_adder(hooks.add_subparsers(title="webhook commands", metavar="COMMAND"), output))
+    _verify_arguments(
+        command(
+            "verify",
+            do_verify,
+            "fetch a node's signed attestation result and the signing keys, and verify the result here",
+        )
+    )
+    return parser
+
+
+def _adder(commands, output: argparse.ArgumentParser) -> Callable[..., argparse.ArgumentParser]:
+    """A function that adds a command with its handler and help, and --json, to `commands`."""
+
+    def command(name: str, handler: Callable, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help, parents=[output])
         sub.set_defaults(handler=handler)
         return sub
 
-    reserve = command("reserve", do_reserve, "reserve nodes")
+    return command
+
+
+def _reserve_arguments(reserve: argparse.ArgumentParser) -> None:
     reserve.add_argument("--nodes", type=positive_int, required=True, metavar="N", help="how many nodes")
     reserve.add_argument("--pod", help="in this pod (default: where they fit best)")
     reserve.add_argument("--rack-scale", action="store_true", help="whole racks (NVLink domains) only")
@@ -154,12 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval", type=wait_seconds, default=WAIT_INTERVAL_SECONDS, metavar="SECONDS", help="how often --wait looks"
     )
 
-    command("list", do_list, "list your reservations, newest first")
 
-    show = command("show", do_show, "show a reservation and its machines")
-    show.add_argument("id", type=positive_int, metavar="ID")
-
-    extend = command("extend", do_extend, "move a reservation's end (later or earlier), or change its nodes")
+def _extend_arguments(extend: argparse.ArgumentParser) -> None:
     extend.add_argument("id", type=positive_int, metavar="ID")
     new_end = extend.add_mutually_exclusive_group()
     new_end.add_argument("--ends-at", type=moment, metavar="TIME", help="the new end, ISO 8601")
@@ -167,42 +193,23 @@ def build_parser() -> argparse.ArgumentParser:
     extend.add_argument("--nodes", type=positive_int, metavar="N", help="hold N nodes from now on")
     extend.add_argument("--release", nargs="+", default=[], metavar="NAME", help="give back these nodes")
 
-    release = command("release", do_release, "release a reservation: its nodes are wiped and given back")
-    release.add_argument("id", type=positive_int, metavar="ID")
 
-    command("capacity", do_capacity, "free nodes per pod (needs no token)")
-    command("quota", do_quota, "what you may hold, and hold now")
-
-    usage = command("usage", do_usage, "node time used, per reservation")
-    usage.add_argument("--from", dest="start", type=moment, metavar="TIME", help="from this time (ISO 8601)")
-    usage.add_argument("--to", dest="end", type=moment, metavar="TIME", help="to this time (ISO 8601)")
-
-    hooks = command("webhooks", do_webhooks, "list your webhooks; add, delete, and look at their deliveries")
-    hook_commands = hooks.add_subparsers(title="webhook commands", metavar="COMMAND")
-
-    def hook_command(name: str, handler: Callable, help: str) -> argparse.ArgumentParser:
-        sub = hook_commands.add_parser(name, help=help, description=help, parents=[output])
-        sub.set_defaults(handler=handler)
-        return sub
-
-    add = hook_command("add", do_add_webhook, "add a webhook; its signing secret is shown this once")
+def _webhook_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    add = command("add", do_add_webhook, "add a webhook; its signing secret is shown this once")
     add.add_argument("url", metavar="URL")
     add.add_argument(
         "--event", action="append", required=True, metavar="EVENT", help="e.g. reservation.active (repeatable)"
     )
-    delete = hook_command("delete", do_delete_webhook, "delete a webhook")
+    delete = command("delete", do_delete_webhook, "delete a webhook")
     delete.add_argument("id", type=positive_int, metavar="ID")
-    deliveries = hook_command("deliveries", do_deliveries, "what was sent to a webhook, newest first")
+    deliveries = command("deliveries", do_deliveries, "what was sent to a webhook, newest first")
     deliveries.add_argument("id", type=positive_int, metavar="ID")
-    redeliver = hook_command("redeliver", do_redeliver, "send a delivery again now")
+    redeliver = command("redeliver", do_redeliver, "send a delivery again now")
     redeliver.add_argument("id", type=positive_int, metavar="ID")
     redeliver.add_argument("delivery", type=positive_int, metavar="DELIVERY")
 
-    verify = command(
-        "verify",
-        do_verify,
-        "fetch a node's signed attestation result and the signing keys, and verify the result here",
-    )
+
+def _verify_arguments(verify: argparse.ArgumentParser) -> None:
     verify.add_argument("node", metavar="NODE")
     verify.add_argument(
         "--nonce", type=verification.nonce_readings, help="refuse a result for another nonce (base64url or hex)"
@@ -213,7 +220,6 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--allow-contraindicated", action="store_true", help="exit 0 on a genuine contraindicated result too"
     )
-    return parser
 
 
 # -- running ------------------------------------------------------------------------------
