@@ -208,65 +208,82 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
     _check_bmc_addresses(records)
     _check_fabric_levels(records)
     pods = {name: Pod.objects.get_or_create(name=name)[0] for name in sorted({r.pod for r in records})}
-    rack_pods = {r.rack: pods[r.pod] for r in records}
-    known_racks = set(Rack.objects.filter(name__in=rack_pods).values_list("name", flat=True))
-    Rack.objects.bulk_create(Rack(name=name, pod=pod) for name, pod in rack_pods.items() if name not in known_racks)
-    racks = Rack.objects.in_bulk(list(rack_pods), field_name="name")
+    racks = _enrol_racks(records, pods)
     _place_racks_in_fabric(records, pods, racks)
     _enrol_switches(records, pods)
     created = updated = 0
     for batch in _batches(records, ENROLMENT_BATCH):
         with transaction.atomic():
             known = {n.name: n for n in Node.objects.filter(name__in=[r.name for r in batch])}
-            new = [r for r in batch if r.name not in known]
-            nodes = Node.objects.bulk_create(
-                Node(
-                    name=r.name,
-                    rack=racks[r.rack],
-                    position=r.position,
-                    serial=r.serial,
-                    redfish_url=r.redfish_url,
-                    system_id=r.system_id,
-                    bmc_username=r.bmc_username,
-                    bmc_password=r.bmc_password,
-                    agent_url=r.agent_url,
-                    agent_token=r.agent_token,
-                    attributes=dict(r.attributes),
-                )
-                for r in new
-            )
-            AuditEvent.objects.bulk_create(
-                AuditEvent(node=n, actor=actor, event=AuditOnlyEvent.ENROLLED, to_state=NodeState.ENROLLED)
-                for n in nodes
-            )
-            GPU.objects.bulk_create(
-                GPU(node=node, index=g.index, uuid=g.uuid, serial=g.serial, model=g.model)
-                for node, r in zip(nodes, new, strict=True)
-                for g in r.gpus
-            )
-            changed, audit = [], []
-            for r in batch:
-                node = known.get(r.name)
-                access = {f: getattr(r, f) for f in BMC_ACCESS_FIELDS}
-                if node and (detail := _bmc_change(node, access)):
-                    for field, value in access.items():
-                        setattr(node, field, value)
-                    changed.append(node)
-                    audit.append(_bmc_change_audit(node, actor, detail))
-            Node.objects.bulk_update(changed, BMC_ACCESS_FIELDS)
-            AuditEvent.objects.bulk_create(audit)
-            # Attributes are the inventory's to say: the latest one's stand, as placement reads them.
-            described = []
-            for r in batch:
-                if (node := known.get(r.name)) and node.attributes != r.attributes:
-                    node.attributes = dict(r.attributes)
-                    described.append(node)
-            Node.objects.bulk_update(described, ["attributes"])
-        created += len(nodes)
-        updated += len(changed)
+            created += _enrol_new_nodes([r for r in batch if r.name not in known], racks, actor)
+            updated += _refresh_bmc_access(batch, known, actor)
+            _describe_known_nodes(batch, known)
         if progress:
             progress(len(batch))
     return EnrolmentResult(created=created, updated=updated)
+
+
+def _enrol_racks(records: list[NodeRecord], pods: dict[str, Pod]) -> dict[str, Rack]:
+    """The records' racks by name, those not known yet created in their pods."""
+    rack_pods = {r.rack: pods[r.pod] for r in records}
+    known_racks = set(Rack.objects.filter(name__in=rack_pods).values_list("name", flat=True))
+    Rack.objects.bulk_create(Rack(name=name, pod=pod) for name, pod in rack_pods.items() if name not in known_racks)
+    return Rack.objects.in_bulk(list(rack_pods), field_name="name")
+
+
+def _enrol_new_nodes(new: list[NodeRecord], racks: dict[str, Rack], actor: str) -> int:
+    """Create the nodes, each `enrolled` with its audit row, and their GPUs; how many."""
+    nodes = Node.objects.bulk_create(
+        Node(
+            name=r.name,
+            rack=racks[r.rack],
+            position=r.position,
+            serial=r.serial,
+            redfish_url=r.redfish_url,
+            system_id=r.system_id,
+            bmc_username=r.bmc_username,
+            bmc_password=r.bmc_password,
+            agent_url=r.agent_url,
+            agent_token=r.agent_token,
+            attributes=dict(r.attributes),
+        )
+        for r in new
+    )
+    AuditEvent.objects.bulk_create(
+        AuditEvent(node=n, actor=actor, event=AuditOnlyEvent.ENROLLED, to_state=NodeState.ENROLLED) for n in nodes
+    )
+    GPU.objects.bulk_create(
+        GPU(node=node, index=g.index, uuid=g.uuid, serial=g.serial, model=g.model)
+        for node, r in zip(nodes, new, strict=True)
+        for g in r.gpus
+    )
+    return len(nodes)
+
+
+def _refresh_bmc_access(batch: list[NodeRecord], known: dict[str, Node], actor: str) -> int:
+    """Known nodes take the records' BMC access, each change audited; how many changed."""
+    changed, audit = [], []
+    for r in batch:
+        node = known.get(r.name)
+        access = {f: getattr(r, f) for f in BMC_ACCESS_FIELDS}
+        if node and (detail := _bmc_change(node, access)):
+            for field, value in access.items():
+                setattr(node, field, value)
+            changed.append(node)
+            audit.append(_bmc_change_audit(node, actor, detail))
+    Node.objects.bulk_update(changed, BMC_ACCESS_FIELDS)
+    AuditEvent.objects.bulk_create(audit)
+    return len(changed)
+
+
+def _describe_known_nodes(batch: list[NodeRecord], known: dict[str, Node]) -> None:
+    """Attributes are the inventory's to say: the latest one's stand, as placement reads them."""
+    described = []
+    for r in batch:
+        if (node := known.get(r.name)) and node.attributes != r.attributes:
+            node.attributes = dict(r.attributes)
+            described.append(node)
+    Node.objects.bulk_update(described, ["attributes"])
 
 
 def _check_bmc_addresses(records: list[NodeRecord]) -> None:
