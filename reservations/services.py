@@ -44,7 +44,7 @@ from reservations.models import (
     WebhookEvent,
 )
 from reservations.offers import Offer, earliest_offer
-from reservations.periods import booking_period, changed_end
+from reservations.periods import BookingLimits, booking_period, changed_end
 from reservations.placement import PlacementRefused, PlacementRequest, give_back, place_in
 from reservations.selectors import (
     INSTANT,
@@ -241,7 +241,15 @@ def create_reservation(
         refused.offer = offer = _earliest_offer(booking, starts_at, ends_at, pod.name if pod else None, limits)
         if not wait or offer is None:
             raise
-    # The offer's capacity may be taken before it is: look again, a bounded number of times.
+    return _book_at_offer(booking, offer, asked=(starts_at, ends_at, pod), limits=limits)
+
+
+def _book_at_offer(
+    booking: _Booking, offer: Offer, *, asked: tuple[datetime, datetime, Pod | None], limits: BookingLimits
+) -> Reservation:
+    """Book a request that waits for capacity at its offer. The offer's capacity may be taken
+    before it is: look again for the request as `asked`, a bounded number of times."""
+    starts_at, ends_at, pod = asked
     for _ in range(PLACEMENT_ATTEMPTS):
         try:
             at = Pod.objects.get(name=offer.pod)
