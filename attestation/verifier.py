@@ -452,31 +452,7 @@ class _Appraisal:
         # A report that names its GPU counts as that GPU's, even if it turns out malformed.
         duplicate = index in reported
         reported.add(index)
-        uuid = _name(report.get("uuid"), f"{where}.uuid")
-        report_nonce = _name(report.get("nonce"), f"{where}.nonce", limit=2 * 64)
-        cc_mode = _name(report.get("cc_mode"), f"{where}.cc_mode")
-        measurements = validation.mapping(
-            report.get("measurements"),
-            f"{where}.measurements",
-            max_items=MAX_MEASUREMENTS,
-            expected="an object of name -> digest",
-        )
-        for name, value in measurements.items():
-            _name(name, f"{where}.measurements")
-            _name(value, f"{where}.measurements.{name}", limit=128)
-        signature = _base64(report.get("signature"), f"{where}.signature", MAX_SIGNATURE_BYTES)
-        chain_pems = validation.sequence(
-            report.get("cert_chain"),
-            f"{where}.cert_chain",
-            min_items=1,
-            max_items=MAX_CHAIN_CERTS,
-            expected=f"a list of 1 to {MAX_CHAIN_CERTS} PEM certificates",
-        )
-        chain = _pem_chain(chain_pems, [f"{where}.cert_chain[{i}]" for i in range(len(chain_pems))])
-        try:
-            signed = _canonical_gpu_report(report)
-        except (TypeError, ValueError, RecursionError) as err:
-            raise validation.Invalid(where, "must be a report of JSON values", str(err)) from None
+        read = _read_gpu_report(report, where)
         # Every field is well-formed from here on: the report is a GPU's, named by its index.
         component = f"gpu{index}"
         enrolled_gpu = enrolled.get(index)
@@ -484,17 +460,22 @@ class _Appraisal:
             self.fail("gpu_inventory", component, f"an enrolled GPU index ({_indexes(enrolled)})", str(index))
         elif duplicate:
             self.fail("gpu_inventory", component, "one report per GPU", "a second report")
-        elif uuid != enrolled_gpu.uuid:
-            self.fail("gpu_inventory", component, enrolled_gpu.uuid, uuid)
+        elif read.uuid != enrolled_gpu.uuid:
+            self.fail("gpu_inventory", component, enrolled_gpu.uuid, read.uuid)
 
-        leaf = self.check_chain(chain, self.roots.gpu_vendor_root, "gpu_chain", component)
+        leaf = self.check_chain(read.chain, self.roots.gpu_vendor_root, "gpu_chain", component)
         if enrolled_gpu is not None:
             self.check_subject(leaf.certificate, enrolled_gpu.uuid, enrolled_gpu.serial, "gpu_identity", component)
-        if not _verifies_p384(leaf.public_key, signature, signed):
+        if not _verifies_p384(leaf.public_key, read.signature, read.signed):
             self.fail("gpu_signature", component, "a valid ECDSA P-384 signature by the device key", "invalid")
-        if report_nonce != self.nonce.hex():
-            self.fail("gpu_nonce", component, self.nonce.hex(), report_nonce)
+        if read.nonce != self.nonce.hex():
+            self.fail("gpu_nonce", component, self.nonce.hex(), read.nonce)
+        self.check_gpu_measurements(component, read.measurements)
+        if read.cc_mode != self.policy.cc_mode:
+            self.fail("cc_mode", component, self.policy.cc_mode, read.cc_mode)
 
+    def check_gpu_measurements(self, component: str, measurements: Mapping[str, str]) -> None:
+        """Every measurement the policy names, each a reference digest; and no other."""
         allowed_digests = self.reference.gpu
         for name in self.policy.gpu_measurements:
             value = measurements.get(name)
@@ -509,8 +490,48 @@ class _Appraisal:
         for name in sorted(measurements.keys() - set(self.policy.gpu_measurements)):
             self.fail("gpu_measurement", f"{component}.{name}", "only the measurements the policy names", name)
 
-        if cc_mode != self.policy.cc_mode:
-            self.fail("cc_mode", component, self.policy.cc_mode, cc_mode)
+
+@dataclass(frozen=True)
+class _GPUReport:
+    """A GPU report's fields, each well-formed (not yet checked against anything)."""
+
+    uuid: str
+    nonce: str
+    cc_mode: str
+    measurements: Mapping[str, str]
+    signature: bytes
+    chain: tuple[str, ...]
+    signed: bytes  # what the device key signed
+
+
+def _read_gpu_report(report: Mapping[str, object], where: str) -> _GPUReport:
+    """Raises validation.Invalid, naming the place, for a field off its shape."""
+    uuid = _name(report.get("uuid"), f"{where}.uuid")
+    nonce = _name(report.get("nonce"), f"{where}.nonce", limit=2 * 64)
+    cc_mode = _name(report.get("cc_mode"), f"{where}.cc_mode")
+    measurements = validation.mapping(
+        report.get("measurements"),
+        f"{where}.measurements",
+        max_items=MAX_MEASUREMENTS,
+        expected="an object of name -> digest",
+    )
+    for name, value in measurements.items():
+        _name(name, f"{where}.measurements")
+        _name(value, f"{where}.measurements.{name}", limit=128)
+    signature = _base64(report.get("signature"), f"{where}.signature", MAX_SIGNATURE_BYTES)
+    chain_pems = validation.sequence(
+        report.get("cert_chain"),
+        f"{where}.cert_chain",
+        min_items=1,
+        max_items=MAX_CHAIN_CERTS,
+        expected=f"a list of 1 to {MAX_CHAIN_CERTS} PEM certificates",
+    )
+    chain = _pem_chain(chain_pems, [f"{where}.cert_chain[{i}]" for i in range(len(chain_pems))])
+    try:
+        signed = _canonical_gpu_report(report)
+    except (TypeError, ValueError, RecursionError) as err:
+        raise validation.Invalid(where, "must be a report of JSON values", str(err)) from None
+    return _GPUReport(uuid, nonce, cc_mode, measurements, signature, chain, signed)
 
 
 @dataclass(frozen=True)
