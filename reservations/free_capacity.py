@@ -106,6 +106,12 @@ class FreeCapacity:
         self.pods: dict[str, int] = {}
         self.by_level: list[list[int]] = [[] for _ in range(self.rack_depth + 1)]
         self.total = 0
+        self._add_racks(racks)
+        self._count_racks()
+
+    def _add_racks(self, racks: list[RackState]) -> None:
+        """The tree, in the racks' order: each rack under its pod and fabric domains, each domain
+        added when the first rack under it is."""
         open_path: list[tuple[str, int]] = []  # (name, id) of the domains of the rack before, top down
         for rack in racks:
             names = (rack.pod, *(name for _, name in rack.path))
@@ -127,6 +133,9 @@ class FreeCapacity:
             self.total += len(rack.nodes)
         for domain in reversed(range(len(self.names))):
             self.end[domain] = max([domain + 1, *(self.end[c] for c in self.children[domain])])
+
+    def _count_racks(self) -> None:
+        """Every domain's size, usage and signature, from its racks."""
         self.signatures = _Signatures()
         self.signature = [NO_SIGNATURE] * len(self.names)
         self.groups: list[dict[int, list[int]]] = [{} for _ in self.names]
