@@ -130,25 +130,26 @@ def inject(fleet: Fleet, payload: object, now: float | None = None) -> dict:
     node = fleet.nodes.get(name)
     if node is None:
         raise FaultError(404, f"no node named {name!r}")
-    if kind in GPU_KINDS:
-        gpu = payload.get("gpu")
-        gpus = len(node.spec.gpus)
-        if not _is_int(gpu) or not 0 <= gpu < gpus:
-            raise FaultError(400, f"'gpu' must be an integer from 0 to {gpus - 1}")
+    fault = _gpu_fault(node, kind, payload, now) if kind in GPU_KINDS else _node_fault(node, kind, payload, now)
+    fleet.touch(node)
+    return {"node": node.name, **fault}
+
+
+def _gpu_fault(node: NodeState, kind: str, payload: dict, now: float) -> dict:
+    gpu = payload.get("gpu")
+    gpus = len(node.spec.gpus)
+    if not _is_int(gpu) or not 0 <= gpu < gpus:
+        raise FaultError(400, f"'gpu' must be an integer from 0 to {gpus - 1}")
     clears = {}
     if kind in CLEARABLE_KINDS and "clears" in payload:
         if payload["clears"] not in CLEARS:
             raise FaultError(400, f"'clears' must be one of {', '.join(CLEARS)}")
         clears = {"clears": payload["clears"]}
-    if kind in ("ecc_dbe", "row_remap_failure"):
-        fault = {"kind": kind, "gpu": gpu, **clears}
-        node.faults.append(fault)
-    elif kind == "diag_fail":
+    if kind == "diag_fail":
         test = payload.get("test")
         if test not in TESTS:
             raise FaultError(400, f"'test' must be one of {', '.join(TESTS)}")
         fault = {"kind": kind, "gpu": gpu, "test": test}
-        node.faults.append(fault)
     elif kind == "xid":
         xid = payload.get("xid")
         if not _is_int(xid) or not 1 <= xid <= 65535:
@@ -156,28 +157,33 @@ def inject(fleet: Fleet, payload: object, now: float | None = None) -> dict:
         fault = {"kind": "xid", "gpu": gpu, "xid": xid, **clears}
         per_gpu = node.xid_counts.setdefault(str(gpu), {})
         per_gpu[str(xid)] = per_gpu.get(str(xid), 0) + 1
-        node.faults.append(fault)
         if xid == GPU_FELL_OFF_THE_BUS:
             severity, message_id, message, args, sensor, origin = sel.gpu_off_the_bus(gpu)
             node.sel_append(now, severity, message_id, message, args, sensor, origin)
-    elif kind == "cc_mode":
+    else:  # ecc_dbe, row_remap_failure
+        fault = {"kind": kind, "gpu": gpu, **clears}
+    node.faults.append(fault)
+    return fault
+
+
+def _node_fault(node: NodeState, kind: str, payload: dict, now: float) -> dict:
+    if kind == "cc_mode":
         mode = payload.get("mode")
         if mode not in CC_MODES:
             raise FaultError(400, f"'mode' must be one of {', '.join(CC_MODES)}")
         fault = {"kind": "cc_mode", "mode": mode}
         node.faults = [f for f in node.faults if f["kind"] != "cc_mode"] + [fault]
-    elif kind == "firmware_tamper":
-        fault = _firmware_tamper(node, payload)
-    elif kind == "bios_tamper":
-        fault = _bios_tamper(node, payload)
-    elif kind == "sel":
-        fault = _sel_event(node, payload, now)
-    else:
-        fault = {"kind": kind}
-        if not node.has_fault(kind):
-            node.faults.append(fault)
-    fleet.touch(node)
-    return {"node": node.name, **fault}
+        return fault
+    if kind == "firmware_tamper":
+        return _firmware_tamper(node, payload)
+    if kind == "bios_tamper":
+        return _bios_tamper(node, payload)
+    if kind == "sel":
+        return _sel_event(node, payload, now)
+    fault = {"kind": kind}
+    if not node.has_fault(kind):
+        node.faults.append(fault)
+    return fault
 
 
 def clear(fleet: Fleet, node: str | None = None, switch: str | None = None) -> int:
