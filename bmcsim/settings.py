@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -46,6 +47,36 @@ class Settings:
 
 def parse(argv: list[str] | None = None) -> Settings:
     env = os.environ
+    parser = _parser(env)
+    args = parser.parse_args(argv)
+    if not 1 <= args.nodes <= MAX_NODES:
+        parser.error(f"--nodes must be from 1 to {MAX_NODES}")
+    if not 1 <= args.ssh_port <= 65535:
+        parser.error("--ssh-port must be from 1 to 65535")
+    if args.time_scale < 0:
+        parser.error("SIM_TIME_SCALE must not be negative")
+    control_plane_url = env.get("BMCSIM_CONTROL_PLANE_URL", "").rstrip("/")
+    parts = urlsplit(control_plane_url)
+    if control_plane_url and (parts.scheme not in ("http", "https") or not parts.hostname):
+        parser.error(f"BMCSIM_CONTROL_PLANE_URL {control_plane_url!r} is not an http or https URL")
+    return Settings(
+        host=args.host,
+        port=args.port,
+        nodes=args.nodes,
+        topology=Path(args.topology) if args.topology else None,
+        data_dir=args.data_dir,
+        scale=args.time_scale,
+        username=env.get("BMCSIM_USERNAME", "root"),
+        password=env.get("BMCSIM_PASSWORD", "calvin"),
+        agent_metrics_token=env.get("BMCSIM_AGENT_METRICS_TOKEN", DEMO_METRICS_TOKEN),
+        ssh_port=args.ssh_port,
+        control_plane_url=control_plane_url,
+        quoted_pcrs=args.quoted_pcrs,
+    )
+
+
+def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    """The command line, each option's default from its environment variable."""
     parser = argparse.ArgumentParser(
         prog="python -m bmcsim", description="Simulated GPU fleet: Redfish BMCs and node agents."
     )
@@ -86,31 +117,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         default=env.get("BMCSIM_QUOTED_PCRS", ",".join(map(str, QUOTED_PCRS))),
         help="the PCRs every TPM quotes, default 0,4,8,9; 0,4,7,8,9 adds Secure Boot's (BMCSIM_QUOTED_PCRS)",
     )
-    args = parser.parse_args(argv)
-    if not 1 <= args.nodes <= MAX_NODES:
-        parser.error(f"--nodes must be from 1 to {MAX_NODES}")
-    if not 1 <= args.ssh_port <= 65535:
-        parser.error("--ssh-port must be from 1 to 65535")
-    if args.time_scale < 0:
-        parser.error("SIM_TIME_SCALE must not be negative")
-    control_plane_url = env.get("BMCSIM_CONTROL_PLANE_URL", "").rstrip("/")
-    parts = urlsplit(control_plane_url)
-    if control_plane_url and (parts.scheme not in ("http", "https") or not parts.hostname):
-        parser.error(f"BMCSIM_CONTROL_PLANE_URL {control_plane_url!r} is not an http or https URL")
-    return Settings(
-        host=args.host,
-        port=args.port,
-        nodes=args.nodes,
-        topology=Path(args.topology) if args.topology else None,
-        data_dir=args.data_dir,
-        scale=args.time_scale,
-        username=env.get("BMCSIM_USERNAME", "root"),
-        password=env.get("BMCSIM_PASSWORD", "calvin"),
-        agent_metrics_token=env.get("BMCSIM_AGENT_METRICS_TOKEN", DEMO_METRICS_TOKEN),
-        ssh_port=args.ssh_port,
-        control_plane_url=control_plane_url,
-        quoted_pcrs=args.quoted_pcrs,
-    )
+    return parser
 
 
 def _pcr_list(text: str) -> tuple[int, ...]:
