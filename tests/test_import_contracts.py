@@ -82,10 +82,10 @@ def add_line(root: Path, module: str, line: str) -> None:
             "attestation.services -> fleet.models",
         ),
         (
-            "reservations/services.py",
+            "reservations/services/booking.py",
             "from remediation import rules",
             "Control-plane layers",
-            "reservations.services -> remediation.rules",
+            "reservations.services.booking -> remediation.rules",
         ),
         ("fleet/leases.py", "from fleet import services", "No import cycles", "No cycles are allowed in fleet"),
         ("reservations/placement.py", "import django", "Pure domain modules", "reservations.placement -> django"),

@@ -14,6 +14,7 @@ from fleet.models import Pod
 from reservations import services
 from reservations.models import Reservation, ReservationEvent, Tenant
 from reservations.placement import PlacementRefused
+from reservations.selectors import live_allocations
 from tests.support.concurrency import at_once
 from tests.support.factories import enrol_default_fleet, make_available, overlaps
 
@@ -40,7 +41,7 @@ def test_an_extension_moves_every_hold_and_is_in_the_history(acme, available_fle
     answer = patch(acme, mine.pk, {"ends_at": iso(now + 5 * H)})
     assert answer.status_code == 200, answer.content
     assert answer.json()["ends_at"] == iso(now + 5 * H)
-    assert {a.period.upper for a in services.live_allocations().filter(reservation=mine)} == {now + 5 * H}
+    assert {a.period.upper for a in live_allocations().filter(reservation=mine)} == {now + 5 * H}
     (changed,) = ReservationEvent.objects.filter(reservation=mine, event="changed")
     assert changed.detail == f"ends_at {(now + 2 * H).isoformat()} -> {(now + 5 * H).isoformat()}"
 
@@ -51,11 +52,11 @@ def test_an_extension_into_another_booking_says_until_when_it_can_go(acme, globe
     theirs = reserve(Tenant.objects.get(name="globex"), 1, "p2", starts_at=now + 3 * H, ends_at=now + 4 * H)
     answer = patch(acme, mine.pk, {"ends_at": iso(now + 6 * H)})
     assert answer.status_code == 409
-    (node,) = services.live_allocations().filter(reservation=theirs).values_list("node__name", flat=True)
+    (node,) = live_allocations().filter(reservation=theirs).values_list("node__name", flat=True)
     until = (now + 3 * H).isoformat()
     assert answer.json() == {"detail": f"{node} is booked from {until}: this reservation can be extended until {until}"}
     assert Reservation.objects.get(pk=mine.pk).ends_at == now + 2 * H
-    assert {a.period.upper for a in services.live_allocations().filter(reservation=mine)} == {now + 2 * H}
+    assert {a.period.upper for a in live_allocations().filter(reservation=mine)} == {now + 2 * H}
     assert patch(acme, mine.pk, {"ends_at": until}).status_code == 200  # exactly up to it fits
     assert overlaps() == 0
 

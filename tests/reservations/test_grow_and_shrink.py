@@ -12,7 +12,8 @@ from django.utils import timezone
 from fleet.models import Node, Pod
 from reservations import services
 from reservations.models import Quota, Reservation, ReservationEvent, ReservationState, Tenant
-from reservations.placement import give_back
+from reservations.placement import PlacementRefused, give_back
+from reservations.selectors import live_allocations
 from tests.support.concurrency import at_once
 from tests.support.factories import drive, enrol_default_fleet, make_available, overlaps
 
@@ -24,7 +25,7 @@ def patch(client, reservation_id: int, body: dict):
 
 
 def held(reservation) -> list[str]:
-    return sorted(services.live_allocations().filter(reservation=reservation).values_list("node__name", flat=True))
+    return sorted(live_allocations().filter(reservation=reservation).values_list("node__name", flat=True))
 
 
 def reserve(tenant_name, count, pod=None, **extra) -> Reservation:
@@ -149,7 +150,7 @@ def test_growth_and_new_bookings_racing_for_the_last_nodes_never_overlap():
         try:
             services.change_reservation(reservation_id=mine.pk, tenant=tenants[0], node_count=3, actor="t")
             outcomes.append("grew")
-        except services.PlacementRefused:
+        except PlacementRefused:
             outcomes.append("growth refused")
 
     def book(tenant):
@@ -158,7 +159,7 @@ def test_growth_and_new_bookings_racing_for_the_last_nodes_never_overlap():
                 tenant=tenant, node_count=2, pod=Pod.objects.get(name="p2"), ends_at=timezone.now() + H, actor="t"
             )
             outcomes.append("booked")
-        except services.PlacementRefused as refused:
+        except PlacementRefused as refused:
             assert refused.offer is not None  # a loser is told when it fits
             outcomes.append("booking refused")
 

@@ -17,6 +17,7 @@ from fleet import services as fleet_services
 from fleet.models import AddressPool, AuditEvent, Image, Node, Pod
 from reservations import services as reservations_services
 from reservations.models import MAX_USER_DATA_BYTES, Reservation
+from reservations.selectors import live_allocations
 from reservations.ssh_keys import BadKey, parse
 from tests.support.api import post
 from tests.support.factories import drive
@@ -248,7 +249,7 @@ def test_a_tenant_reports_a_broken_node_it_leaves_for_the_operators_and_is_repla
     assert node.quarantine_reason == "tenant_report: GPU 3 throws NaNs in every matmul; nvidia-smi hangs"
     assert broken not in answer.json()["nodes"] and answer.json()["state"] == "degraded"
     healed = reservations_services.heal_reservation(reservation_id=reservation["id"])  # what the task runs
-    assert len(reservations_services.live_allocations().filter(reservation=healed)) == 2
+    assert len(live_allocations().filter(reservation=healed)) == 2
     # The public listener withholds the tenant's words, in the node and in its history.
     with override_settings(ROOT_URLCONF="gpufleet.urls_public"):
         for page in (f"/v1/nodes/{broken}", f"/nodes/{broken}"):

@@ -16,7 +16,7 @@ from fleet.models import Node, Pod
 from reservations import services
 from reservations.models import Allocation, Quota, Reservation, Tenant
 from reservations.placement import PlacementRefused
-from reservations.selectors import node_hours_booked
+from reservations.selectors import live_allocations, node_hours_booked
 from reservations.usage import calendar_month
 from tests.support.api import post
 from tests.support.concurrency import at_once
@@ -173,9 +173,7 @@ def test_no_mix_of_concurrent_creates_growths_and_extensions_passes_the_quota(ca
             pass
 
     at_once(*(functools.partial(ask, *a) for a in asks))
-    holds = list(
-        services.live_allocations().filter(reservation__tenant=tenant).values_list("period", "node__rack__pod__name")
-    )
+    holds = list(live_allocations().filter(reservation__tenant=tenant).values_list("period", "node__rack__pod__name"))
     for moment in {period.lower for period, _ in holds}:
         at = [pod for period, pod in holds if period.lower <= moment < period.upper]
         if quota_limits["nodes"] is not None:

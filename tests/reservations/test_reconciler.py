@@ -9,6 +9,7 @@ from django.utils import timezone
 from fleet.models import Node
 from reservations import services
 from reservations.models import Reservation
+from reservations.selectors import live_allocations
 from tests.support.factories import bring_up, drive
 
 HOUR = timedelta(hours=1)
@@ -69,7 +70,7 @@ def test_healing_a_reservation_whose_period_has_just_ended_places_nothing_and_do
     time.sleep(0.4)
     drive(Node.objects.get(reservation=reservation), "hardware_fault", reason="XID 79")
     assert services.heal_reservation(reservation_id=reservation.pk).state == "degraded"
-    assert not services.live_allocations().filter(reservation=reservation).exists()
+    assert not live_allocations().filter(reservation=reservation).exists()
     services.reconcile_reservations()
     reservation.refresh_from_db()
     assert reservation.state == "released"

@@ -14,6 +14,7 @@ from fleet.models import Node, Pod
 from reservations import services
 from reservations.models import Allocation, Reservation, ReservationEvent, Tenant
 from reservations.placement import PlacementRefused
+from reservations.selectors import live_allocations
 from tests.support.concurrency import at_once
 from tests.support.factories import drive, enrol_default_fleet, make_available
 
@@ -23,7 +24,7 @@ def reserve(tenant, count, **kwargs) -> Reservation:
 
 
 def held(reservation) -> list[str]:
-    return sorted(services.live_allocations().filter(reservation=reservation).values_list("node__name", flat=True))
+    return sorted(live_allocations().filter(reservation=reservation).values_list("node__name", flat=True))
 
 
 def bring_up(reservation) -> Reservation:

@@ -19,6 +19,7 @@ from fleet import services as fleet_services
 from fleet.models import AddressPool, Image, Node, Pod
 from reservations import services as reservations
 from reservations.models import Quota, Reservation, Webhook, WebhookDelivery, WebhookEvent
+from reservations.placement import PlacementRefused
 from tests.support.factories import bring_up
 from tests.support.hostile import HOSTILE_TEXT
 
@@ -177,7 +178,7 @@ def test_a_refusal_shows_the_reason_and_an_offer_whose_button_books_exactly_it(
     assert answer.status_code == 409
     text = answer.content.decode()
     refusal = re.search(r"<strong>Not reserved:</strong> (.*?)</p>", text).group(1)
-    with pytest.raises(reservations.PlacementRefused) as service:
+    with pytest.raises(PlacementRefused) as service:
         reservations.create_reservation(
             tenant=alice, node_count=8, pod=Pod.objects.get(name="p1"), rack_scale=True, ends_at=bobs.ends_at, actor="t"
         )
