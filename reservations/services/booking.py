@@ -12,21 +12,11 @@ from django.utils import timezone
 
 from core.topology import NVLINK_DOMAIN, POD
 from fleet.models import Image, Pod
-from reservations.models import (
-    Quota,
-    Reservation,
-    ReservationEventKind,
-    ReservationState,
-    SSHKey,
-    Tenant,
-)
+from reservations.models import Quota, Reservation, ReservationEventKind, ReservationState, SSHKey, Tenant
 from reservations.offers import Offer, earliest_offer
 from reservations.periods import BookingLimits, booking_period
 from reservations.placement import PlacementRefused, PlacementRequest
-from reservations.selectors import (
-    booking_limits,
-    capacity_over_time,
-)
+from reservations.selectors import booking_limits, capacity_over_time
 from reservations.services.placing import PLACEMENT_ATTEMPTS, check_quota, choose, hold, record_event, with_retries
 
 QUEUED = "queued"  # how a reservation booked at an offer ("wait": true) says so

@@ -25,11 +25,7 @@ from reservations.models import (
 )
 from reservations.periods import changed_end
 from reservations.placement import PlacementRefused, give_back
-from reservations.selectors import (
-    booking_limits,
-    live_allocations,
-    topology,
-)
+from reservations.selectors import booking_limits, live_allocations, topology
 from reservations.services.healing import settle_reservation
 from reservations.services.placing import (
     Placement,

@@ -8,17 +8,9 @@ from django.utils import timezone
 from fleet import lifecycle
 from fleet.models import Node
 from reservations import webhooks
-from reservations.models import (
-    LIVE_STATES,
-    Reservation,
-    ReservationEventKind,
-    ReservationState,
-    WebhookEvent,
-)
+from reservations.models import LIVE_STATES, Reservation, ReservationEventKind, ReservationState, WebhookEvent
 from reservations.placement import PlacementRefused
-from reservations.selectors import (
-    live_allocations,
-)
+from reservations.selectors import live_allocations
 from reservations.services.placing import choose, hold, record_event, request_of, with_retries
 
 WAITING_FOR_CAPACITY = "waiting for capacity"  # how a degraded reservation's reason says no node was free

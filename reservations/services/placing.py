@@ -20,14 +20,7 @@ from core.errors import DomainError
 from fleet import lifecycle
 from fleet.services import transition
 from reservations import usage
-from reservations.models import (
-    Allocation,
-    Quota,
-    Reservation,
-    ReservationEvent,
-    ReservationEventKind,
-    Tenant,
-)
+from reservations.models import Allocation, Quota, Reservation, ReservationEvent, ReservationEventKind, Tenant
 from reservations.placement import PlacementRefused, PlacementRequest, place_in
 from reservations.selectors import (
     Topology,

@@ -27,11 +27,7 @@ from reservations.models import (
     ReservationState,
     WebhookEvent,
 )
-from reservations.selectors import (
-    INSTANT,
-    live_allocations,
-    rack_capacity,
-)
+from reservations.selectors import INSTANT, live_allocations, rack_capacity
 from reservations.services.healing import WAITING_FOR_CAPACITY, heal_reservation, settle_reservation
 from reservations.services.placing import record_event
 from reservations.services.releasing import let_node_go, release_reservation

@@ -14,17 +14,8 @@ from fleet import lifecycle
 from fleet.models import Node
 from fleet.services import transition
 from reservations import webhooks
-from reservations.models import (
-    LIVE_STATES,
-    Reservation,
-    ReservationEventKind,
-    ReservationState,
-    WebhookEvent,
-)
-from reservations.selectors import (
-    live_allocations,
-    nodes_cut_off,
-)
+from reservations.models import LIVE_STATES, Reservation, ReservationEventKind, ReservationState, WebhookEvent
+from reservations.selectors import live_allocations, nodes_cut_off
 from reservations.services.placing import end_allocations, record_event
 from reservations.signals import reservation_lost_node
 

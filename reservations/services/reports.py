@@ -12,9 +12,7 @@ from core.errors import TooMany
 from fleet import lifecycle
 from fleet.models import AuditEvent, Node
 from fleet.services import transition
-from reservations.models import (
-    Tenant,
-)
+from reservations.models import Tenant
 
 
 class ReportRefused(TooMany):

@@ -7,10 +7,7 @@ from django.db.models import Q
 
 from core.errors import Conflict
 from reservations import ssh_keys as keys
-from reservations.models import (
-    SSHKey,
-    Tenant,
-)
+from reservations.models import SSHKey, Tenant
 
 
 class KeyRefused(Conflict):
