@@ -1,0 +1,58 @@
+"""Writes to the fleet, a module a feature:
+
+- transitions: the only code that changes a node's state (`transition`, `complete`);
+- enrolment and access_changes: nodes from an inventory, and how their BMCs are reached;
+- addresses, provisioning, images: what a tenant's node is given (an address, a config drive,
+  an SSH host key, a reinstall, the catalogue's images);
+- power, idle_diagnostics, baselines: tenants' power actions, diagnostics on idle nodes, and
+  firmware baselines with each node's check against them.
+
+Callers import the names below from here.
+"""
+
+from fleet.services.access_changes import BMC_ACCESS_FIELDS, SECRET_ACCESS_FIELDS, change_bmc_access
+from fleet.services.addresses import NoAddressFree, add_address_pool, assign_address
+from fleet.services.baselines import record_firmware_check, set_firmware_baselines
+from fleet.services.enrolment import EnrolmentResult, FabricLevelsChanged, enrol_nodes
+from fleet.services.idle_diagnostics import (
+    end_idle_diagnostics,
+    idle_diagnostics_started,
+    open_idle_diagnostics,
+    record_diagnostics_pass,
+    take_due_idle_diagnostics,
+)
+from fleet.services.images import import_images
+from fleet.services.power import PowerActionRefused, TooManyPowerActions, audit_power_action, request_power_action
+from fleet.services.provisioning import config_drive_token, record_host_key, request_reinstall
+from fleet.services.transitions import ConcurrentTransition, complete, start_inspections, transition
+
+__all__ = [
+    "BMC_ACCESS_FIELDS",
+    "SECRET_ACCESS_FIELDS",
+    "ConcurrentTransition",
+    "EnrolmentResult",
+    "FabricLevelsChanged",
+    "NoAddressFree",
+    "PowerActionRefused",
+    "TooManyPowerActions",
+    "add_address_pool",
+    "assign_address",
+    "audit_power_action",
+    "change_bmc_access",
+    "complete",
+    "config_drive_token",
+    "end_idle_diagnostics",
+    "enrol_nodes",
+    "idle_diagnostics_started",
+    "import_images",
+    "open_idle_diagnostics",
+    "record_diagnostics_pass",
+    "record_firmware_check",
+    "record_host_key",
+    "request_power_action",
+    "request_reinstall",
+    "set_firmware_baselines",
+    "start_inspections",
+    "take_due_idle_diagnostics",
+    "transition",
+]

@@ -1,0 +1,162 @@
+"""Changes of a node's state: `transition` (for operators, the reconciler, reservations and
+remediation) and `complete` (a worker's result under its lease) are the only code that changes
+one. Both apply the pure state machine of fleet/lifecycle.py with a compare-and-set on the old
+state (and, for a worker, on its lease's fencing token, fleet/leases.py) and write the audit row
+in the same transaction.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from fleet import leases, lifecycle
+from fleet.leases import Lease
+from fleet.models import AuditEvent, AuditOnlyEvent, ConfigDrive, Node, NodeAddress, NodeState
+from fleet.signals import node_transitioned
+
+
+class ConcurrentTransition(lifecycle.TransitionRefused):
+    """Another writer changed the node between our read and our compare-and-set."""
+
+    def __init__(self, node: str, expected_state: str):
+        super().__init__(f"node {node} left state {expected_state!r} before this transition could apply")
+
+
+def _state_fields(node: Node, new_state: lifecycle.State, event: lifecycle.Event, reason: str, reservation) -> dict:
+    fields = {"state": new_state.value}
+    if new_state != node.state:
+        # A new state starts afresh: no step yet, and whatever lease was held is over.
+        fields.update(state_since=Now(), step="", step_since=None, lease_owner="", lease_expires_at=None)
+    if new_state not in lifecycle.SERVING_STATES:
+        fields.update(reservation=None, ssh_host_key_fingerprint="", reinstall_image=None)
+    if event is lifecycle.Event.REINSTALL_REQUESTED:
+        fields["ssh_host_key_fingerprint"] = ""  # a new instance: new host keys, a new config drive
+    if new_state in lifecycle.CLEAN_STATES:
+        fields["tenant"] = None  # only a wipe makes a node clean; the tenant stays until then
+    if event is lifecycle.Event.PROVISION_REQUESTED:
+        if reservation is None:
+            raise ValueError(f"{event.value} for node {node.name} needs the reservation it serves")
+        fields.update(tenant_id=reservation.tenant_id, reservation=reservation)
+    if new_state is lifecycle.State.QUARANTINED:
+        fields["quarantine_reason"] = f"{event.value}: {reason}" if reason else event.value
+    elif node.state == NodeState.QUARANTINED:
+        fields["quarantine_reason"] = ""
+    return fields
+
+
+def transition(
+    *,
+    node_id: int,
+    event: lifecycle.Event | str,
+    actor: str,
+    reason: str = "",
+    reservation=None,
+    detail: dict | None = None,
+) -> Node:
+    """Apply `event` to the node and audit it; returns the updated node.
+
+    Raises lifecycle.IllegalTransition if the state machine refuses the event, and
+    ConcurrentTransition if someone else changed the node first. A change of state ends any
+    lease on the node: the new state's work is claimed afresh (fleet.signals.node_transitioned
+    tells who sends it).
+    """
+    return _apply(node_id=node_id, event=event, actor=actor, reason=reason, reservation=reservation, detail=detail)
+
+
+def complete(
+    lease: Lease, *, event: lifecycle.Event | str, actor: str, reason: str = "", detail: dict | None = None
+) -> Node | None:
+    """Apply a worker's result as a lifecycle event under its lease; the updated node, or None if
+    the lease no longer holds (a successor took the node, or it moved on), the discard audited.
+    Raises lifecycle.IllegalTransition if the event does not fit the node while the lease holds."""
+    return _apply(node_id=lease.node_id, event=event, actor=actor, reason=reason, detail=detail, lease=lease)
+
+
+def _apply(
+    *,
+    node_id: int,
+    event: lifecycle.Event | str,
+    actor: str,
+    reason: str,
+    detail: dict | None,
+    reservation=None,
+    lease: Lease | None = None,
+) -> Node | None:
+    """The compare-and-set of both: on the node's state and, under a lease, on its fencing token."""
+    event = lifecycle.Event(event)
+    applied = False
+    with transaction.atomic():
+        node = Node.objects.get(pk=node_id)
+        try:
+            new_state = lifecycle.next_state(node.state, event)
+        except lifecycle.IllegalTransition:
+            # A worker whose lease has gone reports on a node that has moved on: a discard, not a bug.
+            if lease is None or leases.fenced(Node.objects.filter(pk=node_id), lease).exists():
+                raise
+            new_state = None
+        if new_state is not None:
+            target = Node.objects.filter(pk=node_id, state=node.state)
+            if lease is not None:
+                target = leases.fenced(target, lease)
+            applied = target.update(**_state_fields(node, new_state, event, reason, reservation)) == 1
+        if applied:
+            if new_state not in lifecycle.SERVING_STATES:
+                _forget_tenant_network(node_id)
+            elif event is lifecycle.Event.REINSTALL_REQUESTED:
+                ConfigDrive.objects.filter(node_id=node_id).delete()
+            AuditEvent.objects.create(
+                node_id=node_id,
+                actor=actor,
+                event=event.value,
+                from_state=node.state,
+                to_state=new_state.value,
+                reason=reason,
+                detail=detail or {},
+            )
+            node_transitioned.send(
+                sender=Node,
+                node_id=node_id,
+                event=event,
+                actor=actor,
+                from_state=lifecycle.State(node.state),
+                to_state=new_state,
+                reservation_id=node.reservation_id,
+            )
+    if applied:
+        return Node.objects.get(pk=node_id)
+    if lease is not None:
+        leases.record_discarded_result(lease=lease, attempted=event.value, actor=actor)
+        return None
+    raise ConcurrentTransition(node.name, node.state)
+
+
+def _forget_tenant_network(node_id: int) -> None:
+    """A node that stops serving gives back its address and its config drive (whose URL then 404s)."""
+    NodeAddress.objects.filter(node_id=node_id).delete()
+    ConfigDrive.objects.filter(node_id=node_id).delete()
+
+
+def start_inspections(*, actor: str, limit: int) -> int:
+    """Send newly enrolled nodes to inspection."""
+    started = 0
+    for node_id in Node.objects.filter(state=NodeState.ENROLLED).order_by("pk").values_list("pk", flat=True)[:limit]:
+        try:
+            transition(node_id=node_id, event=lifecycle.Event.INSPECTION_STARTED, actor=actor)
+            started += 1
+        except lifecycle.TransitionRefused:
+            continue
+    return started
+
+
+def audit_only(node: Node, event: AuditOnlyEvent, *, actor: str, reason: str, detail: dict | None = None) -> AuditEvent:
+    """An audit row of something done to the node that leaves its state as it was (unsaved)."""
+    return AuditEvent(
+        node=node,
+        actor=actor,
+        event=event,
+        from_state=node.state,
+        to_state=node.state,
+        reason=reason,
+        detail=detail or {},
+    )
