@@ -148,7 +148,7 @@ class IncidentStep(models.TextChoices):
 
 class IncidentEvent(models.Model):
     """One step of an automatic remediation's timeline, for the dashboard and its replay; the
-    replacement's steps come from the reservation's own history (console/pages/selectors.py)."""
+    replacement's steps come from the reservation's own history (console/pages/selectors/incidents.py)."""
 
     remediation = models.ForeignKey(Remediation, on_delete=models.CASCADE, related_name="timeline")
     step = models.CharField(max_length=32, choices=IncidentStep.choices)

@@ -2,7 +2,7 @@
 faults come (MTBI), and how many remediations each day had, by outcome.
 
 Pure: the standard library only, so the definitions can be read and tested without Django.
-remediation/selectors.py reads the records; console/pages/selectors.py adds what only the
+remediation/selectors.py reads the records; console/pages/selectors/remediations.py adds what only the
 reservations tell (when a quarantined node's replacement came up).
 
 An incident is a fault the control plane acted on: a repair rung, or a quarantine. It ends when

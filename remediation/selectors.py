@@ -4,7 +4,7 @@
 Each function is one query whatever the number of nodes or records: times come from subqueries
 over the timeline, counts are aggregated in SQL. A shadow rule's records are left out everywhere:
 it decided, but did nothing. When a quarantined node's replacement came up is the reservations'
-to tell: console/pages/selectors.py adds it.
+to tell: console/pages/selectors/remediations.py adds it.
 """
 
 from __future__ import annotations

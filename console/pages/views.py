@@ -1,4 +1,4 @@
-"""The fleet floor and its pages: thin views over console/pages/selectors.py, and the tenant's
+"""The fleet floor and its pages: thin views over console/pages/selectors/, and the tenant's
 page, whose forms (console/pages/forms.py) call the reservations' services as the API does.
 
 Public pages answer GET, HEAD and OPTIONS only: they are served on the read-only listener too.

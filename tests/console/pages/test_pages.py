@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from console.pages import selectors
 from console.pages.disclosure import Disclosure
+from console.pages.selectors import floor
 from fleet import firmware, leases, services
 from fleet.models import AuditEvent, Node
 from reservations import services as reservations
@@ -86,7 +87,7 @@ def test_a_large_floor_collapses_racks_into_bars_and_lists_nodes_out_of_service(
     enrol_default_fleet(50)
     drive(Node.objects.get(name="node-007"), "operator_quarantine", reason="fan")
     tiled = floor_queries(client)
-    monkeypatch.setattr(selectors, "COLLAPSE_ABOVE", 20)
+    monkeypatch.setattr(floor, "COLLAPSE_ABOVE", 20)
     html = client.get("/").content.decode()
     assert len(re.findall(r'class="rack-bar" data-rack="', html)) == 7
     assert tiles(html) == {"node-007": "quarantined"}

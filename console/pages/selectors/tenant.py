@@ -1,0 +1,95 @@
+"""A tenant's own page: its reservations, webhooks and usage this month."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Prefetch
+from django.utils import timezone
+
+from fleet.models import Node
+from reservations.models import LIVE_STATES, Reservation, Tenant, Webhook, WebhookDelivery
+from reservations.selectors import capacity_by_pod, quota_of, reservation_machines, reservation_nodes, usage_of
+from reservations.usage import KINDS as USAGE_KINDS
+from reservations.usage import calendar_month
+
+RECENT_DELIVERIES = 10  # per webhook, on the tenant's page
+
+
+def tenant_of(user) -> Tenant | None:
+    return Tenant.objects.filter(user=user).first() if user.is_authenticated else None
+
+
+def tenant_reservations(tenant: Tenant) -> list[dict]:
+    """The tenant's reservations, newest first, each with the nodes it holds and their states,
+    the machines serving it (address, SSH port, host key), and whether it can still change."""
+    reservations = list(Reservation.objects.filter(tenant=tenant).select_related("pod").order_by("-created_at", "-id"))
+    held = reservation_nodes(reservations)
+    machines = reservation_machines(reservations)
+    states = dict(
+        Node.objects.filter(name__in=[n for names in held.values() for n in names]).values_list("name", "state")
+    )
+    return [
+        {
+            "reservation": r,
+            "nodes": [(name, states.get(name, "")) for name in held.get(r.pk, [])],
+            "machines": machines.get(r.pk, []),
+            "live": r.state in LIVE_STATES,
+        }
+        for r in reservations
+    ]
+
+
+def tenant_page(tenant: Tenant) -> dict:
+    """Everything the tenant's page shows besides its forms."""
+    return {
+        "reservations": tenant_reservations(tenant),
+        "capacity": capacity_by_pod(),
+        "quota": quota_of(tenant),
+        "webhooks": tenant_webhooks(tenant),
+        "usage": usage_this_month(tenant),
+    }
+
+
+def tenant_webhooks(tenant: Tenant, deliveries: int = RECENT_DELIVERIES) -> list[dict]:
+    """The tenant's webhooks (without their secrets), each with its latest deliveries, newest first."""
+    latest = WebhookDelivery.objects.order_by("-created_at", "-id")[:deliveries]
+    hooks = Webhook.objects.filter(tenant=tenant).order_by("id")
+    hooks = hooks.prefetch_related(Prefetch("deliveries", latest, to_attr="latest_deliveries"))
+    return [{"webhook": hook, "deliveries": hook.latest_deliveries} for hook in hooks]
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    reservation: int | None  # None: the total
+    seconds: dict[str, int]
+
+    @property
+    def hours(self) -> dict[str, float]:
+        return {kind: seconds / 3600 for kind, seconds in self.seconds.items()}
+
+
+@dataclass(frozen=True)
+class Usage:
+    start: datetime
+    end: datetime
+    rows: list[UsageRow]
+    total: UsageRow
+
+
+def usage_this_month(tenant: Tenant, now: datetime | None = None) -> Usage:
+    """The tenant's node-seconds per reservation from the first of this month (UTC) until now."""
+    end = now or timezone.now()
+    start = calendar_month(end).start
+    usage = usage_of(tenant, start, end)
+
+    def row(reservation, seconds) -> UsageRow:
+        return UsageRow(reservation=reservation, seconds={kind: seconds[kind] for kind in USAGE_KINDS})
+
+    return Usage(
+        start=start,
+        end=end,
+        rows=[row(entry["reservation"], entry) for entry in usage["results"]],
+        total=row(None, usage["total"]),
+    )
