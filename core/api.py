@@ -11,7 +11,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.utils import json
 
-from core.errors import Conflict, TooMany
+from core.errors import Conflict, FieldRefused, Forbidden, TooMany
 from core.parsing import InvalidInput, check_text, parse_int
 
 
@@ -72,7 +72,11 @@ def api_exception_handler(error, context):
     # Imported here: rest_framework.views reads the REST_FRAMEWORK settings, which name this module.
     from rest_framework.views import exception_handler
 
-    if isinstance(error, Conflict):
+    if isinstance(error, FieldRefused):
+        error = exceptions.ValidationError({error.field: [error.reason]})
+    elif isinstance(error, Forbidden):
+        error = exceptions.PermissionDenied(str(error))
+    elif isinstance(error, Conflict):
         error = exceptions.APIException(str(error))
         error.status_code = status.HTTP_409_CONFLICT
     elif isinstance(error, TooMany):

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from core.errors import FieldRefused
+
 # A start this close to now counts as starting now: clients' clocks and requests in flight drift.
 START_GRACE = timedelta(minutes=1)
 
@@ -23,13 +25,8 @@ class BookingLimits:
     max_duration: timedelta  # how long a reservation may last
 
 
-class PeriodRefused(Exception):
+class PeriodRefused(FieldRefused):
     """The requested period breaks a rule; `field` names the request field to correct."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 def booking_period(

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import DomainError
+from core.errors import FieldRefused
 from fleet.bmc_access import DEFAULT_PORTS, resolve
 from reservations.models import Reservation, Tenant, Webhook, WebhookDelivery, WebhookEvent
 from reservations.signals import webhook_deliveries_due
@@ -28,8 +28,11 @@ SECRET_BYTES = 32
 MAX_WEBHOOKS_PER_TENANT = 10
 
 
-class WebhookRefused(DomainError):
+class WebhookRefused(FieldRefused):
     """The URL is not one the control plane may post a tenant's events to."""
+
+    def __init__(self, reason: str):
+        super().__init__("url", reason)
 
 
 def check_target(url: str) -> None:

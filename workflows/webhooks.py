@@ -88,7 +88,7 @@ def _send(delivery: WebhookDelivery) -> str:
         if not 200 <= status < 300:
             error = f"answered {status}"
     except WebhookRefused as refused:
-        error = str(refused)
+        error = refused.reason
     except requests.RequestException as failure:
         error = f"{type(failure).__name__}: {failure}"[:500]
     attempts = delivery.attempts + 1

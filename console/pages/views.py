@@ -15,12 +15,12 @@ from django.views import View
 
 from console.pages import figures, forms, selectors, tiles
 from console.pages.disclosure import EVERYTHING, PublicDisclosure
+from core.errors import Conflict, FieldRefused, Forbidden
 from core.parsing import InvalidInput, parse_int
 from fleet.api.filtersets import NodeFilterSet
 from reservations import services as reservations
 from reservations import webhooks
 from reservations.models import Reservation, Tenant
-from reservations.periods import PeriodRefused
 from reservations.placement import PlacementRefused
 
 
@@ -168,15 +168,15 @@ class MyReservationsView(TenantPage):
             return self.page(status=400, reserve_form=form)
         try:
             reservation = reservations.create_reservation(tenant=self.tenant, actor=self.actor, **form.booking())
-        except PeriodRefused as refused:
+        except FieldRefused as refused:
             form.refuse(refused.field, refused.reason)
             return self.page(status=400, reserve_form=form)
         except PlacementRefused as refused:  # as the API's 409: the reason, and the offer if any
             offer = refused.offer
             refusal = {"reason": refused.reason, "offer": offer, "taking": form.taking(offer) if offer else []}
             return self.page(status=409, reserve_form=form, refusal=refusal)
-        except reservations.QuotaExceeded as over:
-            form.add_error(None, str(over))
+        except Forbidden as forbidden:
+            form.add_error(None, str(forbidden))
             return self.page(status=403, reserve_form=form)
         pod = f" in {reservation.pod.name}" if reservation.pod_id else ""
         messages.success(
@@ -208,14 +208,14 @@ class ChangeReservationView(TenantPage):
             changed = reservations.change_reservation(
                 reservation_id=pk, tenant=self.tenant, actor=self.actor, **form.change()
             )
-        except (PeriodRefused, reservations.ChangeRefused) as refused:
+        except FieldRefused as refused:
             form.refuse(refused.field, refused.reason)
             status = 400
-        except (reservations.EndRefused, PlacementRefused) as refused:
+        except Conflict as refused:
             form.add_error(None, str(refused))
             status = 409
-        except reservations.QuotaExceeded as over:
-            form.add_error(None, str(over))
+        except Forbidden as forbidden:
+            form.add_error(None, str(forbidden))
             status = 403
         else:
             ends = _when(changed.ends_at)

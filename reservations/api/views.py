@@ -29,7 +29,6 @@ from reservations.api.serializers import (
     WebhookSerializer,
 )
 from reservations.models import Reservation, SSHKey, Webhook
-from reservations.periods import PeriodRefused
 from reservations.placement import PlacementRefused
 from reservations.ssh_keys import BadKey
 
@@ -89,13 +88,9 @@ class ReservationListView(generics.GenericAPIView):
                 reservation = services.create_reservation(
                     tenant=tenant, actor=f"tenant:{tenant.name}", **wanted.validated_data
                 )
-            except PeriodRefused as refused:
-                raise serializers.ValidationError({refused.field: [refused.reason]}) from refused
             except PlacementRefused as refused:  # an answer here, not an error: a retry may replay it
                 refusal = {"detail": refused.reason, "offer": refused.offer}
                 return Response(PlacementRefusalSerializer(refusal).data, status=status.HTTP_409_CONFLICT)
-            except services.QuotaExceeded as over:
-                return Response({"detail": str(over)}, status=status.HTTP_403_FORBIDDEN)
             return Response(_reservation_answer(reservation), status=status.HTTP_201_CREATED)
 
         if key is None:
@@ -121,17 +116,12 @@ class ReservationDetailView(APIView):
         reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
         wanted = ReservationChangeSerializer(data=request.data)
         wanted.is_valid(raise_exception=True)
-        try:
-            changed = services.change_reservation(
-                reservation_id=reservation.pk,
-                tenant=request.user.tenant,
-                actor=f"tenant:{request.user.tenant.name}",
-                **wanted.validated_data,
-            )
-        except (PeriodRefused, services.ChangeRefused) as refused:
-            raise serializers.ValidationError({refused.field: [refused.reason]}) from refused
-        except services.QuotaExceeded as over:
-            return Response({"detail": str(over)}, status=status.HTTP_403_FORBIDDEN)
+        changed = services.change_reservation(
+            reservation_id=reservation.pk,
+            tenant=request.user.tenant,
+            actor=f"tenant:{request.user.tenant.name}",
+            **wanted.validated_data,
+        )
         return Response(_reservation_answer(changed))
 
 
@@ -279,10 +269,7 @@ class WebhookListView(generics.GenericAPIView):
     def post(self, request):
         wanted = WebhookRequestSerializer(data=request.data)
         wanted.is_valid(raise_exception=True)
-        try:
-            webhook = webhooks.create_webhook(tenant=request.user.tenant, **wanted.validated_data)
-        except webhooks.WebhookRefused as refused:
-            raise serializers.ValidationError({"url": [str(refused)]}) from refused
+        webhook = webhooks.create_webhook(tenant=request.user.tenant, **wanted.validated_data)
         return Response(NewWebhookSerializer(webhook).data, status=status.HTTP_201_CREATED)
 
 

@@ -10,7 +10,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F, Func, Value
 from django.utils import timezone
 
-from core.errors import Conflict, DomainError
+from core.errors import Conflict, FieldRefused
 from core.topology import NVLINK_DOMAIN
 from fleet import lifecycle
 from fleet.services import transition
@@ -48,13 +48,8 @@ class EndRefused(Conflict):
     """The new end overlaps another reservation of one of the nodes, or the reservation is over."""
 
 
-class ChangeRefused(DomainError):
+class ChangeRefused(FieldRefused):
     """A change that cannot be asked for: `field` names the request field to correct."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 def change_reservation(

@@ -16,7 +16,7 @@ from django.db.models.functions import Greatest, Now
 from django.utils import timezone
 from psycopg.types.range import Range
 
-from core.errors import DomainError
+from core.errors import Forbidden
 from fleet import lifecycle
 from fleet.services import transition
 from reservations import usage
@@ -158,7 +158,7 @@ def _placement_races_lost(_state: tenacity.RetryCallState):
     )
 
 
-class QuotaExceeded(DomainError):
+class QuotaExceeded(Forbidden):
     """The request would take the tenant past a limit of its quota; says which, and the use."""
 
 
