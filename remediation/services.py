@@ -1,4 +1,4 @@
-"""Acting on alerts: each decided by the pure remediation/rules.py, each acted on once, and every
+"""Acting on alerts: each decided by the pure remediation/rules/, each acted on once, and every
 automatic action counted against the blast-radius cap (remediation/blast_radius.py) under a
 PostgreSQL advisory lock."""
 
