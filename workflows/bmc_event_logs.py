@@ -35,7 +35,7 @@ from django.conf import settings
 from fleet.models import Node
 from remediation import services
 from remediation.models import BMCEventLogCursor
-from workflows.node_workflows import bmc_client
+from workflows.clients import bmc_client
 from workflows.redfish import BMCPermanentError, LogEntries, RedfishClient, RedfishError, read_each
 
 PAGE = 100  # entries a request asks for ($top)

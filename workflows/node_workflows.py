@@ -38,7 +38,8 @@ from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, AuditOnlyEvent, IdleDiagnosticRun, IdleDiagnosticStatus, Node
 from reservations.models import Reservation
 from workflows import idle_diagnostics
-from workflows.agent import AgentCannot, AgentClient, AgentError, AgentUnavailable
+from workflows.agent import AgentCannot, AgentError, AgentUnavailable
+from workflows.clients import BMC, HARDWARE, Agent, Clients
 from workflows.config_drive import NoCloudConfig
 from workflows.redfish import (
     RESET_FORCE_OFF,
@@ -46,10 +47,8 @@ from workflows.redfish import (
     RESET_GRACEFUL_RESTART,
     RESET_ON,
     RESET_POWER_CYCLE,
-    BMCAccess,
     BMCPermanentError,
     BMCTransientError,
-    RedfishClient,
 )
 
 log = logging.getLogger(__name__)
@@ -101,8 +100,8 @@ class Run:
     node: Node
     lease: Lease
     actor: str
-    bmc: RedfishClient
-    agent: AgentClient
+    bmc: BMC
+    agent: Agent
     step: str = ""
     last_heartbeat: float = field(default_factory=time.monotonic)
     started: float = field(default_factory=time.monotonic)
@@ -661,27 +660,16 @@ def _remaining_steps(workflow: Workflow, run: Run) -> tuple[Callable[[Run], dict
     return workflow.steps[names.index(run.node.step) :]
 
 
-def bmc_client(node: Node) -> RedfishClient:
-    """A Redfish client for the node's BMC, with its credentials."""
-    access = BMCAccess(node.name, node.redfish_url, node.system_id, node.bmc_username, node.bmc_password)
-    return RedfishClient(access, timeout=settings.BMC_TIMEOUT)
-
-
-def agent_client(node: Node) -> AgentClient:
-    """A client for the node's in-band agent, with its token."""
-    return AgentClient(node.name, node.agent_url, node.agent_token, timeout=settings.BMC_TIMEOUT)
-
-
-def run_workflow(*, node_id: int, worker: str) -> str:
+def run_workflow(*, node_id: int, worker: str, clients: Clients = HARDWARE) -> str:
     """Claim the node if it owes work and nobody holds it, and run its workflows until it owes
-    none or waits on its hardware. Returns what happened, one outcome per workflow."""
+    none or waits on its hardware, through `clients`. Returns what happened, one outcome per workflow."""
     claimed = leases.claim(owner=worker, node_ids=[node_id])
     if not claimed:
         return "not claimed"
     lease = claimed[0]
     node = Node.objects.get(pk=node_id)
-    bmc = bmc_client(node)
-    agent = agent_client(node)
+    bmc = clients.bmc(node)
+    agent = clients.agent(node)
     outcomes = []
     try:
         while lease is not None:
@@ -768,14 +756,19 @@ def _still_serving(node_id: int, reservation_id: int) -> Node | None:
 
 
 def power_action(
-    *, node_id: int, action: str, reservation_id: int, force_later: Callable[[int, int, str | None], None]
+    *,
+    node_id: int,
+    action: str,
+    reservation_id: int,
+    force_later: Callable[[int, int, str | None], None],
+    clients: Clients = HARDWARE,
 ) -> str:
     """Ask the BMC for the tenant's power action; for a reboot, have `force_later` check, after
     the grace, that the system was reset, and force it if not. Nothing if the node moved on."""
     node = _still_serving(node_id, reservation_id)
     if node is None:
         return "the node no longer serves the reservation"
-    bmc = bmc_client(node)
+    bmc = clients.bmc(node)
     try:
         if action == "power-cycle":
             bmc.reset(RESET_POWER_CYCLE)
@@ -788,13 +781,15 @@ def power_action(
     return "graceful restart asked"
 
 
-def force_restart_if_stuck(*, node_id: int, reservation_id: int, reset_before: str | None) -> str:
+def force_restart_if_stuck(
+    *, node_id: int, reservation_id: int, reset_before: str | None, clients: Clients = HARDWARE
+) -> str:
     """The reboot's second half: a system whose BMC reports no reset since the graceful request is
     forced, and that is audited. A BMC that reports no LastResetTime cannot tell: nothing is forced."""
     node = _still_serving(node_id, reservation_id)
     if node is None:
         return "the node no longer serves the reservation"
-    bmc = bmc_client(node)
+    bmc = clients.bmc(node)
     try:
         reset_at = bmc.last_reset_time()
         if reset_at is None or reset_at != reset_before:
@@ -810,12 +805,12 @@ def force_restart_if_stuck(*, node_id: int, reservation_id: int, reset_before: s
 # -- diagnostics on idle nodes ----------------------------------------------------------------------
 
 
-def look_at_idle_diagnostics(run_id: int) -> str:
+def look_at_idle_diagnostics(run_id: int, clients: Clients = HARDWARE) -> str:
     """One look at a diagnostics run on an idle node (workflows/idle_diagnostics.py); its status after."""
     run = IdleDiagnosticRun.objects.select_related("node").get(pk=run_id)
     if run.status != IdleDiagnosticStatus.RUNNING:
         return run.status
-    agent = agent_client(run.node)
+    agent = clients.agent(run.node)
     try:
         return idle_diagnostics.look(run, agent)
     finally:

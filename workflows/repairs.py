@@ -17,7 +17,7 @@ from fleet.models import Node, NodeState
 from remediation import services
 from remediation.models import Remediation, RemediationStatus, RemediationStep
 from workflows.agent import AgentError, AgentUnavailable
-from workflows.node_workflows import agent_client, bmc_client
+from workflows.clients import agent_client, bmc_client
 from workflows.redfish import RESET_FORCE_RESTART, RESET_GRACEFUL_RESTART, RESET_POWER_CYCLE, RedfishError
 
 # The node's lifecycle states in which nothing else drives it: a workflow owns it in the others.

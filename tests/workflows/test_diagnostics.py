@@ -17,6 +17,7 @@ from reservations.models import Reservation
 from tests.support.factories import drive
 from workflows import node_workflows, tasks
 from workflows.agent import AgentCannot, AgentError
+from workflows.clients import Clients
 
 # The tests a fake run reports, per level it includes (agent.sim has DCGM's whole list).
 TESTS = {1: ("software",), 3: ("targeted_stress",)}
@@ -104,22 +105,22 @@ class FakeAgent:
 
 
 @pytest.fixture
-def hardware(monkeypatch):
-    """Install the fake agent (and BMC) a test builds: `hardware(node, **agent_options)`."""
+def hardware():
+    """The fake agent (and BMC) a test builds, `hardware(node, **agent_options)`, which the
+    workflows below are handed (`hardware.clients`)."""
     log: list[str] = []
 
     def install(node: Node, **options) -> FakeAgent:
         agent = FakeAgent(node, log, **options)
-        monkeypatch.setattr(node_workflows, "agent_client", lambda node: agent)
-        monkeypatch.setattr(node_workflows, "bmc_client", lambda node: FakeBMC(log))
+        install.clients = Clients(bmc=lambda node: FakeBMC(log), agent=lambda node: agent)
         return agent
 
     install.log = log
     return install
 
 
-def inspect(node: Node) -> str:
-    return node_workflows.run_workflow(node_id=node.pk, worker="test")
+def run_workflow(node: Node, hardware) -> str:
+    return node_workflows.run_workflow(node_id=node.pk, worker="test", clients=hardware.clients)
 
 
 def steps(node: Node, state: str = "inspecting") -> list[str]:
@@ -133,7 +134,7 @@ def steps(node: Node, state: str = "inspecting") -> list[str]:
 def test_every_inspection_runs_the_short_level_before_attestation_and_records_the_pass(node, hardware):
     agent = hardware(node)
     drive(node, "inspection_started")
-    assert inspect(node) == "paused at attest"  # attestation is not configured here
+    assert run_workflow(node, hardware) == "paused at attest"  # attestation is not configured here
     node.refresh_from_db()
     assert agent.started == [1]
     assert (node.diagnostic_level, node.diagnostic_passed_at is not None) == (1, True)
@@ -162,7 +163,7 @@ def test_a_node_back_from_quarantine_or_maintenance_is_burnt_in_at_the_long_leve
         drive(available_node, way_out, "operator_return")
     drive(available_node, "wipe_succeeded")
     agent = hardware(available_node)
-    assert inspect(available_node) == "paused at attest"
+    assert run_workflow(available_node, hardware) == "paused at attest"
     assert agent.started == [level]
     assert Node.objects.get(pk=available_node.pk).diagnostic_level == level
 
@@ -170,7 +171,7 @@ def test_a_node_back_from_quarantine_or_maintenance_is_burnt_in_at_the_long_leve
 def test_a_failed_test_quarantines_the_node_naming_the_test_and_the_gpu(node, hardware):
     hardware(node, failing=[("software", 3), ("software", 5)])
     drive(node, "inspection_started")
-    assert inspect(node) == "diagnostic_failed"
+    assert run_workflow(node, hardware) == "diagnostic_failed"
     node.refresh_from_db()
     assert node.state == "quarantined"
     assert (
@@ -185,11 +186,11 @@ def test_a_long_wait_is_parked_and_resumed_on_the_same_run(node, hardware, setti
     settings.WORKFLOW_RECHECK_MAX_SECONDS = 0.01
     agent = hardware(node, polls=2)
     drive(node, "inspection_started")
-    assert inspect(node) == "waiting at wait_for_diagnostics"
+    assert run_workflow(node, hardware) == "waiting at wait_for_diagnostics"
     time.sleep(0.05)  # the hold expires: the reconciler would send the node again
-    assert inspect(node) == "waiting at wait_for_diagnostics"
+    assert run_workflow(node, hardware) == "waiting at wait_for_diagnostics"
     time.sleep(0.05)
-    assert inspect(node) == "paused at attest"
+    assert run_workflow(node, hardware) == "paused at attest"
     assert agent.started == [1]  # the one run, never started again
     assert steps(node).count("wait_for_diagnostics") == 1
 
@@ -198,7 +199,7 @@ def test_the_diagnostics_wait_is_bounded_by_its_timeout(node, hardware, settings
     settings.DIAGNOSTICS_TIMEOUT = 0
     hardware(node, polls=1000)
     drive(node, "inspection_started")
-    assert inspect(node) == "inspection_failed"
+    assert run_workflow(node, hardware) == "inspection_failed"
     reason = Node.objects.get(pk=node.pk).quarantine_reason
     assert reason.startswith("inspection_failed: wait_for_diagnostics: timed out after 0s waiting for the level 1")
 
@@ -206,7 +207,7 @@ def test_the_diagnostics_wait_is_bounded_by_its_timeout(node, hardware, settings
 def test_a_node_whose_agent_cannot_run_diagnostics_is_inspected_without_them(node, hardware):
     hardware(node, cannot=True)
     drive(node, "inspection_started")
-    assert inspect(node) == "paused at attest"
+    assert run_workflow(node, hardware) == "paused at attest"
     assert Node.objects.get(pk=node.pk).diagnostic_passed_at is None
 
 
@@ -234,14 +235,14 @@ def open_run(node: Node) -> IdleDiagnosticRun:
     return run
 
 
-def look(run: IdleDiagnosticRun) -> str:
-    return tasks.look_at_idle_diagnostics(run.pk)
+def look(run: IdleDiagnosticRun, hardware) -> str:
+    return node_workflows.look_at_idle_diagnostics(run.pk, clients=hardware.clients)
 
 
 def test_an_idle_run_is_started_looked_at_and_its_pass_recorded(available_node, hardware):
     agent = hardware(available_node, polls=1)
     run = open_run(available_node)
-    assert [look(run), look(run), look(run)] == ["running", "running", "passed"]
+    assert [look(run, hardware), look(run, hardware), look(run, hardware)] == ["running", "running", "passed"]
     assert agent.started == [3]
     assert Node.objects.get(pk=available_node.pk).diagnostic_level == 3
     assert selectors.due_for_idle_diagnostics(limit=10) == []  # a recent long pass
@@ -250,7 +251,7 @@ def test_an_idle_run_is_started_looked_at_and_its_pass_recorded(available_node, 
 def test_a_failing_idle_run_quarantines_the_node(available_node, hardware):
     hardware(available_node, failing=[("targeted_stress", 2)])
     run = open_run(available_node)
-    assert [look(run), look(run)] == ["running", "failed"]
+    assert [look(run, hardware), look(run, hardware)] == ["running", "failed"]
     node = Node.objects.get(pk=available_node.pk)
     assert node.state == "quarantined"
     assert node.quarantine_reason == "diagnostic_failed: targeted_stress on GPU 2: targeted_stress failed on GPU 2"
@@ -266,9 +267,9 @@ def reserve(node: Node, alice) -> Reservation:
 def test_placement_takes_a_node_under_diagnostics_and_provisioning_cancels_them_first(available_node, alice, hardware):
     agent = hardware(available_node, polls=1000)
     run = open_run(available_node)
-    assert look(run) == "running"
+    assert look(run, hardware) == "running"
     reserve(available_node, alice)  # still placeable while its diagnostics run
-    assert node_workflows.run_workflow(node_id=available_node.pk, worker="test") == "provision_succeeded"
+    assert run_workflow(available_node, hardware) == "provision_succeeded"
     run.refresh_from_db()
     assert (run.status, run.detail) == ("preempted", "placement wants the node; the agent's run: cancelled")
     assert agent.run["state"] == "cancelled"
@@ -279,10 +280,10 @@ def test_placement_takes_a_node_under_diagnostics_and_provisioning_cancels_them_
 def test_a_run_that_had_failed_before_placement_came_still_quarantines_the_node(available_node, alice, hardware):
     agent = hardware(available_node, failing=[("targeted_stress", 4)])
     run = open_run(available_node)
-    assert look(run) == "running"
+    assert look(run, hardware) == "running"
     agent.finish()  # it ended failing; no worker has looked since
     reservation = reserve(available_node, alice)
-    assert node_workflows.run_workflow(node_id=available_node.pk, worker="test") == "lease lost"  # taken from it
+    assert run_workflow(available_node, hardware) == "lease lost"  # taken from it
     node = Node.objects.get(pk=available_node.pk)
     assert node.state == "quarantined" and node.quarantine_reason.startswith("diagnostic_failed: targeted_stress")
     assert "reset" not in hardware.log  # the tenant's image was never booted on it
@@ -292,9 +293,9 @@ def test_a_run_that_had_failed_before_placement_came_still_quarantines_the_node(
 def test_a_look_that_finds_the_node_taken_by_an_operator_cancels_the_run(available_node, hardware):
     agent = hardware(available_node, polls=1000)
     run = open_run(available_node)
-    assert look(run) == "running"
+    assert look(run, hardware) == "running"
     drive(available_node, "operator_maintenance")
-    assert look(run) == "preempted"
+    assert look(run, hardware) == "preempted"
     assert agent.run["state"] == "cancelled"
     assert IdleDiagnosticRun.objects.get(pk=run.pk).detail == "the node went maintenance; the agent's run: cancelled"
 
@@ -302,10 +303,10 @@ def test_a_look_that_finds_the_node_taken_by_an_operator_cancels_the_run(availab
 def test_a_late_look_leaves_alone_the_diagnostics_of_the_inspection_that_followed(available_node, hardware):
     agent = hardware(available_node, polls=1000)
     run = open_run(available_node)
-    assert look(run) == "running"
+    assert look(run, hardware) == "running"
     drive(available_node, "operator_maintenance", "operator_return", "wipe_succeeded")  # the looks fell behind
     agent.run = {**agent.run, "started_at": agent.run["started_at"] + 600}  # the inspection's run
-    assert look(run) == "preempted"
+    assert look(run, hardware) == "preempted"
     assert "cancel_diagnostics" not in hardware.log and agent.run["state"] == "running"
     assert IdleDiagnosticRun.objects.get(pk=run.pk).detail == "the node went inspecting, which rebooted it"
 
@@ -319,7 +320,7 @@ def test_a_run_preempted_while_the_agent_was_starting_it_is_stopped(available_no
         node_workflows.stop_idle_diagnostics(node_workflows.Run(available_node, None, "test", FakeBMC([]), agent))
 
     agent.on_start = placement_comes_and_provisioning_stops_the_run
-    assert look(run) == "preempted"
+    assert look(run, hardware) == "preempted"
     assert agent.run["state"] == "cancelled"  # what the look had just started
 
 
@@ -337,9 +338,9 @@ def test_a_run_without_a_verdict_is_interrupted_and_the_node_asked_again_later(
     hardware(available_node, **agent_options)
     run = open_run(available_node)
     if "polls" in agent_options:
-        assert look(run) == "running"
+        assert look(run, hardware) == "running"
         settings.DIAGNOSTICS_TIMEOUT = 0
-    assert look(run) == "interrupted"
+    assert look(run, hardware) == "interrupted"
     assert IdleDiagnosticRun.objects.get(pk=run.pk).detail == detail
     assert selectors.due_for_idle_diagnostics(limit=10) == []
     settings.IDLE_DIAGNOSTICS_RETRY_SECONDS = 0

@@ -14,6 +14,7 @@ from fleet.models import GPU, AuditEvent, FirmwareBaseline, FirmwareBaselineComp
 from tests.support.factories import drive
 from workflows import node_workflows
 from workflows.agent import AgentCannot
+from workflows.clients import Clients
 from workflows.redfish import BMCPermanentError
 
 INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
@@ -159,13 +160,10 @@ class FakeAgent:
 
 
 @pytest.fixture
-def bmc(node, monkeypatch, settings) -> FakeBMC:
+def bmc(node, settings) -> FakeBMC:
     settings.FIRMWARE_IMAGE_BASE_URL = IMAGE_BASE
-    fake = FakeBMC(node, [])
-    monkeypatch.setattr(node_workflows, "bmc_client", lambda node: fake)
-    monkeypatch.setattr(node_workflows, "agent_client", lambda node: FakeAgent(node))
     drive(node, "inspection_started")
-    return fake
+    return FakeBMC(node, [])
 
 
 @pytest.fixture
@@ -181,8 +179,10 @@ def baseline(db) -> FirmwareBaseline:
     return row
 
 
-def inspect(node: Node) -> str:
-    return node_workflows.run_workflow(node_id=node.pk, worker="test")
+def inspect(node: Node, bmc: FakeBMC) -> str:
+    """Inspect the node with the fake BMC and an agent that cannot run diagnostics."""
+    clients = Clients(bmc=lambda node: bmc, agent=FakeAgent)
+    return node_workflows.run_workflow(node_id=node.pk, worker="test", clients=clients)
 
 
 def steps(node: Node) -> list[str]:
@@ -199,13 +199,13 @@ AFTER = ["check_inventory", "start_diagnostics", "wait_for_diagnostics", "attest
 
 
 def test_without_a_baseline_firmware_is_not_checked(node, bmc):
-    assert inspect(node) == "paused at attest"  # attestation is not configured here
+    assert inspect(node, bmc) == "paused at attest"  # attestation is not configured here
     assert steps(node) == ["boot_service_image", "wait_for_agent", "check_firmware", *AFTER]
     assert checked(node) is None and node_workflows._to_appraise(node).firmware is None
 
 
 def test_a_node_that_runs_its_baseline_goes_straight_on_with_its_firmware_recorded(node, bmc, baseline):
-    assert inspect(node) == "paused at attest"
+    assert inspect(node, bmc) == "paused at attest"
     assert steps(node) == ["boot_service_image", "wait_for_agent", "check_firmware", *AFTER]
     assert bmc.log == ["insert_media", "reset"]  # the service image's boot, and nothing written
     facts = checked(node)
@@ -224,7 +224,7 @@ def test_the_default_baseline_applies_where_no_class_has_one(node, bmc, baseline
 
 def test_a_tampered_bmc_is_reflashed_read_again_and_recorded_as_repaired(node, bmc, baseline):
     bmc.tamper("BMC")
-    assert inspect(node) == "paused at attest"
+    assert inspect(node, bmc) == "paused at attest"
     assert steps(node) == ["boot_service_image", "wait_for_agent", *REPAIR_STEPS, *AFTER]
     flash = f"flash GF-BMC-1.4.2.bin onto {INVENTORY}/node-001-BMC"
     assert bmc.log == ["insert_media", "reset", flash]  # a BMC applies its own firmware: no reboot
@@ -240,7 +240,7 @@ def test_bios_firmware_settings_and_secure_boot_are_repaired_through_a_reboot(no
     bmc.tamper("BIOS")
     bmc.attributes["SriovEnable"] = False
     bmc.secure.update(SecureBootEnable=False, SecureBootCurrentBoot="Disabled")
-    assert inspect(node) == "paused at attest"
+    assert inspect(node, bmc) == "paused at attest"
     assert bmc.log == [
         "insert_media",
         "reset",
@@ -255,7 +255,7 @@ def test_bios_firmware_settings_and_secure_boot_are_repaired_through_a_reboot(no
 
 def test_firmware_that_survives_its_reflash_quarantines_firmware_drift(node, bmc, baseline):
     bmc.tamper("BMC", survives=True)
-    assert inspect(node) == "firmware_drift"
+    assert inspect(node, bmc) == "firmware_drift"
     node.refresh_from_db()
     assert node.state == "quarantined"
     assert node.quarantine_reason == (
@@ -268,7 +268,7 @@ def test_firmware_that_survives_its_reflash_quarantines_firmware_drift(node, bmc
 def test_a_failed_reflash_quarantines_firmware_drift_naming_the_drift(node, bmc, baseline):
     bmc.tamper("GPU5 VBIOS")
     bmc.failing_tasks = True
-    assert inspect(node) == "firmware_drift"
+    assert inspect(node, bmc) == "firmware_drift"
     reason = Node.objects.get(pk=node.pk).quarantine_reason
     assert reason.startswith("firmware_drift: GPU5 VBIOS expected 96.00.99.00.01")
     assert reason.endswith("; the reflash of GPU5 VBIOS ended Exception: Firmware update failed.")
@@ -277,7 +277,7 @@ def test_a_failed_reflash_quarantines_firmware_drift_naming_the_drift(node, bmc,
 def test_a_refused_reflash_quarantines_firmware_drift(node, bmc, baseline):
     bmc.tamper("BMC")
     bmc.refusing_updates = True
-    assert inspect(node) == "firmware_drift"
+    assert inspect(node, bmc) == "firmware_drift"
     assert "the BMC refused the repair" in Node.objects.get(pk=node.pk).quarantine_reason
 
 
@@ -285,7 +285,7 @@ def test_a_reflash_that_outlasts_its_timeout_quarantines_firmware_drift(node, bm
     settings.FIRMWARE_UPDATE_TIMEOUT = 0
     bmc.tamper("BMC")
     bmc.task_polls = 1000
-    assert inspect(node) == "firmware_drift"
+    assert inspect(node, bmc) == "firmware_drift"
     assert "timed out after 0s waiting for the firmware updates" in Node.objects.get(pk=node.pk).quarantine_reason
 
 
@@ -301,7 +301,7 @@ def test_a_reflash_that_outlasts_its_timeout_quarantines_firmware_drift(node, bm
 def test_a_drift_nothing_can_repair_quarantines_at_once_touching_nothing(node, bmc, baseline, spoil, reason):
     bmc.tamper("BMC")  # repairable, but the node is quarantined as it was found
     spoil(bmc)
-    assert inspect(node) == "firmware_drift"
+    assert inspect(node, bmc) == "firmware_drift"
     found = Node.objects.get(pk=node.pk).quarantine_reason
     assert found.startswith("firmware_drift: BMC expected 1.4.2") and reason in found
     assert bmc.log == ["insert_media", "reset"]
@@ -312,11 +312,11 @@ def test_a_long_reflash_parks_the_node_and_resumes_without_flashing_again(node, 
     settings.WORKFLOW_RECHECK_MAX_SECONDS = 0.01
     bmc.tamper("BMC")
     bmc.task_polls = 2
-    assert inspect(node) == "waiting at finish_firmware_update"
+    assert inspect(node, bmc) == "waiting at finish_firmware_update"
     time.sleep(0.05)
-    assert inspect(node) == "waiting at finish_firmware_update"
+    assert inspect(node, bmc) == "waiting at finish_firmware_update"
     time.sleep(0.05)
-    assert inspect(node) == "paused at attest"
+    assert inspect(node, bmc) == "paused at attest"
     assert [line for line in bmc.log if line.startswith("flash")] == [
         f"flash GF-BMC-1.4.2.bin onto {INVENTORY}/node-001-BMC"
     ]

@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 from core.error_schema import ERROR
 from reservations import services as reservation_services
 from reservations.api.views import IsTenant
-from workflows.node_workflows import bmc_client
+from workflows.clients import bmc_client
 from workflows.redfish import BMCPermanentError, BMCTransientError
 
 CONSOLE_LINES = 200
