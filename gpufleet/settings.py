@@ -315,7 +315,7 @@ ATTESTATION_POLICY_FILE = environment.text(
     "GPUFLEET_ATTESTATION_POLICY", str(BASE_DIR / "attestation" / "policies" / "default.toml")
 )
 
-# Workflows (workflows/node_workflows.py). Timeouts are in real seconds: bmcsim scales its own durations.
+# Workflows (workflows/node_workflows/). Timeouts are in real seconds: bmcsim scales its own durations.
 SERVICE_IMAGE_URL = environment.text("GPUFLEET_SERVICE_IMAGE_URL", "http://images.gpufleet.internal/service.iso")
 TENANT_IMAGE_URL = environment.text("GPUFLEET_TENANT_IMAGE_URL", "http://images.gpufleet.internal/tenant.iso")
 # A tenant may report at most this many nodes broken a day: each report costs a node of the fleet.

@@ -24,12 +24,25 @@ from django.utils import timezone
 from fleet import diagnostics, lifecycle, services
 from fleet.models import IdleDiagnosticRun, IdleDiagnosticStatus
 from workflows.agent import AgentClient, AgentError, AgentUnavailable
+from workflows.clients import HARDWARE, Clients
 
 ACTOR = "system:idle-diagnostics"
 Status = IdleDiagnosticStatus
 # A node found here (a late look: it went through a wipe meanwhile) was rebooted, which ended the
 # run; the agent is not asked to cancel, since what it runs now may be the inspection's own diagnostics.
 REBOOTED = frozenset({lifecycle.State.WIPING, lifecycle.State.INSPECTING})
+
+
+def look_at_run(run_id: int, clients: Clients = HARDWARE) -> str:
+    """One look at a diagnostics run on an idle node, through its agent; its status after."""
+    run = IdleDiagnosticRun.objects.select_related("node").get(pk=run_id)
+    if run.status != IdleDiagnosticStatus.RUNNING:
+        return run.status
+    agent = clients.agent(run.node)
+    try:
+        return look(run, agent)
+    finally:
+        agent.close()
 
 
 def look(run: IdleDiagnosticRun, agent: AgentClient) -> str:

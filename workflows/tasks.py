@@ -14,7 +14,7 @@ from fleet.selectors import nodes_owing_work
 from remediation import services as remediation_services
 from reservations import services as reservation_services
 from reservations.selectors import live_allocations
-from workflows import bmc_event_logs, fabric_health, node_workflows, repairs, triggers, webhooks
+from workflows import bmc_event_logs, fabric_health, idle_diagnostics, node_workflows, repairs, triggers, webhooks
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -131,7 +131,7 @@ def reconcile_idle_diagnostics(limit: int = 500) -> dict:
 
 @shared_task(ignore_result=True)
 def look_at_idle_diagnostics(run_id: int) -> str:
-    return node_workflows.look_at_idle_diagnostics(run_id)
+    return idle_diagnostics.look_at_run(run_id)
 
 
 # -- firmware rollouts ------------------------------------------------------------------------

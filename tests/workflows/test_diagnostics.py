@@ -15,7 +15,7 @@ from fleet.models import GPU, AuditEvent, IdleDiagnosticRun, Node
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests.support.factories import drive
-from workflows import node_workflows, tasks
+from workflows import idle_diagnostics, node_workflows, tasks
 from workflows.agent import AgentCannot, AgentError
 from workflows.clients import Clients
 
@@ -236,7 +236,7 @@ def open_run(node: Node) -> IdleDiagnosticRun:
 
 
 def look(run: IdleDiagnosticRun, hardware) -> str:
-    return node_workflows.look_at_idle_diagnostics(run.pk, clients=hardware.clients)
+    return idle_diagnostics.look_at_run(run.pk, clients=hardware.clients)
 
 
 def test_an_idle_run_is_started_looked_at_and_its_pass_recorded(available_node, hardware):

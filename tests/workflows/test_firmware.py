@@ -15,6 +15,7 @@ from tests.support.factories import drive
 from workflows import node_workflows
 from workflows.agent import AgentCannot
 from workflows.clients import Clients
+from workflows.node_workflows import inspection
 from workflows.redfish import BMCPermanentError
 
 INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
@@ -201,7 +202,7 @@ AFTER = ["check_inventory", "start_diagnostics", "wait_for_diagnostics", "attest
 def test_without_a_baseline_firmware_is_not_checked(node, bmc):
     assert inspect(node, bmc) == "paused at attest"  # attestation is not configured here
     assert steps(node) == ["boot_service_image", "wait_for_agent", "check_firmware", *AFTER]
-    assert checked(node) is None and node_workflows._to_appraise(node).firmware is None
+    assert checked(node) is None and inspection.to_appraise(node).firmware is None
 
 
 def test_a_node_that_runs_its_baseline_goes_straight_on_with_its_firmware_recorded(node, bmc, baseline):
@@ -212,7 +213,7 @@ def test_a_node_that_runs_its_baseline_goes_straight_on_with_its_firmware_record
     assert facts["baseline"] == "h100" and facts["repaired"] == [] and facts["secure_boot"] == "Enabled"
     assert facts["components"]["GPU3 VBIOS"] == {"version": "96.00.99.00.01", "digest": sha("VBIOS", "96.00.99.00.01")}
     assert len(facts["components"]) == 11
-    assert node_workflows._to_appraise(node).firmware == facts
+    assert inspection.to_appraise(node).firmware == facts
 
 
 def test_the_default_baseline_applies_where_no_class_has_one(node, bmc, baseline):

@@ -1,0 +1,205 @@
+"""The engine: each owing state's workflow, run step by step under the worker's lease, its
+outcome applied as a lifecycle event.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from fleet import leases, lifecycle, services
+from fleet.leases import Lease, LeaseLost, record_discarded_result
+from fleet.lifecycle import Event, State
+from fleet.models import Node
+from workflows.agent import AgentError, AgentUnavailable
+from workflows.clients import HARDWARE, Clients
+from workflows.node_workflows.booting import (
+    boot_service_image,
+    clear_boot_override,
+    eject_media,
+    power_off,
+    wait_for_agent,
+)
+from workflows.node_workflows.inspection import (
+    attest,
+    check_firmware,
+    check_inventory,
+    finish_firmware_update,
+    recheck_firmware,
+    start_diagnostics,
+    wait_for_diagnostics,
+)
+from workflows.node_workflows.provisioning import (
+    boot_tenant_image,
+    check_booted_image,
+    check_secure_boot_for_image,
+    enable_secure_boot_for_image,
+    erase_drives_if_reinstalling,
+    prepare_config_drive,
+    stop_idle_diagnostics,
+)
+from workflows.node_workflows.run import GoOnAt, NotYet, Run, StepFailed, Waiting
+from workflows.node_workflows.wiping import start_drive_erase, start_gpu_wipe, wait_for_drive_erase, wait_for_gpu_wipe
+from workflows.redfish import BMCPermanentError, BMCTransientError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Workflow:
+    steps: tuple[Callable[[Run], dict | None], ...]
+    succeeded: lifecycle.Event | None  # None: the last step applies the outcome itself
+    failed: lifecycle.Event
+    deadline_setting: str  # how long the node may stay in this state, all retries included
+
+
+WORKFLOWS: dict[lifecycle.State, Workflow] = {
+    State.INSPECTING: Workflow(
+        steps=(
+            boot_service_image,
+            wait_for_agent,
+            check_firmware,
+            finish_firmware_update,
+            recheck_firmware,
+            check_inventory,
+            start_diagnostics,
+            wait_for_diagnostics,
+            attest,
+        ),
+        succeeded=None,
+        failed=Event.INSPECTION_FAILED,
+        deadline_setting="INSPECTION_DEADLINE",
+    ),
+    State.PROVISIONING: Workflow(
+        steps=(
+            stop_idle_diagnostics,
+            erase_drives_if_reinstalling,
+            wait_for_drive_erase,
+            prepare_config_drive,
+            enable_secure_boot_for_image,
+            boot_tenant_image,
+            wait_for_agent,
+            check_secure_boot_for_image,
+            check_booted_image,
+        ),
+        succeeded=Event.PROVISION_SUCCEEDED,
+        failed=Event.PROVISION_FAILED,
+        deadline_setting="PROVISION_DEADLINE",
+    ),
+    State.WIPING: Workflow(
+        steps=(
+            boot_service_image,
+            wait_for_agent,
+            start_gpu_wipe,
+            wait_for_gpu_wipe,
+            start_drive_erase,
+            wait_for_drive_erase,
+            eject_media,
+            clear_boot_override,
+            power_off,
+        ),
+        succeeded=Event.WIPE_SUCCEEDED,
+        failed=Event.WIPE_FAILED,
+        deadline_setting="WIPE_DEADLINE",
+    ),
+}
+
+
+def _remaining_steps(workflow: Workflow, run: Run) -> tuple[Callable[[Run], dict | None], ...]:
+    """Resume where a paused run stopped. After a worker died or stalled mid-step, start over:
+    nobody knows what it left the machine doing, and every step is safe to repeat."""
+    names = [step.__name__ for step in workflow.steps]
+    if run.lease.took_over or run.node.step not in names:
+        return workflow.steps
+    return workflow.steps[names.index(run.node.step) :]
+
+
+def run_workflow(*, node_id: int, worker: str, clients: Clients = HARDWARE) -> str:
+    """Claim the node if it owes work and nobody holds it, and run its workflows until it owes
+    none or waits on its hardware, through `clients`. Returns what happened, one outcome per workflow."""
+    claimed = leases.claim(owner=worker, node_ids=[node_id])
+    if not claimed:
+        return "not claimed"
+    lease = claimed[0]
+    node = Node.objects.get(pk=node_id)
+    bmc = clients.bmc(node)
+    agent = clients.agent(node)
+    outcomes = []
+    try:
+        while lease is not None:
+            run = Run(node=node, lease=lease, actor=f"worker:{worker}", bmc=bmc, agent=agent)
+            try:
+                with connection.execute_wrapper(run.time_queries):
+                    outcomes.append(_run_steps(run, WORKFLOWS[lifecycle.State(node.state)]))
+            except LeaseLost:
+                outcomes.append("lease lost")
+            lease = run.next_lease
+            if lease is not None:
+                node = Node.objects.get(pk=node_id)
+    finally:
+        bmc.close()
+        agent.close()
+    return ", ".join(outcomes)
+
+
+def _run_steps(run: Run, workflow: Workflow) -> str:
+    deadline = getattr(settings, workflow.deadline_setting)
+    current = run.node.step or "start"
+    try:
+        waited = (timezone.now() - run.node.state_since).total_seconds()
+        if waited > deadline:
+            raise StepFailed(f"still {run.node.state} after {waited:.0f}s (deadline {deadline:g}s, retries included)")
+        handed_on = None  # what a step returned for the next one: audited with it, read from there
+        go_on_at = None  # the step to go on at, past those with nothing to do
+        for step in _remaining_steps(workflow, run):
+            if go_on_at is not None and step.__name__ != go_on_at.__name__:
+                continue
+            current = run.step = step.__name__
+            if not leases.set_step(run.lease, step=current, actor=run.actor, detail=handed_on):
+                return "lease lost"
+            handed_on, go_on_at = step(run), None
+            if isinstance(handed_on, GoOnAt):
+                handed_on, go_on_at = None, handed_on.step
+    except (StepFailed, BMCPermanentError) as failure:
+        event, reason = workflow.failed, f"{current}: {failure}"
+        if isinstance(failure, StepFailed) and failure.event is not None:
+            event, reason = failure.event, str(failure)
+        log.warning("%s: %s failed at %s", run.node.name, run.node.state, reason)
+        run.next_lease = _complete_and_go_on(run, event=event, reason=reason)
+        return event.value
+    except Waiting as wait:
+        log.info("%s: %s at %s: %s", run.node.name, run.node.state, current, wait)
+        if not leases.park(run.lease, seconds=wait.recheck_in):
+            record_discarded_result(lease=run.lease, attempted=f"park at {current}", actor=run.actor)
+            return "lease lost"
+        return f"waiting at {current}"
+    except (NotYet, BMCTransientError, AgentUnavailable, AgentError) as pause:
+        log.info("%s: %s paused at %s: %s", run.node.name, run.node.state, current, pause)
+        first = workflow.steps[0].__name__
+        if isinstance(pause, AgentUnavailable) and current != first:
+            # The agent answered earlier in this workflow and now does not: the machine rebooted
+            # or lost power under us, and what it had booted is gone. Resuming here would wait for
+            # an agent that never comes back; the next run starts over.
+            leases.set_step(run.lease, step=first, actor=run.actor)
+        if not leases.release(run.lease):
+            record_discarded_result(lease=run.lease, attempted=f"pause at {current}", actor=run.actor)
+            return "lease lost"
+        return f"paused at {current}"
+    if workflow.succeeded is not None:
+        run.next_lease = _complete_and_go_on(run, event=workflow.succeeded)
+        return workflow.succeeded.value
+    return "done"
+
+
+def _complete_and_go_on(run: Run, *, event: lifecycle.Event, reason: str = "") -> Lease | None:
+    """Apply the outcome and, if it owes more work (a wipe is followed by inspection), claim the
+    node again in the same transaction: no other worker is sent it, and this one keeps its BMC
+    connection and what it learnt of the BMC."""
+    with transaction.atomic():
+        node = services.complete(run.lease, event=event, actor=run.actor, reason=reason, detail=run.figures())
+        return leases.reclaim(run.lease) if node is not None else None
