@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from psycopg.types.range import Range
 
+from core.kept import Kept
 from fleet import fabric
 from fleet.fabric_health import RackNodes
 from fleet.lifecycle import State
@@ -67,7 +67,7 @@ class Topology:
     node_ids: dict[str, int]  # node name -> id
 
 
-_topology: list[Topology] = []
+_topology: Kept[Topology] = Kept()
 
 
 def topology() -> Topology:
@@ -79,41 +79,39 @@ def topology() -> Topology:
     with connection.cursor() as cursor:
         cursor.execute("SELECT version FROM fleet_topology_version")  # see fleet/migrations/0004
         (version,) = cursor.fetchone()
-    if not _topology or _topology[0].version != version:
-        paths = rack_fabric_paths()
-        # A node's GPUs are of one model: its first GPU's names it.
-        models = dict(GPU.objects.order_by("node_id", "index").distinct("node_id").values_list("node__name", "model"))
-        racks: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
-        attributes: dict[str, dict] = {}
-        rows = Node.objects.order_by("rack__pod__name", "rack__name", "position")
-        for node_id, name, rack, pod, said in rows.values_list(
-            "id", "name", "rack__name", "rack__pod__name", "attributes"
-        ):
-            racks[(pod, rack)].append((node_id, name))
-            if said:
-                attributes[name] = said
-        members = [tuple(zip(*nodes, strict=True)) for nodes in racks.values()]
-        _topology[:] = [
-            Topology(
-                version=version,
-                racks=tuple(
-                    RackCapacity(
-                        pod=pod,
-                        rack=rack,
-                        nodes=names,
-                        free=names,
-                        gpu_models={name: models[name] for name in names if name in models} or None,
-                        path=paths[rack],
-                        attributes={name: attributes[name] for name in names if name in attributes} or None,
-                    )
-                    for (pod, rack), (_, names) in zip(racks, members, strict=True)
-                ),
-                rack_ids=tuple(ids for ids, _ in members),
-                rack_of={node_id: i for i, (ids, _) in enumerate(members) for node_id in ids},
-                node_ids={name: node_id for ids, names in members for node_id, name in zip(ids, names, strict=True)},
+    return _topology.get(version, lambda: _read_topology(version))
+
+
+def _read_topology(version: int) -> Topology:
+    paths = rack_fabric_paths()
+    # A node's GPUs are of one model: its first GPU's names it.
+    models = dict(GPU.objects.order_by("node_id", "index").distinct("node_id").values_list("node__name", "model"))
+    racks: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+    attributes: dict[str, dict] = {}
+    rows = Node.objects.order_by("rack__pod__name", "rack__name", "position")
+    for node_id, name, rack, pod, said in rows.values_list("id", "name", "rack__name", "rack__pod__name", "attributes"):
+        racks[(pod, rack)].append((node_id, name))
+        if said:
+            attributes[name] = said
+    members = [tuple(zip(*nodes, strict=True)) for nodes in racks.values()]
+    return Topology(
+        version=version,
+        racks=tuple(
+            RackCapacity(
+                pod=pod,
+                rack=rack,
+                nodes=names,
+                free=names,
+                gpu_models={name: models[name] for name in names if name in models} or None,
+                path=paths[rack],
+                attributes={name: attributes[name] for name in names if name in attributes} or None,
             )
-        ]
-    return _topology[0]
+            for (pod, rack), (_, names) in zip(racks, members, strict=True)
+        ),
+        rack_ids=tuple(ids for ids, _ in members),
+        rack_of={node_id: i for i, (ids, _) in enumerate(members) for node_id in ids},
+        node_ids={name: node_id for ids, names in members for node_id, name in zip(ids, names, strict=True)},
+    )
 
 
 def rack_capacity(*, starts_at: datetime, ends_at: datetime | None) -> list[RackCapacity]:
@@ -154,7 +152,7 @@ class _KeptFree:
     tested: set[int] = field(default_factory=set)
 
 
-_kept_free: list[_KeptFree] = []
+_kept_free: Kept[_KeptFree] = Kept()
 _kept_free_lock = threading.Lock()  # one period at a time: the index is the process's, threads share it
 
 
@@ -172,26 +170,7 @@ def free_capacity(
     fleet = fleet or topology()
     not_free, tested = _not_free_and_tested(starts_at=starts_at, ends_at=ends_at, fleet=fleet)
     with _kept_free_lock:
-        if not _kept_free or _kept_free[0].version != fleet.version:
-            _kept_free[:] = [
-                _KeptFree(
-                    version=fleet.version,
-                    capacity=FreeCapacity(
-                        RackState(
-                            rack.pod,
-                            rack.rack,
-                            rack.path,
-                            rack.nodes,
-                            frozenset(rack.nodes),
-                            gpu_models=rack.gpu_models,
-                            attributes=rack.attributes,
-                        )
-                        for rack in fleet.racks
-                    ),
-                    names={node_id: name for name, node_id in fleet.node_ids.items()},
-                )
-            ]
-        kept = _kept_free[0]
+        kept = _kept_free.get(fleet.version, lambda: _fresh_index(fleet))
         names = kept.names
         kept.capacity.apply(
             freed=[names[i] for i in kept.not_free - not_free if i in names],
@@ -201,6 +180,27 @@ def free_capacity(
         )
         kept.not_free, kept.tested = not_free, tested
         yield kept.capacity
+
+
+def _fresh_index(fleet: Topology) -> _KeptFree:
+    """An index of the fleet with every node free and none tested."""
+    racks = (
+        RackState(
+            rack.pod,
+            rack.rack,
+            rack.path,
+            rack.nodes,
+            frozenset(rack.nodes),
+            gpu_models=rack.gpu_models,
+            attributes=rack.attributes,
+        )
+        for rack in fleet.racks
+    )
+    return _KeptFree(
+        version=fleet.version,
+        capacity=FreeCapacity(racks),
+        names={node_id: name for name, node_id in fleet.node_ids.items()},
+    )
 
 
 def warm_placement() -> None:
@@ -352,15 +352,7 @@ def node_hours_booked(tenant: Tenant, month: usage.Span) -> float:
         return float(cursor.fetchone()[0]) / 3600
 
 
-@dataclass(frozen=True)
-class _KeptCapacity:
-    versions: tuple[int, int]  # (capacity version, topology version) it was computed at
-    computed_at: float  # time.monotonic() before it was read
-    pods: list[dict]
-
-
-_kept_capacity: list[_KeptCapacity] = []
-_kept_capacity_lock = threading.Lock()  # at a new version, one thread computes and the others wait for it
+_kept_capacity: Kept[list[dict]] = Kept()  # at (capacity version, topology version)
 
 # Both versions in one round trip: reservations/migrations/0013 and fleet/migrations/0004.
 _CAPACITY_VERSIONS = "SELECT s.last_value, t.version FROM reservations_capacity_version_seq s, fleet_topology_version t"
@@ -389,22 +381,7 @@ def capacity_by_pod() -> list[dict]:
     with connection.cursor() as cursor:
         cursor.execute(_CAPACITY_VERSIONS)
         versions = cursor.fetchone()
-    if (kept := _fresh_capacity(versions)) is not None:
-        return kept.pods
-    with _kept_capacity_lock:
-        if (kept := _fresh_capacity(versions)) is not None:
-            return kept.pods
-        started = time.monotonic()
-        pods = _count_capacity()
-        _kept_capacity[:] = [_KeptCapacity(versions=versions, computed_at=started, pods=pods)]
-    return pods
-
-
-def _fresh_capacity(versions: tuple[int, int]) -> _KeptCapacity | None:
-    kept = _kept_capacity[0] if _kept_capacity else None
-    if kept and kept.versions == versions and time.monotonic() - kept.computed_at < settings.CAPACITY_MAX_AGE_SECONDS:
-        return kept
-    return None
+    return _kept_capacity.get(versions, _count_capacity, max_age=settings.CAPACITY_MAX_AGE_SECONDS)
 
 
 def _count_capacity() -> list[dict]:
