@@ -19,6 +19,7 @@ from fleet.fabric_health import CRITICAL
 from fleet.models import FabricSwitch, Node, Pod
 from reservations import selectors, services
 from reservations.models import Tenant
+from reservations.selectors import capacity_reads
 from tests.support.factories import drive, enrol_default_fleet, make_available
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,7 +96,7 @@ def test_the_clock_moves_the_answer_within_the_maximum_age(acme, settings, monke
     assert capacity()["p2"] == (4, 2)
 
     # The hold starts: no row changes, only the clock (as capacity_by_pod reads it).
-    monkeypatch.setattr(selectors, "timezone", SimpleNamespace(now=lambda: starts + timedelta(minutes=1)))
+    monkeypatch.setattr(capacity_reads, "timezone", SimpleNamespace(now=lambda: starts + timedelta(minutes=1)))
     assert capacity()["p2"] == (4, 2)  # the kept answer, younger than the maximum age
     settings.CAPACITY_MAX_AGE_SECONDS = 0
     assert capacity()["p2"] == (2, 2)

@@ -6,6 +6,7 @@ from django.db import transaction
 from core.kept import Kept
 from fleet.models import Node, Rack
 from reservations import selectors
+from reservations.selectors import placement_reads
 from tests.support.factories import drive, enrol_default_fleet
 
 
@@ -45,8 +46,8 @@ def test_a_topology_seen_inside_a_rolled_back_enrolment_is_never_taken_for_the_c
 @pytest.mark.django_db(transaction=True)
 def test_warming_builds_placements_topology_and_index_before_any_placement(monkeypatch):
     enrol_default_fleet(10)
-    monkeypatch.setattr(selectors, "_topology", Kept())
-    monkeypatch.setattr(selectors, "_kept_free", Kept())
+    monkeypatch.setattr(placement_reads, "_topology", Kept())
+    monkeypatch.setattr(placement_reads, "_kept_free", Kept())
     selectors.warm_placement()  # what each web worker does as it imports gpufleet.wsgi
-    kept = selectors._kept_free.peek()
+    kept = placement_reads._kept_free.peek()
     assert kept.version == selectors.topology().version and len(kept.names) == 10
