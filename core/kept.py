@@ -40,10 +40,6 @@ class Kept(Generic[T]):
             self._entry = _Entry(version, started, value)
             return value
 
-    def peek(self) -> T | None:
-        """The kept value, whatever its version; None if none is kept."""
-        return self._entry.value if self._entry is not None else None
-
     def _fresh(self, version: Hashable, max_age: float | None) -> _Entry[T] | None:
         entry = self._entry
         if entry is None or entry.version != version:

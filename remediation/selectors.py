@@ -60,9 +60,7 @@ def remediations_acted_on(node: Node, now: datetime) -> int:
     """How many times the node was remediated (reset or quarantined by the rules) within the
     repeat-offender window: suppressed alerts and those calling for nothing do not count."""
     return Remediation.objects.filter(
-        node=node,
-        at__gte=now - rules.REPEAT_OFFENDER.window,
-        status__in=[RemediationStatus.APPLIED, RemediationStatus.PENDING, RemediationStatus.REPAIRED],
+        node=node, at__gte=now - rules.REPEAT_OFFENDER.window, status__in=INCIDENT_STATUSES
     ).count()
 
 

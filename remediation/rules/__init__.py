@@ -57,14 +57,9 @@ entries through the BMC's in-band interface, as it can report XIDs: for its own 
 from remediation.rules.agent_reports import AGENT_XID_REPORT, CLOCK_SKEW, SAME_OCCURRENCE, agent_report
 from remediation.rules.alerts import (
     FINGERPRINT,
-    LABEL_NAME,
     MAX_ALERT_NAME,
     MAX_ALERTS,
-    MAX_ANNOTATION_VALUE,
-    MAX_LABEL_VALUE,
-    MAX_PAIRS,
     MAX_TEXT,
-    RFC3339,
     STATUSES,
     Alert,
     PayloadError,
@@ -74,9 +69,8 @@ from remediation.rules.alerts import (
     parse_alerts,
     parse_webhook,
 )
-from remediation.rules.decisions import ALERTS, XID_ALERTS, XIDS, AlertRule, XidRule, decide, is_xid_alert, xids_of
+from remediation.rules.decisions import ALERTS, XID_ALERTS, XIDS, decide, is_xid_alert, xids_of
 from remediation.rules.ladders import (
-    GPU_STEPS,
     LADDERS,
     NODE_STEPS,
     REPEAT_OFFENDER,
@@ -91,9 +85,6 @@ from remediation.rules.ladders import (
 from remediation.rules.sel_entries import (
     BMC_CRITICAL_EVENT,
     BMC_WARNING_EVENT,
-    GPU_LOST_MESSAGES,
-    GPU_PROCESSOR,
-    SEL_ALERTS,
     sel_entry,
 )
 
@@ -104,27 +95,17 @@ __all__ = [
     "BMC_WARNING_EVENT",
     "CLOCK_SKEW",
     "FINGERPRINT",
-    "GPU_LOST_MESSAGES",
-    "GPU_PROCESSOR",
-    "GPU_STEPS",
-    "LABEL_NAME",
     "LADDERS",
     "MAX_ALERTS",
     "MAX_ALERT_NAME",
-    "MAX_ANNOTATION_VALUE",
-    "MAX_LABEL_VALUE",
-    "MAX_PAIRS",
     "MAX_TEXT",
     "NODE_STEPS",
     "REPEAT_OFFENDER",
-    "RFC3339",
     "SAME_OCCURRENCE",
-    "SEL_ALERTS",
     "STATUSES",
     "XIDS",
     "XID_ALERTS",
     "Alert",
-    "AlertRule",
     "Decision",
     "Ladder",
     "Mode",
@@ -132,7 +113,6 @@ __all__ = [
     "RefusedAlert",
     "RepeatOffender",
     "Step",
-    "XidRule",
     "after_step",
     "agent_report",
     "annotation_set",

@@ -6,10 +6,7 @@ reservation) and `usage_reads`. Callers import the names below from here."""
 from reservations.selectors.answers import quota_of, reservation_machines, reservation_nodes, reservation_ssh_keys
 from reservations.selectors.capacity_reads import capacity_by_pod, capacity_over_time
 from reservations.selectors.holds import (
-    IN_SERVICE_STATES,
     INSTANT,
-    NOT_AVAILABLE_STATES,
-    OUT_OF_SERVICE_STATES,
     booking_limits,
     live_allocations,
     node_hours_booked,
@@ -28,9 +25,6 @@ from reservations.selectors.usage_reads import usage_of
 
 __all__ = [
     "INSTANT",
-    "IN_SERVICE_STATES",
-    "NOT_AVAILABLE_STATES",
-    "OUT_OF_SERVICE_STATES",
     "Topology",
     "booking_limits",
     "capacity_by_pod",

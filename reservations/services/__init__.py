@@ -17,12 +17,9 @@ from reservations.services.healing import heal_reservation, settle_reservation
 from reservations.services.placing import QuotaExceeded
 from reservations.services.reconciler import (
     expire_reservations,
-    forget_expired_idempotency_keys,
-    heal_under_allocated,
     notify_ending_reservations,
     provision_held_nodes,
     reconcile_reservations,
-    settle_ready,
     start_due_reservations,
 )
 from reservations.services.releasing import let_go_of_cut_off_nodes, let_node_go, release_reservation
@@ -41,9 +38,7 @@ __all__ = [
     "create_reservation",
     "delete_ssh_key",
     "expire_reservations",
-    "forget_expired_idempotency_keys",
     "heal_reservation",
-    "heal_under_allocated",
     "let_go_of_cut_off_nodes",
     "let_node_go",
     "notify_ending_reservations",
@@ -52,7 +47,6 @@ __all__ = [
     "release_reservation",
     "report_node",
     "serving_node",
-    "settle_ready",
     "settle_reservation",
     "start_due_reservations",
 ]

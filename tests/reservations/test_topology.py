@@ -49,5 +49,5 @@ def test_warming_builds_placements_topology_and_index_before_any_placement(monke
     monkeypatch.setattr(placement_reads, "_topology", Kept())
     monkeypatch.setattr(placement_reads, "_kept_free", Kept())
     selectors.warm_placement()  # what each web worker does as it imports gpufleet.wsgi
-    kept = placement_reads._kept_free.peek()
+    kept = placement_reads._kept_free.get(selectors.topology().version, lambda: pytest.fail("no index was kept"))
     assert kept.version == selectors.topology().version and len(kept.names) == 10
