@@ -45,26 +45,30 @@ demo: database
 	@echo "== tenant acme's API token: $$(cat var/acme.token)   (Ctrl-C stops everything)"
 	SIM_TIME_SCALE=$${SIM_TIME_SCALE:-1} $(VENV)/bin/honcho start
 
-# The layers first (.importlinter: every contract kept, or no test runs), then every test.
+# The layers first (.importlinter: every contract kept) and the types (mypy.ini: no error), or no
+# test runs; then every test.
 # Two processes for most of the suite (the machines have 2 cores), then the end-to-end tests, which
 # start whole control planes of their own, one at a time.
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n 2 --ignore=tests/e2e --ignore=tests/test_soak.py
 	$(VENV)/bin/pytest tests/e2e tests/test_soak.py
 
-# The inner loop: ruff, the layers, and every test of none of the slow kinds that pytest.ini
+# The inner loop: ruff, the layers, the types, and every test of none of the slow kinds that pytest.ini
 # declares (end-to-end, browser, validators, fuzzing, soak); `make test` runs those too.
 SLOW_KINDS := e2e or browser or validators or fuzzing or soak
 check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n 2 -m "not ($(SLOW_KINDS))"
 
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(VENV)/bin/ruff format --check .
 
 # Every benchmark, each a module that prints its table (python -m bench.NAME runs one).
