@@ -11,10 +11,11 @@ import time
 import pytest
 
 from fleet import selectors, services
-from fleet.models import GPU, AuditEvent, IdleDiagnosticRun, Node
+from fleet.models import AuditEvent, IdleDiagnosticRun, Node
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests.support.factories import drive
+from tests.support.fake_hardware import FakeAgent, FakeBMC
 from workflows import idle_diagnostics, node_workflows, tasks
 from workflows.agent import AgentCannot, AgentError
 from workflows.clients import Clients
@@ -23,45 +24,17 @@ from workflows.clients import Clients
 TESTS = {1: ("software",), 3: ("targeted_stress",)}
 
 
-class FakeBMC:
-    def __init__(self, log: list[str]):
-        self.log = log
-        self.calls, self.seconds = 0, 0.0
-
-    def insert_media(self, url: str, *, removable: bool = False) -> None:
-        self.log.append("insert_media")
-
-    def set_boot_override(self, target: str, enabled: str = "Once") -> None:
-        pass
-
-    def power_state(self) -> str:
-        return "On"
-
-    def reset(self, reset_type: str) -> None:
-        self.log.append("reset")
-
-    def close(self) -> None:
-        pass
-
-
-class FakeAgent:
+class DiagnosingAgent(FakeAgent):
     """A node's agent whose diagnostics run for `polls` looks, then fail the (test, GPU) pairs in
     `failing` and pass the rest; `cannot`: a server without DCGM (501)."""
 
     def __init__(self, node: Node, log: list[str], *, polls: int = 0, failing=(), cannot: bool = False):
-        self.gpus = [{"index": g.index, "uuid": g.uuid, "serial": g.serial} for g in GPU.objects.filter(node=node)]
+        super().__init__(node)
         self.log = log
         self.polls, self.failing, self.cannot = polls, set(failing), cannot
         self.run: dict = {"state": "idle", "level": None, "started_at": None, "results": []}
         self.started: list[int] = []
-        self.calls, self.seconds = 0, 0.0
         self.on_start = None  # what happens elsewhere while the agent starts a run
-
-    def inventory(self) -> dict:
-        return {"gpus": self.gpus, "ssh_host_keys": []}
-
-    def evidence(self, nonce: bytes) -> dict:
-        return {}
 
     def start_diagnostics(self, level: int) -> dict:
         if self.cannot:
@@ -100,9 +73,6 @@ class FakeAgent:
             self.run = {**self.run, "state": "cancelled"}
         return dict(self.run)
 
-    def close(self) -> None:
-        pass
-
 
 @pytest.fixture
 def hardware():
@@ -110,8 +80,8 @@ def hardware():
     workflows below are handed (`hardware.clients`)."""
     log: list[str] = []
 
-    def install(node: Node, **options) -> FakeAgent:
-        agent = FakeAgent(node, log, **options)
+    def install(node: Node, **options) -> DiagnosingAgent:
+        agent = DiagnosingAgent(node, log, **options)
         install.clients = Clients(bmc=lambda node: FakeBMC(log), agent=lambda node: agent)
         return agent
 

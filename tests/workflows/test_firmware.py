@@ -10,8 +10,9 @@ import time
 import pytest
 
 from fleet import selectors
-from fleet.models import GPU, AuditEvent, FirmwareBaseline, FirmwareBaselineComponent, Node
+from fleet.models import AuditEvent, FirmwareBaseline, FirmwareBaselineComponent, Node
 from tests.support.factories import drive
+from tests.support.fake_hardware import FakeAgent, FakeBMC
 from workflows import node_workflows
 from workflows.agent import AgentCannot
 from workflows.clients import Clients
@@ -28,15 +29,14 @@ def sha(kind: str, version: str) -> str:
     return hashlib.sha256(f"{kind} {version}".encode()).hexdigest()
 
 
-class FakeBMC:
+class FirmwareBMC(FakeBMC):
     """One node's BMC. A flash installs the image's release (named in its file) when its task is
     polled, the BIOS's at the next reset; BIOS settings and Secure Boot change at the next reset."""
 
     def __init__(self, node: Node, log: list[str]):
+        super().__init__(log)
         self.system_path = f"/redfish/v1/Systems/{node.system_id}"
         self.node = node.system_id
-        self.log = log
-        self.calls, self.seconds = 0, 0.0
         self.running = {name: (RELEASES[kind], sha(kind, RELEASES[kind])) for name, kind in KIND.items()}
         self.attributes = {"SriovEnable": True, "BootMode": "Uefi"}
         self.secure = {"SecureBootEnable": True, "SecureBootCurrentBoot": "Enabled", "SecureBootMode": "DeployedMode"}
@@ -54,26 +54,14 @@ class FakeBMC:
             self.tampered.add(name)
 
     # the workflow's calls
-    def insert_media(self, url: str, *, removable: bool = False) -> None:
-        self.log.append("insert_media")
-
-    def set_boot_override(self, target: str, enabled: str = "Once") -> None:
-        pass
-
-    def power_state(self) -> str:
-        return "On"
-
     def reset(self, reset_type: str) -> None:
-        self.log.append("reset")
+        super().reset(reset_type)
         if self.pending_bios is not None:
             self._install("BIOS", self.pending_bios)
             self.pending_bios = None
         self.attributes.update(self.pending_settings)
         self.pending_settings = {}
         self.secure["SecureBootCurrentBoot"] = "Enabled" if self.secure["SecureBootEnable"] else "Disabled"
-
-    def close(self) -> None:
-        pass
 
     def managers(self) -> list[str]:
         return ["/redfish/v1/Managers/bmc"]
@@ -140,31 +128,16 @@ class FakeBMC:
         self.secure["SecureBootEnable"] = True
 
 
-class FakeAgent:
-    """An agent that answers, reports the enrolled GPUs, and cannot run diagnostics (no DCGM)."""
-
-    def __init__(self, node: Node):
-        self.gpus = [{"index": g.index, "uuid": g.uuid, "serial": g.serial} for g in GPU.objects.filter(node=node)]
-        self.calls, self.seconds = 0, 0.0
-
-    def inventory(self) -> dict:
-        return {"gpus": self.gpus}
-
+class AgentWithoutDCGM(FakeAgent):
     def start_diagnostics(self, level: int) -> dict:
         raise AgentCannot("node: agent diagnostics: no DCGM here")
 
-    def evidence(self, nonce: bytes) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
-
 
 @pytest.fixture
-def bmc(node, settings) -> FakeBMC:
+def bmc(node, settings) -> FirmwareBMC:
     settings.FIRMWARE_IMAGE_BASE_URL = IMAGE_BASE
     drive(node, "inspection_started")
-    return FakeBMC(node, [])
+    return FirmwareBMC(node, [])
 
 
 @pytest.fixture
@@ -180,9 +153,9 @@ def baseline(db) -> FirmwareBaseline:
     return row
 
 
-def inspect(node: Node, bmc: FakeBMC) -> str:
+def inspect(node: Node, bmc: FirmwareBMC) -> str:
     """Inspect the node with the fake BMC and an agent that cannot run diagnostics."""
-    clients = Clients(bmc=lambda node: bmc, agent=FakeAgent)
+    clients = Clients(bmc=lambda node: bmc, agent=AgentWithoutDCGM)
     return node_workflows.run_workflow(node_id=node.pk, worker="test", clients=clients)
 
 
