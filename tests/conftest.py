@@ -1,6 +1,8 @@
 """Shared fixtures: a small enrolled fleet and named tenants, on the real PostgreSQL, and the
 tests' own Redis broker."""
 
+import os
+
 import pytest
 import redis
 from django.conf import settings
@@ -8,6 +10,17 @@ from django.conf import settings
 from fleet.models import Node
 from reservations.models import Reservation, Tenant
 from tests.support.factories import drive, enrol_default_fleet, make_available
+from tests.support.test_database import copy_of_migrated_database, drop_copy
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment, django_db_blocker, django_db_modify_db_settings):
+    """pytest-django's, but each process's database is a copy of one migrated template."""
+    with django_db_blocker.unblock():
+        name_before = copy_of_migrated_database(os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    yield
+    with django_db_blocker.unblock():
+        drop_copy(name_before)
 
 
 @pytest.fixture
