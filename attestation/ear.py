@@ -27,7 +27,7 @@ import base64
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -102,9 +102,9 @@ def sign_result(
     private_key: Ed25519PrivateKey,
     kid: str,
     now: datetime,
-    firmware: dict | None = None,
+    firmware: Mapping[str, object] | None = None,
 ) -> str:
-    claims = {
+    claims: dict[str, object] = {
         "eat_profile": EAR_PROFILE,
         "iat": int(now.timestamp()),
         "ear.verifier-id": {"developer": VERIFIER_DEVELOPER, "build": verifier_id},
@@ -127,7 +127,7 @@ def sign_result(
     return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
 
 
-def jwks(keys: Iterable[tuple[str, Ed25519PublicKey]]) -> dict:
+def jwks(keys: Iterable[tuple[str, Ed25519PublicKey]]) -> dict[str, list[dict[str, str]]]:
     return {"keys": [{**_jwk(public_key), "kid": kid, "alg": ALGORITHM, "use": "sig"} for kid, public_key in keys]}
 
 
@@ -197,7 +197,7 @@ def generate_signing_key(path: str | Path) -> tuple[str, Ed25519PrivateKey]:
     return key_id(key.public_key()), key
 
 
-def _jwk(public_key: Ed25519PublicKey) -> dict:
+def _jwk(public_key: Ed25519PublicKey) -> dict[str, str]:
     # The members in lexicographic order (crv, kty, x): as RFC 7638 hashes them, and as the JWKS has always listed them.
     return dict(sorted(OKPAlgorithm.to_jwk(public_key, as_dict=True).items()))
 

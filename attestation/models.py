@@ -1,5 +1,5 @@
 """What the verifier is configured with (trust anchors, reference values, policies) and every
-verdict it signed. The pure checks live in attestation/verifier.py and attestation/policy.py."""
+verdict it signed. The pure checks live in attestation/verifier/ and attestation/policy.py."""
 
 from django.core.exceptions import ValidationError
 from django.db import models

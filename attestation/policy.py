@@ -38,6 +38,8 @@ PCR_COUNT = 24
 MAX_NAME_LENGTH = 64
 SECURE_BOOT_PCR = 7  # where UEFI firmware measures Secure Boot's state (TCG PC Client Platform Firmware Profile)
 
+PolicyFormat = Literal["toml", "json"]
+
 
 class PolicyError(ValueError):
     """The policy document is not a valid policy; the message names the key."""
@@ -57,7 +59,7 @@ class Policy:
         return tuple(sorted(set(self.boot_pcrs.values())))
 
 
-def load_policy(text: str, *, format: Literal["toml", "json"]) -> Policy:
+def load_policy(text: str, *, format: PolicyFormat) -> Policy:
     if format == "toml":
         try:
             document = tomllib.loads(text)
@@ -76,7 +78,7 @@ def load_policy(text: str, *, format: Literal["toml", "json"]) -> Policy:
 def load_policy_file(path: str | Path) -> Policy:
     """Load a policy file; the suffix (.toml or .json) says its format."""
     path = Path(path)
-    formats = {".toml": "toml", ".json": "json"}
+    formats: dict[str, PolicyFormat] = {".toml": "toml", ".json": "json"}
     if path.suffix not in formats:
         raise PolicyError(f"{path}: a policy file must end in .toml or .json")
     try:
@@ -102,7 +104,8 @@ def _read(document: object) -> Policy:
     gpu = _table(top["gpu"], "gpu", {"measurements"})
 
     name = _name(top["name"], "name")
-    cc_mode = validation.one_of(_name(top["cc_mode"], "cc_mode"), "cc_mode", CC_MODES)
+    cc_mode = _name(top["cc_mode"], "cc_mode")
+    validation.one_of(cc_mode, "cc_mode", CC_MODES)
     max_age = validation.integer(
         top["max_evidence_age_seconds"], "max_evidence_age_seconds", minimum=1, maximum=MAX_EVIDENCE_AGE_SECONDS
     )
@@ -118,8 +121,8 @@ def _read(document: object) -> Policy:
             pcr, key, minimum=0, maximum=PCR_COUNT - 1, expected=f"a PCR index from 0 to {PCR_COUNT - 1}"
         )
 
-    secure_boot_required = validation.one_of(
-        boot.get("secure_boot_required", False), "boot.secure_boot_required", (True, False)
+    secure_boot_required = bool(  # one_of has refused anything but True and False
+        validation.one_of(boot.get("secure_boot_required", False), "boot.secure_boot_required", (True, False))
     )
     if secure_boot_required and SECURE_BOOT_PCR not in boot_pcrs.values():
         raise PolicyError(
@@ -145,7 +148,7 @@ def _read(document: object) -> Policy:
     )
 
 
-def _table(value: object, where: str, keys: set[str], optional: Set[str] = frozenset()) -> dict:
+def _table(value: object, where: str, keys: set[str], optional: Set[str] = frozenset()) -> dict[str, object]:
     table = validation.mapping(value, where, expected="a table")
     prefix = f"{where}." if where else ""
     unknown = sorted(str(k) for k in table.keys() - keys - optional)

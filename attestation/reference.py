@@ -147,7 +147,7 @@ def _releases(value: object, where: str, prefix: str, hex_length: int) -> list[R
     return entries
 
 
-def _object(value: object, where: str, keys: set[str]) -> dict:
+def _object(value: object, where: str, keys: set[str]) -> dict[str, object]:
     fields = validation.mapping(value, where)
     unknown = sorted(str(k) for k in fields.keys() - keys)
     if unknown:

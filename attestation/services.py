@@ -1,5 +1,5 @@
 """Appraising a node's evidence with the configured anchors, reference values and policy, and
-keeping every signed verdict. The checks themselves are the pure attestation/verifier.py.
+keeping every signed verdict. The checks themselves are the pure attestation/verifier/.
 
 Attestation knows a node only by what its callers say of it (`NodeToAppraise`: its identity and
 its GPU models, which choose the policy) and by the string reference of its results' foreign
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -52,7 +53,7 @@ class Appraisal:
 # -- configuration -------------------------------------------------------------------------
 
 
-def signing_keys() -> list[tuple[str, ear.Ed25519PrivateKey]]:
+def signing_keys() -> list[tuple[str, Ed25519PrivateKey]]:
     """The result-signing keys: the first signs, the rest stay in the JWKS. They are read again
     whenever a key file is added, removed or replaced, so a rotation needs no restart. A development
     setup without GPUFLEET_SIGNING_KEY gets a key generated under var/signing-keys once."""
@@ -69,7 +70,7 @@ def signing_keys() -> list[tuple[str, ear.Ed25519PrivateKey]]:
 
 
 @functools.lru_cache(maxsize=4)
-def _signing_keys_as_of(spec: str, version: tuple) -> list[tuple[str, ear.Ed25519PrivateKey]]:
+def _signing_keys_as_of(spec: str, version: tuple[object, ...]) -> list[tuple[str, Ed25519PrivateKey]]:
     """The keys, read once per version of the files (ear.signing_key_files_version)."""
     return ear.load_signing_keys(spec)
 
@@ -218,7 +219,7 @@ def import_trust_anchors(roots: dict) -> list[str]:
 
 def node_exists(name: str) -> bool:
     """Whether a node of that name is enrolled, asked of the model the results refer to."""
-    return AttestationResult.node.field.related_model.objects.filter(name=name).exists()
+    return AttestationResult.node.field.related_model._default_manager.filter(name=name).exists()
 
 
 def latest_result(node_name: str) -> AttestationResult | None:

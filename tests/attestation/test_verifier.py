@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from attestation import ear, verifier
 from attestation.policy import Policy, load_policy_file
 from attestation.reference import ReferenceValues, parse_manifest, reference_values
-from attestation.verifier import GPUIdentity, NodeIdentity, TrustedRoots, new_nonce, verify
+from attestation.verifier import GPUIdentity, NodeIdentity, TrustedRoots, gpu_reports, new_nonce, verify
 from bmcsim import evidence, releases, tpm
 from bmcsim.pki import PKI
 from bmcsim.state import NodeState
@@ -336,7 +336,7 @@ def test_a_verifier_bug_fails_closed(world, genuine, monkeypatch):
     def broken(report):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(verifier, "_canonical_gpu_report", broken)
+    monkeypatch.setattr(gpu_reports, "canonical_gpu_report", broken)
     verdict = world.verify(genuine)
     assert not verdict.affirming and codes(verdict) == {"verifier_error"}
 

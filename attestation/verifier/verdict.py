@@ -1,0 +1,54 @@
+"""What the verifier answers: a verdict and its failures, each under one of FAILURE_CODES (the
+package's docstring says what each code means)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+FAILURE_CODES = (
+    "malformed",
+    "stale",
+    "ak_chain",
+    "ak_identity",
+    "quote_format",
+    "quote_signature",
+    "nonce_mismatch",
+    "pcr_selection",
+    "unexpected_event",
+    "missing_component",
+    "pcr_digest",
+    "unknown_component_digest",
+    "secure_boot_off",
+    "gpu_chain",
+    "gpu_identity",
+    "gpu_signature",
+    "gpu_nonce",
+    "gpu_measurement",
+    "release_retired",
+    "release_not_pinned",
+    "cc_mode",
+    "gpu_inventory",
+    "verifier_error",
+)
+
+MAX_SHOWN_CHARS = 160  # of a found value, in a failure
+
+
+@dataclass(frozen=True)
+class Failure:
+    code: str
+    component: str
+    expected: str
+    found: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    affirming: bool
+    failures: tuple[Failure, ...]
+    measurements: Mapping[str, str]  # what was measured, component -> hex digest, for display
+
+
+def shown(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS] + "…"
