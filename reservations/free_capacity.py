@@ -24,6 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 NO_SIGNATURE = -1  # a pod's: nothing groups pods, so none is kept
+# What a signature interns: a rack's (size, usable, tested usable, wholly free), or a domain's
+# children's signatures in order.
+SignatureKey = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,12 @@ class _Signatures:
     make a changed subtree look unchanged."""
 
     def __init__(self) -> None:
-        self.ids: dict[tuple, int] = {}
-        self.keys: dict[int, tuple] = {}
+        self.ids: dict[SignatureKey, int] = {}
+        self.keys: dict[int, SignatureKey] = {}
         self.holders: Counter[int] = Counter()
         self.next = 0
 
-    def acquire(self, key: tuple) -> int:
+    def acquire(self, key: SignatureKey) -> int:
         sig = self.ids.get(key)
         if sig is None:
             sig = self.ids[key] = self.next
@@ -274,6 +277,7 @@ class FreeCapacity:
         depth = self.depth[domain]
         if depth == 0:
             return
+        key: SignatureKey
         if domain in self.nodes:
             key = (
                 len(self.nodes[domain]),
@@ -302,7 +306,7 @@ class FreeCapacity:
 
 def first_members(members: Sequence[int], lo: int, hi: int, how_many: int, skip: set[int]) -> list[int]:
     """Up to `how_many` of the sorted `members` within ids [lo, hi), leaving out `skip`."""
-    chosen = []
+    chosen: list[int] = []
     for member in members[bisect_left(members, lo) :]:
         if member >= hi or len(chosen) == how_many:
             break

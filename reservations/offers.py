@@ -3,7 +3,7 @@
 No Django import. Capacity only grows at the moments a hold ends (or a node comes back into
 service), so those moments are the only starts worth trying: a sweep over the holds in time
 order keeps the set of nodes blocked for the candidate window, and placement itself (the pure
-reservations/placement.py) is asked only when some pod has enough free nodes for it to succeed.
+reservations/placement/) is asked only when some pod has enough free nodes for it to succeed.
 The service reads the holds once, for the whole horizon, and the exclusion constraint still
 decides when the tenant takes the offer.
 """
@@ -16,7 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place
+from reservations.placement import Offer, PlacementRefused, PlacementRequest, RackCapacity, place
+
+# Offer lives beside PlacementRefused, which carries one; the services and pages import it from here.
+__all__ = ["Busy", "Offer", "earliest_offer"]
 
 
 @dataclass(frozen=True)
@@ -26,14 +29,6 @@ class Busy:
     node: str
     start: datetime
     end: datetime
-
-
-@dataclass(frozen=True)
-class Offer:
-    starts_at: datetime
-    ends_at: datetime
-    pod: str
-    nodes: tuple[str, ...]  # what placement would choose then; taking the offer places again
 
 
 def earliest_offer(
@@ -84,11 +79,11 @@ class _Room:
         self.pod_of = {node: r.pod for r in racks for node in r.nodes}
         self.rack_of = {node: (r.pod, r.rack) for r in racks for node in r.free}
         self.whole_size = {(r.pod, r.rack): len(r.nodes) for r in racks if r.nodes and len(r.free) == len(r.nodes)}
-        self.room: Counter = Counter({r.pod: 0 for r in racks})
+        self.room: Counter[str] = Counter({r.pod: 0 for r in racks})
         for r in racks:
             self.room[r.pod] += self.whole_size.get((r.pod, r.rack), 0) if request.rack_scale else len(r.free)
-        self.blocked: Counter = Counter()  # node -> busy periods overlapping the window
-        self.blocked_in_rack: Counter = Counter()
+        self.blocked: Counter[str] = Counter()  # node -> busy periods overlapping the window
+        self.blocked_in_rack: Counter[tuple[str, str]] = Counter()
 
     def block(self, node: str) -> bool:
         """Count one more busy period of `node`; False if the node cannot serve anyway."""

@@ -88,7 +88,12 @@ def add_line(root: Path, module: str, line: str) -> None:
             "reservations.services.booking -> remediation.rules",
         ),
         ("fleet/leases.py", "from fleet import services", "No import cycles", "No cycles are allowed in fleet"),
-        ("reservations/placement.py", "import django", "Pure domain modules", "reservations.placement -> django"),
+        (
+            "reservations/placement/scope.py",
+            "import django",
+            "Pure domain modules",
+            "reservations.placement.scope -> django",
+        ),
         ("bmcsim/state.py", "from fleet import lifecycle", "bmcsim shares no code", "bmcsim.state -> fleet.lifecycle"),
         ("fleet/selectors.py", "import bmcsim.state", "never imports the simulator", "fleet.selectors -> bmcsim.state"),
         ("agent/metrics.py", "import core.topology", "program of its own", "agent.metrics -> core.topology"),

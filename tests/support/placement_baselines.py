@@ -14,35 +14,30 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from core.topology import NVLINK_DOMAIN
-from reservations.placement import (
-    PlacementRefused,
-    PlacementRequest,
-    RackCapacity,
-    _fabric_levels,
-    _first_whole_units,
-    _pods_in_scope,
-    _Rack,
-)
+from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity
+from reservations.placement.request import Rack
+from reservations.placement.scope import fabric_levels, pods_in_scope
+from reservations.placement.sums import first_whole_units
 from tests.support.placement_reference import _Objective
 
 Strategy = Callable[[PlacementRequest, Sequence[RackCapacity]], list[str]]
-Domains = dict[tuple[str, ...], list[_Rack]]
+Domains = dict[tuple[str, ...], list[Rack]]
 
 
 def _scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> tuple[_Objective, Domains]:
-    pods = _pods_in_scope(request, racks)
-    objective = _Objective(request, _fabric_levels(request, racks))
+    pods = pods_in_scope(request, racks)
+    objective = _Objective(request, fabric_levels(request, racks))
     return objective, objective.domains(pods)
 
 
-def _fill(objective: _Objective, racks: list[_Rack], count: int) -> list[str] | None:
+def _fill(objective: _Objective, racks: list[Rack], count: int) -> list[str] | None:
     """The first nodes of `racks` in the given order, or the first whole units adding up to
     `count`; None if they cannot hold the request."""
     if objective.whole is None:
         usable = [node for rack in racks for node in rack.usable]
         return usable[:count] if len(usable) >= count else None
     units = objective.whole_units(racks)
-    chosen = _first_whole_units([sum(r.size for r in unit) for unit in units], count)
+    chosen = first_whole_units([sum(r.size for r in unit) for unit in units], count)
     return None if chosen is None else [node for i in chosen for rack in units[i] for node in rack.nodes]
 
 
@@ -63,7 +58,7 @@ def most_free_first(request: PlacementRequest, racks: Sequence[RackCapacity]) ->
     objective, domains = _scope(request, racks)
     by_room = sorted(domains.items(), key=lambda item: -objective.capacity(item[1]))
     for _, rs in by_room:
-        under: dict[tuple[str, ...], list[_Rack]] = defaultdict(list)
+        under: dict[tuple[str, ...], list[Rack]] = defaultdict(list)
         for rack in rs:
             for depth in range(objective.required + 1, len(rack.domains)):
                 under[rack.domains[: depth + 1]].append(rack)
@@ -96,7 +91,7 @@ def random_fit(seed: int) -> Strategy:
             for rs in domains.values():
                 units = objective.whole_units(rs)
                 rng.shuffle(units)
-                chosen = _first_whole_units([sum(r.size for r in unit) for unit in units], count)
+                chosen = first_whole_units([sum(r.size for r in unit) for unit in units], count)
                 if chosen is not None:
                     options.append([node for i in chosen for rack in units[i] for node in rack.nodes])
             if not options:

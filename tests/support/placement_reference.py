@@ -12,18 +12,11 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from core.topology import NVLINK_DOMAIN, POD
-from reservations.placement import (
-    PlacementRefused,
-    PlacementRequest,
-    RackCapacity,
-    _fabric_levels,
-    _fewest_whole_racks,
-    _pods_in_scope,
-    _Rack,
-    _shortage_refusal,
-    _whole_refusal,
-    cost_order,
-)
+from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, cost_order
+from reservations.placement.refusals import shortage_refusal, whole_refusal
+from reservations.placement.request import Rack
+from reservations.placement.scope import fabric_levels, pods_in_scope
+from reservations.placement.sums import fewest_whole_racks
 
 
 def place(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]:
@@ -31,15 +24,15 @@ def place(request: PlacementRequest, racks: Sequence[RackCapacity]) -> list[str]
 
     ValueError for a node_count below one or inconsistent capacity: those are the caller's bugs.
     """
-    pods = _pods_in_scope(request, racks)
-    levels = _fabric_levels(request, racks)
+    pods = pods_in_scope(request, racks)
+    levels = fabric_levels(request, racks)
     whole = request.whole_level
     if len(levels) == 2 and request.required == POD and request.preferred in (None, POD) and whole != POD:
         return _place_in_pods(request, pods)
     return _Objective(request, levels).place(pods)
 
 
-def _place_in_pods(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> list[str]:
+def _place_in_pods(request: PlacementRequest, pods: dict[str, list[Rack]]) -> list[str]:
     """The objective where the fabric has no switch level and the request is by pod and rack only.
 
     With no pod given, the pod is the one that breaks the fewest whole racks, then the one with
@@ -48,7 +41,7 @@ def _place_in_pods(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> l
     """
     count = request.node_count
     if request.whole_level:
-        options = {pod: chosen for pod, rs in pods.items() if (chosen := _fewest_whole_racks(rs, count)) is not None}
+        options = {pod: chosen for pod, rs in pods.items() if (chosen := fewest_whole_racks(rs, count)) is not None}
         if not options:
             raise PlacementRefused(_refusal_by_pod(request, pods))
         # Fewest racks first; then the pod with the least whole capacity, so bigger pods keep theirs.
@@ -64,23 +57,23 @@ def _place_in_pods(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> l
     return [node for rack, taken in options[pod] for node in rack.usable[:taken]]
 
 
-def _refusal_by_pod(request: PlacementRequest, pods: dict[str, list[_Rack]]) -> str:
+def _refusal_by_pod(request: PlacementRequest, pods: dict[str, list[Rack]]) -> str:
     return _Objective(request, (POD, NVLINK_DOMAIN)).refusal({(pod,): rs for pod, rs in pods.items()})
 
 
-def _usable_nodes(racks: Iterable[_Rack]) -> int:
+def _usable_nodes(racks: Iterable[Rack]) -> int:
     return sum(len(r.usable) for r in racks)
 
 
-def _whole_usable_nodes(racks: Iterable[_Rack]) -> int:
+def _whole_usable_nodes(racks: Iterable[Rack]) -> int:
     return sum(r.size for r in racks if r.whole_usable)
 
 
-def _whole_racks_broken(picks: list[tuple[_Rack, int]]) -> int:
+def _whole_racks_broken(picks: list[tuple[Rack, int]]) -> int:
     return sum(1 for rack, _ in picks if rack.whole)
 
 
-def _best_fit(racks: list[_Rack], count: int, near: frozenset[str] = frozenset()) -> list[tuple[_Rack, int]]:
+def _best_fit(racks: list[Rack], count: int, near: frozenset[str] = frozenset()) -> list[tuple[Rack, int]]:
     """(rack, nodes taken) pairs: the racks `near` first, then partly used racks, and whole racks
     only for what they cannot hold."""
     picks = []
@@ -93,7 +86,7 @@ def _best_fit(racks: list[_Rack], count: int, near: frozenset[str] = frozenset()
     return picks
 
 
-def _tightest_first(racks: list[_Rack], count: int) -> list[tuple[_Rack, int]]:
+def _tightest_first(racks: list[Rack], count: int) -> list[tuple[Rack, int]]:
     """The rack with the fewest usable nodes that holds the rest; if none does, the one with the
     most (fewest racks touched), then go on. Ties go to the rack with the most recently tested
     nodes, then to the rack first by name."""
@@ -127,7 +120,7 @@ class _Objective:
         self.request, self.levels, self.count = request, levels, request.node_count
         self.required, self.rack, self.whole, self.order = cost_order(request, levels)
 
-    def place(self, pods: dict[str, list[_Rack]]) -> list[str]:
+    def place(self, pods: dict[str, list[Rack]]) -> list[str]:
         domains = self.domains(pods)
         capacity = {key: self.capacity(rs) for key, rs in domains.items()}
         self.base = max(self.count, *capacity.values()) + 1
@@ -144,44 +137,44 @@ class _Objective:
             raise PlacementRefused(self.refusal(domains))
         return self._take(best[1], self.count)
 
-    def domains(self, pods: dict[str, list[_Rack]]) -> dict[tuple[str, ...], list[_Rack]]:
+    def domains(self, pods: dict[str, list[Rack]]) -> dict[tuple[str, ...], list[Rack]]:
         """The domains of the required level, each keyed by its domains from the pod down, in order."""
-        domains: dict[tuple[str, ...], list[_Rack]] = defaultdict(list)
+        domains: dict[tuple[str, ...], list[Rack]] = defaultdict(list)
         for rs in pods.values():
             for rack in rs:
                 domains[rack.domains[: self.required + 1]].append(rack)
         return {key: sorted(domains[key], key=lambda r: r.domains) for key in sorted(domains)}
 
-    def capacity(self, racks: list[_Rack]) -> int:
+    def capacity(self, racks: list[Rack]) -> int:
         """What the request can use of these racks: usable nodes, or the nodes of whole usable units."""
         if self.whole is None:
             return _usable_nodes(racks)
         return sum(sum(r.size for r in unit) for unit in self.whole_units(racks))
 
-    def whole_units(self, racks: list[_Rack]) -> list[list[_Rack]]:
+    def whole_units(self, racks: list[Rack]) -> list[list[Rack]]:
         """The domains of the whole level in these racks that are usable in full, each as its racks."""
-        units: dict[tuple[str, ...], list[_Rack]] = defaultdict(list)
+        units: dict[tuple[str, ...], list[Rack]] = defaultdict(list)
         for rack in racks:
             units[rack.domains[: self.whole + 1]].append(rack)
         return [unit for _, unit in sorted(units.items()) if all(r.whole_usable for r in unit)]
 
-    def refusal(self, domains: dict[tuple[str, ...], list[_Rack]]) -> str:
+    def refusal(self, domains: dict[tuple[str, ...], list[Rack]]) -> str:
         level = self.levels[self.required]
         if self.whole is None:
-            return _shortage_refusal(self.request, level, [(key[-1], _usable_nodes(rs)) for key, rs in domains.items()])
+            return shortage_refusal(self.request, level, [(key[-1], _usable_nodes(rs)) for key, rs in domains.items()])
         units = [(key[-1], [sum(r.size for r in unit) for unit in self.whole_units(rs)]) for key, rs in domains.items()]
-        return _whole_refusal(self.request, level, units)
+        return whole_refusal(self.request, level, units)
 
     def _cost(self, name: tuple, times: int = 1) -> int:
         return self.weight.get(name, 0) * times
 
-    def _subtree(self, racks: list[_Rack], depth: int) -> _Subtree:
+    def _subtree(self, racks: list[Rack], depth: int) -> _Subtree:
         """The table of the domain at `depth` that holds `racks` (all of it, sorted by domains)."""
         if depth == self.whole:
             return self._whole_unit(racks)
         if depth == self.rack:
             return self._rack(racks[0])
-        groups: dict[str, list[_Rack]] = defaultdict(list)
+        groups: dict[str, list[Rack]] = defaultdict(list)
         for rack in racks:
             groups[rack.domains[depth + 1]].append(rack)
         children, seen = [], Counter()
@@ -202,7 +195,7 @@ class _Objective:
                 table[c] += own + self._cost(("left", depth), capacity - c)
         return _Subtree(table, children, choices, ())
 
-    def _rack(self, rack: _Rack) -> _Subtree:
+    def _rack(self, rack: Rack) -> _Subtree:
         depth, near = self.rack, rack.name in self.request.near
         own = self._cost(("span", depth)) + (self._cost(("broken", depth)) if rack.whole else 0)
         table: list[int | None] = [0]
@@ -215,7 +208,7 @@ class _Objective:
             )
         return _Subtree(table, [], [], rack.usable)
 
-    def _whole_unit(self, racks: list[_Rack]) -> _Subtree:
+    def _whole_unit(self, racks: list[Rack]) -> _Subtree:
         size = sum(r.size for r in racks)
         if not all(r.whole_usable for r in racks) or size > self.count:
             return _Subtree([0], [], [], ())
