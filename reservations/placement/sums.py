@@ -52,26 +52,3 @@ def fewest_adding_up(rooms: list[int], count: int) -> int | None:
             return taken
         held += room
     return len(rooms) if held >= count else None
-
-
-def first_whole_units(sizes: list[int], count: int) -> list[int] | None:
-    """The indexes of the first units in the given order whose sizes add up to exactly `count`;
-    None if none do.
-
-    reachable[i] has bit s set when sizes[i:] hold a subset of total s, so walking the units in
-    order we take each one that still leaves the rest reachable.
-    """
-    mask = (1 << (count + 1)) - 1
-    reachable = [1] * (len(sizes) + 1)
-    for i in reversed(range(len(sizes))):
-        reachable[i] = (reachable[i + 1] | reachable[i + 1] << sizes[i]) & mask
-    if not reachable[0] >> count & 1:
-        return None
-    chosen, remainder = [], count
-    for i, size in enumerate(sizes):
-        if remainder == 0:
-            break
-        if size <= remainder and reachable[i + 1] >> (remainder - size) & 1:
-            chosen.append(i)
-            remainder -= size
-    return chosen

@@ -17,11 +17,34 @@ from core.topology import NVLINK_DOMAIN
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity
 from reservations.placement.request import Rack
 from reservations.placement.scope import fabric_levels, pods_in_scope
-from reservations.placement.sums import first_whole_units
 from tests.support.placement_reference import _Objective
 
 Strategy = Callable[[PlacementRequest, Sequence[RackCapacity]], list[str]]
 Domains = dict[tuple[str, ...], list[Rack]]
+
+
+def first_whole_units(sizes: list[int], count: int) -> list[int] | None:
+    """The indexes of the first units in the given order whose sizes add up to exactly `count`;
+    None if none do.
+
+    reachable[i] has bit s set when sizes[i:] hold a subset of total s, so walking the units in
+    order we take each one that still leaves the rest reachable.
+    """
+    mask = (1 << (count + 1)) - 1
+    reachable = [1] * (len(sizes) + 1)
+    for i in reversed(range(len(sizes))):
+        reachable[i] = (reachable[i + 1] | reachable[i + 1] << sizes[i]) & mask
+    if not reachable[0] >> count & 1:
+        return None
+    chosen: list[int] = []
+    remainder = count
+    for i, size in enumerate(sizes):
+        if remainder == 0:
+            break
+        if size <= remainder and reachable[i + 1] >> (remainder - size) & 1:
+            chosen.append(i)
+            remainder -= size
+    return chosen
 
 
 def _scope(request: PlacementRequest, racks: Sequence[RackCapacity]) -> tuple[_Objective, Domains]:
