@@ -69,8 +69,10 @@ class SimulatedHardware(Protocol):
     """The simulated machine under the agent: one of bmcsim's nodes, or a stand-alone one."""
 
     name: str
-    # The agent's long operations as timestamp records, persisted by the hardware's owner.
-    operations: dict[str, dict]
+
+    @property
+    def operations(self) -> dict[str, dict]:
+        """The agent's long operations as timestamp records, persisted by the hardware's owner."""
 
     def silent_because(self, now: float) -> str | None:
         """Why the agent cannot answer now (powered off, booting, stopped); None if it can."""
@@ -136,7 +138,7 @@ class SimBackend:
         faults = self.hardware.gpu_faults()
         counts = self.hardware.xid_counts()
         reset = self.hardware.operations.get("gpu_reset")
-        resetting = reset["gpu"] if operation_state(reset, now) == RUNNING else None
+        resetting = reset["gpu"] if reset is not None and operation_state(reset, now) == RUNNING else None
         statuses = []
         for gpu in self.hardware.gpu_identities():
             own = [f for f in faults if f["gpu"] == gpu.index]
@@ -225,7 +227,7 @@ class SimBackend:
         """Stop a running diagnostics run now ("cancelled"); any other run is given as it stands."""
         now = self._now()
         record = self.hardware.operations.get("diagnostics")
-        if operation_state(record, now) == RUNNING:
+        if record is not None and operation_state(record, now) == RUNNING:
             self.hardware.operations["diagnostics"] = {**record, "end": now, "ok": False, "cancelled": True}
             self.hardware.changed()
         return self._operation("diagnostics", now)

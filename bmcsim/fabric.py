@@ -21,7 +21,7 @@ SWITCH_DOWN = "switch_down"
 PORT_FLAP = "port_flap"
 
 
-class SwitchState(PersistedState):
+class SwitchState(PersistedState[SwitchSpec]):
     """One switch; its faults are persisted."""
 
     __slots__ = ("faults", "spec")

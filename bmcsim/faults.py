@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import TypeGuard
 
 from agent.sim import DIAGNOSTIC_TESTS
 
@@ -201,14 +202,14 @@ def clear(fleet: Fleet, node: str | None = None, switch: str | None = None) -> i
     else:
         nodes, switches = list(fleet.nodes.values()), list(fleet.switches.values())
     cleared = 0
-    for state in nodes:
-        if state.faults:
-            cleared += state.clear_faults()
-            fleet.touch(state)
-    for state in switches:
-        if state.faults:
-            cleared += state.clear_faults()
-            fleet.touch_switch(state)
+    for node_state in nodes:
+        if node_state.faults:
+            cleared += node_state.clear_faults()
+            fleet.touch(node_state)
+    for switch_state in switches:
+        if switch_state.faults:
+            cleared += switch_state.clear_faults()
+            fleet.touch_switch(switch_state)
     return cleared
 
 
@@ -225,6 +226,7 @@ def _switch_fault(fleet: Fleet, kind: str, payload: dict, now: float) -> dict:
     switch = fleet.switches.get(name)
     if switch is None:
         raise FaultError(404, f"no switch named {name!r}")
+    fault: dict[str, object]
     if kind == SWITCH_DOWN:
         fault = {"kind": kind}
         if not switch.is_down:
@@ -289,13 +291,15 @@ def _sel_event(node: NodeState, payload: dict, now: float) -> dict:
     if not isinstance(args, list) or not all(isinstance(a, str) and len(a) <= 200 for a in args) or len(args) > 8:
         raise FaultError(400, "'args' must be a list of at most 8 strings")
     message = payload.get("message")
-    if message is None:
+    if message is None and known is not None:
         try:
-            message = known.message.format(*args) if known else message_id
+            message = known.message.format(*args)
         except IndexError:
             raise FaultError(
                 400, f"'args' must give the {known.message.count('{')} arguments of {message_id}"
             ) from None
+    elif message is None:
+        message = message_id
     if not isinstance(message, str) or not 0 < len(message) <= MAX_MESSAGE_CHARS:
         raise FaultError(400, f"'message' must be a string of 1 to {MAX_MESSAGE_CHARS} characters")
     sensor, origin = (known.sensor_type, known.origin) if known else ("", "")
@@ -303,5 +307,5 @@ def _sel_event(node: NodeState, payload: dict, now: float) -> dict:
     return {"kind": "sel", "entry": str(record[0]), "severity": severity, "message_id": message_id, "message": message}
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -117,8 +117,10 @@ class PKI:
                 ),
             )
             atomic_write(cert_path, _pem(cert).encode(), mode=0o644)
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-        return key, x509.load_pem_x509_certificate(cert_path.read_bytes())
+        loaded = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        if not isinstance(loaded, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{key_path} holds no EC private key")
+        return loaded, x509.load_pem_x509_certificate(cert_path.read_bytes())
 
     def _derive(self, curve: ec.EllipticCurve, label: str) -> ec.EllipticCurvePrivateKey:
         order = _ORDER[curve.name]

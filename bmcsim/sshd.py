@@ -78,6 +78,7 @@ class TenantSSH:
             if previous is not None:
                 await asyncio.wait([previous])  # its address is free again
             await asyncio.sleep(max(0.0, node.booted_at - self.clock()))
+            assert node.ssh_host_key is not None, "a tenant OS boots with its host key made"
             try:
                 server = await asyncssh.create_server(
                     functools.partial(_Server, connections),

@@ -55,7 +55,7 @@ def macs(node: str, count: int = 2) -> list[str]:
     return [":".join(f"{b:02x}" for b in (0x02, raw[0], raw[1], raw[2], raw[3], i + 1)) for i in range(count)]
 
 
-class NodeState(PersistedState):
+class NodeState(PersistedState[NodeSpec]):
     """One node's hardware. Everything but `spec` is persisted."""
 
     __slots__ = (

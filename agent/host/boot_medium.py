@@ -26,17 +26,17 @@ class BootMedium:
     def start(self) -> None:
         if self.path:
             self.hashing = True
-            threading.Thread(target=self._hash, name="boot-medium", daemon=True).start()
+            threading.Thread(target=self._hash, args=(self.path,), name="boot-medium", daemon=True).start()
 
-    def _hash(self) -> None:
+    def _hash(self, path: str) -> None:
         digest = hashlib.sha256()
         try:
-            with Path(self.path).open("rb") as medium:
+            with Path(path).open("rb") as medium:
                 while chunk := medium.read(CHUNK_BYTES):
                     digest.update(chunk)
             self.sha256 = digest.hexdigest()
         except OSError as error:
-            self.error = f"cannot read {self.path}: {error.strerror}"
+            self.error = f"cannot read {path}: {error.strerror}"
             log.warning("boot medium: %s", self.error)
         finally:
             self.hashing = False

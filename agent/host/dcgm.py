@@ -124,10 +124,14 @@ def _document(output: str) -> dict:
     return document
 
 
-def _list(holder: object, key: str) -> list:
+def _object(holder: object) -> dict:
     if not isinstance(holder, dict):
         raise Unreadable(f"dcgmi's JSON has {_clip(json.dumps(holder), 100)} where an object should be")
-    value = holder.get(key, [])
+    return holder
+
+
+def _list(holder: object, key: str) -> list:
+    value = _object(holder).get(key, [])
     if not isinstance(value, list):
         raise Unreadable(f"dcgmi's JSON has a {key!r} that is not a list")
     return value
@@ -143,12 +147,13 @@ def _serials(document: dict) -> dict[int, str]:
     for group in groups if isinstance(groups, list) else []:
         if isinstance(group, dict) and _is_gpu(group) and isinstance(group.get("entities"), list):
             for entity in group["entities"]:
-                if isinstance(entity, dict) and _whole(entity.get("entity_id")) is not None:
-                    serials[_whole(entity["entity_id"])] = str(entity.get("serial_num", ""))
+                if isinstance(entity, dict) and (dcgm_id := _whole(entity.get("entity_id"))) is not None:
+                    serials[dcgm_id] = str(entity.get("serial_num", ""))
     return {dcgm_id: serial for dcgm_id, serial in serials.items() if serial}
 
 
-def _test(test: object, gpu_index: Callable[[int], int]) -> Iterator[dict]:
+def _test(holder: object, gpu_index: Callable[[int], int]) -> Iterator[dict]:
+    test = _object(holder)
     entries = _list(test, "results")
     name = test.get("name")
     if not isinstance(name, str) or not name:

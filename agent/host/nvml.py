@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pynvml
+import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 
 from ..backend import GPU, Reading, Refused, Unavailable
 

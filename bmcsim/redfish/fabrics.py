@@ -46,7 +46,7 @@ def switch_body(switch: SwitchState) -> dict:
 
 def port_body(sim: Simulator, switch: SwitchState, port: str) -> dict:
     up, health = port_link(sim.fleet.switches, switch, port, sim.now(), sim.scale)
-    body = {
+    body: dict[str, object] = {
         "@odata.type": odata_type("Port"),
         "@odata.id": f"{SWITCHES}/{switch.name}/Ports/{port}",
         "Id": port,

@@ -166,7 +166,7 @@ async def _insert(
                 name,
                 "VirtualMedia.InsertMedia",
             )
-    medium = {"image": image, "inserted": inserted, "write_protected": write_protected, "protocol": protocol}
+    medium: dict = {"image": image, "inserted": inserted, "write_protected": write_protected, "protocol": protocol}
     if inserted:
         previous = node.media.get(slot) or {}
         if not refetch and previous.get("image") == image and previous.get("inserted"):

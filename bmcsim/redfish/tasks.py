@@ -83,7 +83,7 @@ async def _find_task(request: web.Request) -> tuple[NodeState, dict]:
     task_id = request.match_info["task"]
     node = request.app[SIM].fleet.nodes.get(task_id.rpartition("-")[0])
     record = node.find_task(task_id) if node else None
-    if record is None:
+    if node is None or record is None:
         raise not_found(request.path)
     await check_bmc(request, node)
     return node, record

@@ -186,7 +186,9 @@ def firmware_facts(claims: dict) -> list[tuple[str, str, str, bool]]:
     them against the node's baseline. Empty for a result without the claim: it is not required
     (a node without a baseline, or a result signed before there were any)."""
     facts = claims.get("firmware")
-    components = facts.get("components") if isinstance(facts, dict) else None
+    if not isinstance(facts, dict):
+        return []
+    components = facts.get("components")
     if not isinstance(components, dict):
         return []
     repaired = facts.get("repaired")
@@ -242,7 +244,7 @@ class ResultInvalid(Exception):
     """A signed result that does not verify: bad signature, unknown kid, wrong algorithm, malformed."""
 
 
-def verify_result(token: str, jwks: dict) -> dict:
+def verify_result(token: str, jwks: object) -> dict:
     """The claims of a result signed by a key in `jwks`; raises ResultInvalid otherwise."""
     try:
         header = jwt.get_unverified_header(token)
@@ -254,8 +256,7 @@ def verify_result(token: str, jwks: dict) -> dict:
     key = _public_key(jwks, kid)
     try:
         # A result stays valid whatever the reader's clock says: iat is when it was signed, not a window.
-        options = {"require": ["iat"], "verify_iat": False}
-        return jwt.decode(token, key, algorithms=[ALGORITHM], options=options)
+        return jwt.decode(token, key, algorithms=[ALGORITHM], options={"require": ["iat"], "verify_iat": False})
     except jwt.PyJWTError as err:
         raise ResultInvalid(f"the result does not verify with key {kid}: {err}") from None
 
@@ -265,12 +266,14 @@ def _public_key(keys: object, kid: object) -> Ed25519PublicKey:
         raise ResultInvalid('the JWKS is not {"keys": [...]}')
     try:
         # PyJWKSet skips the entries it cannot parse, so a malformed key is as good as absent.
-        jwk = jwt.PyJWKSet.from_dict(keys)[kid]
+        usable = jwt.PyJWKSet.from_dict(keys).keys
     except (jwt.PyJWKSetError, TypeError):  # TypeError: an "alg" that is a list or an object
         # Not PyJWT's message, which blames a missing `cryptography` for any set of unusable keys.
         raise ResultInvalid("the JWKS is malformed or has no usable key") from None
-    except KeyError:
-        raise ResultInvalid(f"unknown key id {kid!r}: not among the usable keys of the JWKS") from None
+    # Looked up by hand: PyJWKSet's own lookup takes a str, and a header's kid may be anything.
+    jwk = next((usable_key for usable_key in usable if usable_key.key_id == kid), None)
+    if jwk is None:
+        raise ResultInvalid(f"unknown key id {kid!r}: not among the usable keys of the JWKS")
     # Only an Ed25519 public key: not Ed448 (also EdDSA to PyJWT), nor a key with its private half.
     if not isinstance(jwk.key, Ed25519PublicKey):
         raise ResultInvalid(f"key {kid} is not an Ed25519 EdDSA key")
