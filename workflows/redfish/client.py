@@ -1,42 +1,21 @@
-"""A Redfish client for one node's BMC, on requests; also for the fabric's switch manager
-(workflows/fabric_health.py), with that service's URL and credentials in place of a node's.
-
-Why not OpenStack's sushy: the workflows need a handful of calls (power, one-time boot,
-virtual media, drive secure erase and firmware updates with task polling, BIOS settings, Secure
-Boot, the system event log) with our own retry policy and errors
-that name the node and the call; sushy brings a resource model and its own retry and error
-handling for all of Redfish. The tests drive this client against OpenStack's sushy-tools
-emulator as well as bmcsim, so it speaks Redfish as others do.
-
-Transient errors (connection errors, timeouts, 5xx, 503 with Retry-After) are retried, by
-tenacity, with exponential backoff and full jitter or as long as the BMC's Retry-After asks;
-permanent ones (4xx) fail at once. Every call has a timeout. No call is ever made inside a
-database transaction: the workflows call this outside.
-
-The BMC's credentials go to the BMC and nowhere else. Its URL must pass the BMC-network
-allow-list (fleet/bmc_access.py), and a URL the BMC hands back (an `@odata.id`, a task
-monitor's `Location`) is followed only on the base URL's own scheme, host and port; redirects
-are not followed at all. Anything else is a permanent error naming the node.
-"""
+"""The calls the workflows make on a node's BMC (power, boot, virtual media, drives, logs,
+firmware, BIOS settings, Secure Boot) and on the fabric's switch manager, and `read_each`,
+which reads many of them at once."""
 
 from __future__ import annotations
 
-import datetime
-import email.utils
 import functools
 import itertools
-import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import TypeVar
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import requests
-import tenacity
 
-from core.parsing import InvalidInput, parse_int
-from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_url
+from workflows.redfish.errors import BMCPermanentError, RedfishError
+from workflows.redfish.transport import RedfishTransport
 
 OPTICAL = frozenset({"CD", "DVD"})
 REMOVABLE = frozenset({"USBStick", "Floppy"})
@@ -49,25 +28,6 @@ RESET_POWER_CYCLE = "PowerCycle"
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-class RedfishError(Exception):
-    def __init__(self, node: str, call: str, message: str):
-        super().__init__(f"{node}: {call}: {message}")
-        self.node = node
-        self.call = call
-
-
-class BMCTransientError(RedfishError):
-    """The BMC did not answer usefully now; the same call may succeed later."""
-
-    def __init__(self, node: str, call: str, message: str, retry_after: str | None = None):
-        super().__init__(node, call, message)
-        self.retry_after = retry_after  # the BMC's Retry-After header, read when waiting to retry
-
-
-class BMCPermanentError(RedfishError):
-    """The BMC refused the call; repeating it will not help."""
 
 
 def read_each(items: Iterable[T], read: Callable[[T], R], *, at_once: int) -> Iterator[tuple[T, R | RedfishError]]:
@@ -92,38 +52,6 @@ class LogEntries:
     etag: str  # the log's ETag ("" if the BMC sends none): unchanged, a conditional GET answers 304
 
 
-@dataclass(frozen=True)
-class BMCAccess:
-    node: str
-    base_url: str
-    system_id: str
-    username: str
-    password: str
-
-
-def _origin(url: str) -> tuple[str, str, int]:
-    """(scheme, host, port) a URL reaches; BMCAddressRefused if it is not plain http(s) to a host."""
-    return (urlsplit(url).scheme, *bmc_host(url))
-
-
-def _retry_after_seconds(value: str | None, now: float) -> float | None:
-    """What a Retry-After header asks for, in seconds from `now` (RFC 9110 section 10.2.3: a
-    number of seconds, or an HTTP-date); None when there is none or it cannot be read."""
-    if not value:
-        return None
-    try:
-        return float(parse_int(value))
-    except InvalidInput:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # "-0000": the date is in UTC, its source's zone unknown
-        when = when.replace(tzinfo=datetime.UTC)
-    return max(0.0, when.timestamp() - now)
-
-
 def _link(value: object) -> str | None:
     """The `@odata.id` of a link ({"@odata.id": ...}), or None if `value` is no link."""
     found = value.get("@odata.id") if isinstance(value, dict) else None
@@ -138,143 +66,12 @@ def _is_log_entry(value: object) -> bool:
     return isinstance(entry_id, str) and 0 < len(entry_id) <= 128 and isinstance(created, str) and len(created) <= 64
 
 
-def _redfish_message(response: requests.Response) -> str:
-    try:
-        error = response.json()["error"]
-        extended = error.get("@Message.ExtendedInfo") or [{}]
-        return f"{response.status_code} {error.get('message', '')} {extended[0].get('Message', '')}".strip()
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-        return f"{response.status_code} {response.text[:200]!r}"
-
-
-class RedfishClient:
-    def __init__(
-        self,
-        access: BMCAccess,
-        *,
-        timeout: float = 10.0,
-        attempts: int = 5,
-        backoff: float = 0.5,
-        max_backoff: float = 10.0,
-        sleep: Callable[[float], None] = time.sleep,
-    ):
-        self.access = access
-        self.timeout = timeout
-        self.attempts = attempts
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.sleep = sleep
-        self.session = requests.Session()
-        self.session.auth = (access.username, access.password)
-        self.session.headers.update({"Accept": "application/json", "OData-Version": "4.0"})
-        self.calls = 0  # HTTP requests made, retries included
-        self.seconds = 0.0  # time spent waiting on them
-        # Checked once, here. A refusal is raised by the first call, inside a workflow step,
-        # where it fails the workflow as a permanent error instead of crashing the worker.
-        try:
-            check_bmc_url(access.base_url)
-            self._bmc_origin, self._refused = _origin(access.base_url), None
-        except BMCAddressRefused as refusal:
-            # The URL without any user:password in it: the refusal is logged and audited.
-            parts = urlsplit(access.base_url)
-            shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-            self._bmc_origin, self._refused = None, f"{shown}: {refusal}"
+class RedfishClient(RedfishTransport):
+    """A node's BMC, or the fabric's switch manager, as the workflows use them."""
 
     @property
     def system_path(self) -> str:
         return f"/redfish/v1/Systems/{self.access.system_id}"
-
-    def close(self) -> None:
-        self.session.close()
-
-    # -- transport -------------------------------------------------------------------------
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: dict | None = None,
-        headers: dict[str, str] | None = None,
-        call: str | None = None,
-    ) -> requests.Response:
-        call = call or f"{method} {path}"
-        if self._refused:
-            raise BMCPermanentError(self.access.node, call, self._refused)
-        url = urljoin(self.access.base_url.rstrip("/") + "/", path.lstrip("/"))
-        self._check_on_this_bmc(url, call)
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(BMCTransientError),  # a permanent error is raised at once
-            stop=tenacity.stop_after_attempt(self.attempts),
-            wait=self._wait,
-            sleep=self.sleep,
-            reraise=True,  # the last BMCTransientError itself, not tenacity's RetryError
-        )
-        return retrying(self._attempt, method, url, json, headers, call)
-
-    def _attempt(
-        self, method: str, url: str, json: dict | None, headers: dict[str, str] | None, call: str
-    ) -> requests.Response:
-        """One HTTP request; BMCTransientError if it is worth repeating, BMCPermanentError if not."""
-        self.calls += 1
-        began = time.perf_counter()
-        try:
-            response = self.session.request(
-                method, url, json=json, headers=headers, timeout=self.timeout, allow_redirects=False
-            )
-        except (requests.ConnectionError, requests.Timeout) as error:
-            # Not chained: requests' error carries the request, Authorization header and all.
-            raise BMCTransientError(self.access.node, call, f"{type(error).__name__}: {error}") from None
-        finally:
-            self.seconds += time.perf_counter() - began
-        # 304 Not Modified is no redirect: the answer to a conditional GET (If-None-Match).
-        if 300 <= response.status_code < 400 and response.status_code != 304:
-            where = response.headers.get("Location", "nowhere")
-            raise BMCPermanentError(
-                self.access.node,
-                call,
-                f"{response.status_code} redirect to {where!r}: redirects are not followed",
-            )
-        if response.status_code < 400:
-            return response
-        if response.status_code < 500:
-            raise BMCPermanentError(self.access.node, call, _redfish_message(response))
-        raise BMCTransientError(
-            self.access.node, call, _redfish_message(response), retry_after=response.headers.get("Retry-After")
-        )
-
-    def _check_on_this_bmc(self, url: str, call: str) -> None:
-        try:
-            on_this_bmc = _origin(url) == self._bmc_origin
-        except BMCAddressRefused:
-            on_this_bmc = False
-        if not on_this_bmc:
-            raise BMCPermanentError(
-                self.access.node,
-                call,
-                f"refusing {url[:200]!r}: not on this BMC ({self.access.base_url}), the only place its credentials go",
-            )
-
-    def _wait(self, retry_state: tenacity.RetryCallState) -> float:
-        """The BMC's Retry-After when it sent one we can read (capped at max_backoff), else
-        exponential backoff with full jitter: uniform(0, min(max_backoff, backoff * 2**(n-1)))."""
-        failure = retry_state.outcome.exception()
-        asked = _retry_after_seconds(getattr(failure, "retry_after", None), time.time())
-        if asked is not None:
-            return min(asked, self.max_backoff)
-        return tenacity.wait_random_exponential(multiplier=self.backoff, max=self.max_backoff)(retry_state)
-
-    def get(self, path: str) -> dict:
-        return self._object(self.request("GET", path), f"GET {path}")
-
-    def _object(self, response: requests.Response, call: str) -> dict:
-        try:
-            body = response.json()
-        except ValueError as error:
-            raise BMCTransientError(self.access.node, call, "answer is not JSON") from error
-        if not isinstance(body, dict):
-            raise BMCTransientError(self.access.node, call, "answer is not a JSON object")
-        return body
 
     # -- the calls the workflows make ------------------------------------------------------
 
@@ -379,7 +176,7 @@ class RedfishClient:
     @functools.cached_property
     def _media_devices(self) -> list[tuple[str, frozenset[str]]]:
         manager_paths = [m["@odata.id"] for m in self.system().get("Links", {}).get("ManagedBy", [])]
-        devices = []
+        devices: list[tuple[str, frozenset[str]]] = []
         for manager in manager_paths:
             collection = self.get(self.get(manager).get("VirtualMedia", {}).get("@odata.id", f"{manager}/VirtualMedia"))
             for member in collection.get("Members", []):
@@ -421,7 +218,7 @@ class RedfishClient:
     @functools.cached_property
     def _drives(self) -> list[str]:
         storage_path = self.system().get("Storage", {}).get("@odata.id", f"{self.system_path}/Storage")
-        drives = []
+        drives: list[str] = []
         for member in self.get(storage_path).get("Members", []):
             drives.extend(d["@odata.id"] for d in self.get(member["@odata.id"]).get("Drives", []))
         return drives
