@@ -70,7 +70,7 @@ def add_line(root: Path, module: str, line: str) -> None:
     ("module", "line", "broken", "says"),
     [
         (
-            "fleet/models.py",
+            "fleet/models/__init__.py",
             "from console import metrics",
             "Control-plane layers",
             "fleet.models -> console.metrics",

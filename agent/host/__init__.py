@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
+import pynvml
 
 from ..backend import FAILED, RUNNING, SUCCEEDED, GPUStatus, Operation, Reading, Refused, Unavailable
 from . import disks

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
+import pynvml
 
 from ..backend import GPU, Reading, Refused, Unavailable
 
