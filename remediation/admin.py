@@ -9,8 +9,7 @@ class IncidentEventInline(admin.TabularInline):
     model = IncidentEvent
     extra = 0
     can_delete = False
-    fields = ["at", "step", "detail"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at", "step", "detail")
 
     def has_add_permission(self, request, obj=None):
         return False

@@ -38,7 +38,11 @@ def cap_incidents(*, since: datetime | None = None) -> list[Incident]:
     if since is not None:
         counted = counted.filter(Q(counted_until__isnull=True) | Q(counted_until__gt=since))
     rows = counted.values_list("pk", "node__name", "node__rack__pod__name", "counted_from", "counted_until")
-    return [Incident(pk, node, pod, began, ended) for pk, node, pod, began, ended in rows]
+    incidents = []
+    for pk, node, pod, began, ended in rows:
+        assert began is not None  # read from rows with counted_from set
+        incidents.append(Incident(pk, node, pod, began, ended))
+    return incidents
 
 
 # What an incident is: a fault the control plane acted on (a suppressed one was left to an

@@ -125,8 +125,8 @@ def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
             # The node's row lock comes first, here as wherever a ladder moves: one decision per
             # node at a time sees what the last one did (the agent's report and Alertmanager's
             # alert for one XID may arrive together, at two web processes).
-            found = Node.objects.select_for_update(of=("self",)).select_related("rack__pod")
-            node = found.filter(name=decision.node).first() if decision.node else None
+            nodes = Node.objects.select_for_update(of=("self",)).select_related("rack__pod")
+            node = nodes.filter(name=decision.node).first() if decision.node else None
             if node is not None:
                 decision = rules.repeat_offense(decision, earlier=selectors.remediations_acted_on(node, received_at))
             remediation = Remediation.objects.create(
@@ -270,7 +270,7 @@ def _tell_tenant(remediation: Remediation, node: Node, *, step: rules.Step | Non
         reason=remediation.reason,
         acts_at=acts_at,
     )
-    when = f"{step.value} at {acts_at.isoformat()}" if step else "told, nothing done"
+    when = f"{step.value} at {acts_at.isoformat()}" if step and acts_at else "told, nothing done"
     IncidentEvent.objects.create(
         remediation=remediation, step=IncidentStep.TENANT_NOTIFIED, at=timezone.now(), detail=when
     )
@@ -373,6 +373,7 @@ def step_started(*, remediation_id: int, reset_before: str = "") -> bool:
     step = remediation.values_list("step", flat=True).first()
     started = remediation.update(step_started_at=Now(), recheck_due_at=Now() + _poll(), reset_before=reset_before)
     if started:
+        assert step is not None  # the row the update matched was read above
         IncidentEvent.objects.create(remediation_id=remediation_id, step=step, at=timezone.now())
         if step in rules.NODE_STEPS:
             # The node's own audit trail shows who restarted it and why, beside its tenants' power actions.
@@ -425,8 +426,10 @@ def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remed
         )
         if remediation.status != RemediationStatus.PENDING:
             return remediation
+        node = remediation.node
+        assert node is not None  # a pending ladder is counted, and only a node's is (Remediation.Meta)
         current = rules.Decision(
-            remediation.action, rules.Step(remediation.step), remediation.node.name, remediation.gpu, remediation.reason
+            remediation.action, rules.Step(remediation.step), node.name, remediation.gpu, remediation.reason
         )
         decision = rules.after_step(current, healthy=healthy, why=why)
         remediation.reason = decision.reason
@@ -439,14 +442,14 @@ def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remed
             IncidentEvent.objects.create(
                 remediation=remediation, step=IncidentStep.ESCALATED, at=timezone.now(), detail=decision.step.value
             )
-            _climb(remediation, decision.step, remediation.node)
+            _climb(remediation, decision.step, node)
         remediation.save(
             update_fields=[
                 *("status", "reason", "step", "recheck_due_at", "step_started_at", "reset_before", "forced_at"),
                 *_COUNTED,
             ]
         )
-        _hold_while_repairing(remediation.node_id)
+        _hold_while_repairing(node.pk)
     return remediation
 
 
@@ -473,6 +476,7 @@ def node_moved_on(*, remediation_id: int) -> Remediation:
             remediation.status = RemediationStatus.NO_ACTION
             remediation.recheck_due_at = None
             node = remediation.node
+            assert node is not None  # a pending ladder is counted, and only a node's is (Remediation.Meta)
             remediation.reason = f"{remediation.reason}; {node.name} is {node.state}: left as it is"
             remediation.counted_until = _database_clock()
             remediation.save(update_fields=["status", "recheck_due_at", "reason", "counted_until"])

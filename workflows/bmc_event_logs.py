@@ -124,8 +124,8 @@ def read_new_entries(bmc: RedfishClient, cursor: Cursor, *, first: bool = False,
 
 def _at_newest(bmc: RedfishClient, path: str) -> Cursor:
     """The cursor at the log's newest entry: what the log holds at a first read is history."""
-    head = bmc.log_entries(path, skip=0, top=1)
-    tail = bmc.log_entries(path, skip=head.count - 1, top=1) if head.count > 1 else head
+    head = _page(bmc, path, skip=0, top=1)
+    tail = _page(bmc, path, skip=head.count - 1, top=1) if head.count > 1 else head
     if not tail.members:
         return Cursor(path, "", "", 0, head.etag)
     newest = tail.members[-1]
@@ -136,7 +136,7 @@ def _onwards(bmc: RedfishClient, path: str, head: LogEntries, start: int, page: 
     """The entries of `head`, which starts at `start`, and of the pages after it; and the place of the last."""
     entries, current = list(head.members), head
     while len(current.members) == page and start + len(entries) < current.count:
-        current = bmc.log_entries(path, skip=start + len(entries), top=page)
+        current = _page(bmc, path, skip=start + len(entries), top=page)
         entries += current.members
     return entries, start + len(entries)
 
@@ -149,10 +149,17 @@ def _back_to(cursor: Cursor, bmc: RedfishClient, path: str, count: int, page: in
     end = count
     while end > 0:
         start = max(end - page, 0)
-        members = bmc.log_entries(path, skip=start, top=end - start).members
+        members = _page(bmc, path, skip=start, top=end - start).members
         found = next((i for i in reversed(range(len(members))) if cursor.names(members[i])), None)
         if found is not None:
             return members[found + 1 :] + newer, count
         newer = members + newer
         end = start
     return newer, count
+
+
+def _page(bmc: RedfishClient, path: str, *, skip: int, top: int) -> LogEntries:
+    """Entries of the log, asked for without an ETag: the BMC has no 304 to answer."""
+    entries = bmc.log_entries(path, skip=skip, top=top)
+    assert entries is not None
+    return entries

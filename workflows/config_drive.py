@@ -37,7 +37,7 @@ class NoCloudConfig:
             "local-hostname": self.hostname,
             "public-keys": list(self.ssh_public_keys),
         }
-        ethernet: dict = {"addresses": [str(self.interface)]} if self.interface else {"dhcp4": True}
+        ethernet: dict[str, object] = {"addresses": [str(self.interface)]} if self.interface else {"dhcp4": True}
         if self.mac:
             ethernet["match"] = {"macaddress": self.mac}
             ethernet["set-name"] = "tenant0"

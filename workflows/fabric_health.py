@@ -53,8 +53,8 @@ def read_switches() -> dict:
         ):
             outcome[name] = str(read) if isinstance(read, RedfishError) else read
     _record(outcome)
-    read = sum(isinstance(result, Reading) for result in outcome.values())
-    return {"read": read, "failed": len(outcome) - read, "nodes let go": let_go_of_cut_off_nodes()}
+    readings = sum(isinstance(result, Reading) for result in outcome.values())
+    return {"read": readings, "failed": len(outcome) - readings, "nodes let go": let_go_of_cut_off_nodes()}
 
 
 def switch_manager() -> RedfishClient:
@@ -72,7 +72,9 @@ def _read_switch(path: str) -> Reading:
     """One switch's Status and the ports whose link is down, in a reader thread: no database."""
     with closing(switch_manager()) as manager:
         switch, ports = manager.switch_with_ports(path)
-    status = switch.get("Status") if isinstance(switch.get("Status"), dict) else {}
+    status = switch.get("Status")
+    if not isinstance(status, dict):
+        status = {}
     health = status.get("Health")
     return Reading(
         health=health if health in READ_HEALTHS else fabric_health.UNKNOWN,

@@ -23,8 +23,8 @@ from django.utils import timezone
 
 from fleet import diagnostics, lifecycle, services
 from fleet.models import IdleDiagnosticRun, IdleDiagnosticStatus
-from workflows.agent import AgentClient, AgentError, AgentUnavailable
-from workflows.clients import HARDWARE, Clients
+from workflows.agent import AgentError, AgentUnavailable
+from workflows.clients import HARDWARE, Agent, Clients
 
 ACTOR = "system:idle-diagnostics"
 Status = IdleDiagnosticStatus
@@ -45,7 +45,7 @@ def look_at_run(run_id: int, clients: Clients = HARDWARE) -> str:
         agent.close()
 
 
-def look(run: IdleDiagnosticRun, agent: AgentClient) -> str:
+def look(run: IdleDiagnosticRun, agent: Agent) -> str:
     """One look at a run under way: start it, or see how it stands. Returns its status after."""
     if run.node.state in REBOOTED:
         return _end(run, Status.PREEMPTED, f"the node went {run.node.state}, which rebooted it")
@@ -69,7 +69,7 @@ def look(run: IdleDiagnosticRun, agent: AgentClient) -> str:
     return _settle(run, answer)
 
 
-def preempt(run: IdleDiagnosticRun, agent: AgentClient, *, why: str) -> str:
+def preempt(run: IdleDiagnosticRun, agent: Agent, *, why: str) -> str:
     """Cancel the run on the agent and end it preempted, unless it had finished by itself: then its
     verdict stands. Returns the run's status after."""
     try:
@@ -82,7 +82,7 @@ def preempt(run: IdleDiagnosticRun, agent: AgentClient, *, why: str) -> str:
     return _end(run, Status.PREEMPTED, f"{why}; the agent's run: {answer.get('state')}")
 
 
-def _start(run: IdleDiagnosticRun, agent: AgentClient) -> str:
+def _start(run: IdleDiagnosticRun, agent: Agent) -> str:
     started = agent.start_diagnostics(run.level)
     if services.idle_diagnostics_started(run_id=run.pk, started_at=_agent_time(started)):
         return Status.RUNNING
@@ -120,7 +120,7 @@ def _is_this_run(run: IdleDiagnosticRun, answer: dict) -> bool:
         return False
 
 
-def _cancel_quietly(agent: AgentClient) -> None:
+def _cancel_quietly(agent: Agent) -> None:
     with contextlib.suppress(AgentUnavailable, AgentError):  # it ends anyway: at its end, or at a reboot
         agent.cancel_diagnostics()
 

@@ -17,7 +17,7 @@ from fleet.models import Node, NodeState
 from remediation import services
 from remediation.models import Remediation, RemediationStatus, RemediationStep
 from workflows.agent import AgentError, AgentUnavailable
-from workflows.clients import agent_client, bmc_client
+from workflows.clients import BMC, agent_client, bmc_client
 from workflows.redfish import RESET_FORCE_RESTART, RESET_GRACEFUL_RESTART, RESET_POWER_CYCLE, RedfishError
 
 # The node's lifecycle states in which nothing else drives it: a workflow owns it in the others.
@@ -28,17 +28,20 @@ def look_at_repair(remediation_id: int) -> str:
     remediation = Remediation.objects.select_related("node").get(pk=remediation_id)
     if remediation.status != RemediationStatus.PENDING:
         return remediation.status
+    node = remediation.node
+    assert node is not None  # a pending ladder is counted, and only a node's is (Remediation.Meta)
     if remediation.step == RemediationStep.GPU_RESET:
-        return _look_at_gpu_reset(remediation)
-    return _look_at_restart(remediation)
+        return _look_at_gpu_reset(remediation, node)
+    return _look_at_restart(remediation, node)
 
 
-def _look_at_gpu_reset(remediation: Remediation) -> str:
+def _look_at_gpu_reset(remediation: Remediation, node: Node) -> str:
     """Start the GPU reset, or see how it went. An agent that cannot do it or tell counts as a
     reset that did not help: the ladder's next rung follows."""
-    agent = agent_client(remediation.node)
+    agent = agent_client(node)
     try:
         if remediation.step_started_at is None:
+            assert remediation.gpu is not None  # rules.decide resets a GPU only for an alert naming one
             agent.start_gpu_reset(remediation.gpu)
             services.step_started(remediation_id=remediation.pk)
             return "reset started"
@@ -58,12 +61,11 @@ def _look_at_gpu_reset(remediation: Remediation) -> str:
     return services.step_finished(remediation_id=remediation.pk, healthy=healthy).status
 
 
-def _look_at_restart(remediation: Remediation) -> str:
+def _look_at_restart(remediation: Remediation, node: Node) -> str:
     """Ask the BMC for the reboot (graceful, forced if the OS ignores it) or the power cycle, or
     see whether the node came back with the GPU healthy. The agent's first answer after the BMC
     reports the reset is the verdict; no answer within REMEDIATION_REBOOT_TIMEOUT_SECONDS is a
     failed rung."""
-    node = remediation.node
     if node.state not in _REPAIRABLE:
         if node.state in (NodeState.QUARANTINED, NodeState.MAINTENANCE):
             return services.node_moved_on(remediation_id=remediation.pk).status
@@ -94,8 +96,9 @@ def _look_at_restart(remediation: Remediation) -> str:
     return _health_after_restart(remediation, node)
 
 
-def _force_if_ignored(remediation: Remediation, bmc) -> None:
+def _force_if_ignored(remediation: Remediation, bmc: BMC) -> None:
     """A hung OS ignores a graceful restart: after the tenants' grace, the BMC forces it, once."""
+    assert remediation.step_started_at is not None  # called once the rung has started
     grace = settings.TENANT_REBOOT_GRACE_SECONDS
     waited = timezone.now() - remediation.step_started_at
     ignored = waited > timedelta(seconds=grace)

@@ -33,7 +33,7 @@ def enqueue_workflows(node_ids: list[int]) -> int:
     sent = 0
     for node_id in triggers.mark_waiting(node_ids):
         try:
-            run_workflow.apply_async(args=[node_id], expires=settings.WORKFLOW_MESSAGE_EXPIRES)
+            run_workflow.apply_async(args=(node_id,), expires=settings.WORKFLOW_MESSAGE_EXPIRES)
         except Exception:
             triggers.unmark(node_id)  # not sent: the reconciler must be free to send it
             raise
@@ -68,7 +68,7 @@ def force_restart_if_stuck(node_id: int, reservation_id: int, reset_before: str 
 
 def _force_if_stuck(node_id: int, reservation_id: int, reset_before: str | None) -> None:
     force_restart_if_stuck.apply_async(
-        args=[node_id, reservation_id, reset_before], countdown=settings.TENANT_REBOOT_GRACE_SECONDS
+        args=(node_id, reservation_id, reset_before), countdown=settings.TENANT_REBOOT_GRACE_SECONDS
     )
 
 
@@ -106,7 +106,7 @@ def reconcile_remediations(limit: int = 500) -> dict:
     """Send the looks at repairs that are due."""
     due = remediation_services.take_due_repairs(limit=limit)
     for remediation_id in due:
-        repair_gpu.apply_async(args=[remediation_id], expires=settings.REMEDIATION_RECHECK_SECONDS)
+        repair_gpu.apply_async(args=(remediation_id,), expires=settings.REMEDIATION_RECHECK_SECONDS)
     return {"repairs_looked_at": len(due)}
 
 
@@ -125,7 +125,7 @@ def reconcile_idle_diagnostics(limit: int = 500) -> dict:
     opened = fleet_services.open_idle_diagnostics(at_once=settings.IDLE_DIAGNOSTICS_AT_ONCE)
     due = fleet_services.take_due_idle_diagnostics(limit=limit)
     for run_id in due:
-        look_at_idle_diagnostics.apply_async(args=[run_id], expires=settings.IDLE_DIAGNOSTICS_POLL_SECONDS)
+        look_at_idle_diagnostics.apply_async(args=(run_id,), expires=settings.IDLE_DIAGNOSTICS_POLL_SECONDS)
     return {"opened": len(opened), "looked_at": len(due)}
 
 

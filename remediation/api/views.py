@@ -195,7 +195,7 @@ class AgentXidReportView(APIView):
 
 
 class RemediationSerializer(serializers.ModelSerializer):
-    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node: serializers.SlugRelatedField[Node] = serializers.SlugRelatedField(slug_field="name", read_only=True)
 
     class Meta:
         model = Remediation

@@ -5,7 +5,7 @@ never refuses its batch.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
@@ -83,7 +83,7 @@ def parse_webhook(payload: object) -> list[Alert | RefusedAlert]:
     return parse_alerts(alerts)
 
 
-def parse_alerts(alerts: list) -> list[Alert | RefusedAlert]:
+def parse_alerts(alerts: Sequence[object]) -> list[Alert | RefusedAlert]:
     """One entry per alert, in order: the parsed Alert or, for an alert that is malformed, a
     RefusedAlert saying why.
 
@@ -119,6 +119,7 @@ def _alert_or_refusal(item: object, index: int) -> Alert | RefusedAlert:
 def _alert(item: object, where: str) -> Alert:
     item = validation.mapping(item, where)
     status = validation.one_of(item.get("status"), f"{where}.status", STATUSES)
+    assert isinstance(status, str)  # one of STATUSES
     labels = label_set(item.get("labels"), f"{where}.labels")
     if not labels.get("alertname"):
         raise validation.Invalid(f"{where}.labels.alertname", "required")

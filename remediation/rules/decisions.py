@@ -135,8 +135,8 @@ def decide(alert: Alert, *, shadow: frozenset[str] = frozenset()) -> Decision:
             return _nothing(node, gpu, f"XID {xid}{on_gpu}: not in the XID table, no automatic action")
         name, reason = rule.ladder, f"XID {xid}{on_gpu}: {rule.what}"
     elif alert.name in ALERTS:
-        rule = ALERTS[alert.name]
-        name, reason = rule.ladder, f"{alert.name}{on_gpu}: {rule.reason}"
+        alert_rule = ALERTS[alert.name]
+        name, reason = alert_rule.ladder, f"{alert.name}{on_gpu}: {alert_rule.reason}"
     elif alert.name in SEL_ALERTS.values():
         name, reason = sel_rule(alert, gpu)
     else:

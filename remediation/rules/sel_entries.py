@@ -39,7 +39,7 @@ def sel_entry(node: str, entry: object) -> Alert | None:
     is recorded once, and a log whose Ids started again is told apart. An entry with no readable
     Created is keyed by its Id alone. Raises InvalidInput for an entry that cannot be read or stored."""
     entry = validation.mapping(entry, "entry")
-    name = SEL_ALERTS.get(entry.get("Severity"))
+    name = SEL_ALERTS.get(entry.get("Severity", ""))
     if name is None:
         return None
     entry_id = validation.text(entry.get("Id"), "entry.Id", max_length=128)

@@ -49,10 +49,13 @@ from workflows.redfish import BMCPermanentError, BMCTransientError
 
 log = logging.getLogger(__name__)
 
+# A step returns what it hands on to the next step, or where to go on.
+WorkflowStep = Callable[[Run], dict | GoOnAt | None]
+
 
 @dataclass(frozen=True)
 class Workflow:
-    steps: tuple[Callable[[Run], dict | None], ...]
+    steps: tuple[WorkflowStep, ...]
     succeeded: lifecycle.Event | None  # None: the last step applies the outcome itself
     failed: lifecycle.Event
     deadline_setting: str  # how long the node may stay in this state, all retries included
@@ -110,7 +113,7 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
 }
 
 
-def _remaining_steps(workflow: Workflow, run: Run) -> tuple[Callable[[Run], dict | None], ...]:
+def _remaining_steps(workflow: Workflow, run: Run) -> tuple[WorkflowStep, ...]:
     """Resume where a paused run stopped. After a worker died or stalled mid-step, start over:
     nobody knows what it left the machine doing, and every step is safe to repeat."""
     names = [step.__name__ for step in workflow.steps]
@@ -125,7 +128,7 @@ def run_workflow(*, node_id: int, worker: str, clients: Clients = HARDWARE) -> s
     claimed = leases.claim(owner=worker, node_ids=[node_id])
     if not claimed:
         return "not claimed"
-    lease = claimed[0]
+    lease: Lease | None = claimed[0]
     node = Node.objects.get(pk=node_id)
     bmc = clients.bmc(node)
     agent = clients.agent(node)
@@ -154,17 +157,16 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
         waited = (timezone.now() - run.node.state_since).total_seconds()
         if waited > deadline:
             raise StepFailed(f"still {run.node.state} after {waited:.0f}s (deadline {deadline:g}s, retries included)")
-        handed_on = None  # what a step returned for the next one: audited with it, read from there
-        go_on_at = None  # the step to go on at, past those with nothing to do
+        handed_on: dict | None = None  # what a step returned for the next one: audited with it, read from there
+        go_on_at: Callable[[Run], object] | None = None  # the step to go on at, past those with nothing to do
         for step in _remaining_steps(workflow, run):
             if go_on_at is not None and step.__name__ != go_on_at.__name__:
                 continue
             current = run.step = step.__name__
             if not leases.set_step(run.lease, step=current, actor=run.actor, detail=handed_on):
                 return "lease lost"
-            handed_on, go_on_at = step(run), None
-            if isinstance(handed_on, GoOnAt):
-                handed_on, go_on_at = None, handed_on.step
+            returned = step(run)
+            handed_on, go_on_at = (None, returned.step) if isinstance(returned, GoOnAt) else (returned, None)
     except (StepFailed, BMCPermanentError) as failure:
         event, reason = workflow.failed, f"{current}: {failure}"
         if isinstance(failure, StepFailed) and failure.event is not None:

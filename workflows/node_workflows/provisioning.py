@@ -49,12 +49,14 @@ def erase_drives_if_reinstalling(run: Run) -> dict:
 
 def _tenant_image(node: Node):
     """What the node boots for its tenant: the image a reinstall chose, else its reservation's."""
+    assert node.reservation_id is not None  # a provisioning node has one (Node.Meta)
     return node.reinstall_image or Reservation.objects.select_related("image").get(pk=node.reservation_id).image
 
 
 def prepare_config_drive(run: Run) -> None:
     """The node's address on the tenant network, and its config drive: the tenant's keys and
     user data, its name and address, for cloud-init. Both stay until the node stops serving."""
+    assert run.node.reservation_id is not None  # a provisioning node has one (Node.Meta)
     reservation = Reservation.objects.prefetch_related("ssh_keys").get(pk=run.node.reservation_id)
     try:
         address = services.assign_address(node_id=run.node.pk)
@@ -62,14 +64,17 @@ def prepare_config_drive(run: Run) -> None:
         raise StepFailed(str(full)) from full
 
     def build() -> bytes:
-        network = ip_network(address.pool.network) if address else None
+        interface = None
+        if address:
+            network = ip_network(address.pool.network)
+            interface = ip_interface(f"{address.address}/{network.prefixlen}")
         return NoCloudConfig(
             # Each provisioning, a reinstall's too, is a new instance to cloud-init.
             instance_id=f"{run.node.name}-r{reservation.pk}-{run.lease.token}",
             hostname=run.node.name,
             ssh_public_keys=tuple(key.public_key for key in reservation.ssh_keys.order_by("name")),
             user_data=reservation.user_data,
-            interface=ip_interface(f"{address.address}/{network.prefixlen}") if address else None,
+            interface=interface,
             gateway=address.pool.gateway if address else None,
             mac=None,
         ).iso()

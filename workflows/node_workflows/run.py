@@ -114,6 +114,7 @@ class Run:
                 return
             if began is None:  # read only for a wait that did not end at once
                 began = Node.objects.values_list("step_since", flat=True).get(pk=self.node.pk)
+                assert began is not None  # a step is under way, and Node.Meta keeps its start with it
             waited = (timezone.now() - began).total_seconds()
             if waited >= timeout:
                 raise StepFailed(f"timed out after {timeout:g}s waiting for {what}")
