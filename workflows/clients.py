@@ -1,7 +1,7 @@
 """The clients of a node's hardware that the workflows drive: its BMC (Redfish) and its in-band
 agent. A workflow takes a `Clients`, which makes each for a node, so that a test hands it fakes;
 the running system uses `HARDWARE`, whose clients speak to the node's own BMC and agent with the
-node's credentials (workflows/redfish.py, workflows/agent.py)."""
+node's credentials (workflows/redfish/, workflows/agent.py)."""
 
 from __future__ import annotations
 
