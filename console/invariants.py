@@ -52,7 +52,8 @@ def _transitions() -> Iterator[tuple[int, list[AuditEvent]]]:
         .order_by("node_id", "id")
         .only("id", "node_id", "event", "from_state", "to_state", "at")
     )
-    current, history = None, []
+    current: int | None = None
+    history: list[AuditEvent] = []
     for row in rows.iterator(chunk_size=5000):
         if row.node_id != current:
             if current is not None:

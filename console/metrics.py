@@ -66,7 +66,8 @@ def reliability_metrics(figures: Reliability):
         "gpufleet_remediation_median_time_to_repair_seconds",
         f"Median of the same times to repair as gpufleet_remediation_mttr_seconds, over {window}.",
     )
-    if figures.repair.mean is not None:
+    # Both or neither: they are None together, when no incident has ended.
+    if figures.repair.mean is not None and figures.repair.median is not None:
         mean.add_metric([], figures.repair.mean.total_seconds())
         median.add_metric([], figures.repair.median.total_seconds())
     yield mean

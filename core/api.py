@@ -3,16 +3,25 @@ size cap, strict input, pagination, and tenant authentication."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any
+
 from django.conf import settings
-from django.http import JsonResponse
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.utils import json
 
 from core.errors import Conflict, FieldRefused, Forbidden, TooMany
 from core.parsing import InvalidInput, check_text, parse_int
+
+if TYPE_CHECKING:
+    from rest_framework.authtoken.models import Token
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -28,7 +37,9 @@ class SizeLimitedJSONParser(JSONParser):
     limit_setting = "API_MAX_BODY_BYTES"
     checks_text = True
 
-    def parse(self, stream, media_type=None, parser_context=None):
+    def parse(
+        self, stream: IO[Any] | None, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
+    ) -> Any:  # any JSON value: the serializer refuses what is not an object
         limit = getattr(settings, self.limit_setting)
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
@@ -57,7 +68,7 @@ class SizeLimitedJSONParser(JSONParser):
         return data
 
 
-def _first_error(errors, prefix: str = "") -> str:
+def _first_error(errors: object, prefix: str = "") -> str:
     """The first message of a DRF error tree, named by its field path."""
     if isinstance(errors, dict):
         key, value = next(iter(errors.items()))
@@ -68,7 +79,7 @@ def _first_error(errors, prefix: str = "") -> str:
     return f"{prefix.rstrip('.')}: {errors}" if prefix else str(errors)
 
 
-def api_exception_handler(error, context):
+def api_exception_handler(error: Exception, context: dict[str, Any]) -> Response | None:
     # Imported here: rest_framework.views reads the REST_FRAMEWORK settings, which name this module.
     from rest_framework.views import exception_handler
 
@@ -91,7 +102,13 @@ class TenantTokenAuthentication(TokenAuthentication):
     """DRF's token authentication, reading the user's tenant in the same query: every tenant
     request needs it, and the reservations API is the hot path."""
 
-    def authenticate_credentials(self, key):
+    def get_model(self) -> type[Token]:
+        # Imported here, as DRF does: the model needs the app registry, and settings name this module.
+        from rest_framework.authtoken.models import Token
+
+        return Token
+
+    def authenticate_credentials(self, key: str) -> tuple[AbstractBaseUser, Token]:
         try:
             token = self.get_model().objects.select_related("user__tenant").get(key=key)
         except self.get_model().DoesNotExist:
@@ -109,13 +126,13 @@ class Pagination(LimitOffsetPagination):
     max_limit = 1000
     max_offset = 2**31
 
-    def get_limit(self, request):
+    def get_limit(self, request: Request) -> int | None:
         text = request.query_params.get(self.limit_query_param)
         if text is None:
             return self.default_limit
         return min(self._number(self.limit_query_param, text, minimum=1), self.max_limit)
 
-    def get_offset(self, request):
+    def get_offset(self, request: Request) -> int:
         text = request.query_params.get(self.offset_query_param)
         if text is None:
             return 0
@@ -129,10 +146,10 @@ class Pagination(LimitOffsetPagination):
             raise exceptions.ValidationError({name: [str(error)]}) from error
 
 
-class StrictInputSerializer(serializers.Serializer):
+class StrictInputSerializer(serializers.Serializer[Any]):
     """Refuses a body that is not an object, or that names a field the serializer does not know."""
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> Any:
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": ["expected a JSON object"]})
         unknown = sorted(set(data) - set(self.fields))
@@ -144,22 +161,22 @@ class StrictInputSerializer(serializers.Serializer):
 class StrictIntegerField(serializers.IntegerField):
     """A JSON number, not a string or a boolean that looks like one."""
 
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> int:
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
 
 
 class StrictBooleanField(serializers.BooleanField):
-    def to_internal_value(self, data):
+    def to_internal_value(self, data: object) -> bool:
         if not isinstance(data, bool):
             self.fail("invalid", input=data)
         return data
 
 
-def json_not_found(request, exception=None):
+def json_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     return JsonResponse({"detail": "not found"}, status=404)
 
 
-def json_server_error(request):
+def json_server_error(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"detail": "internal error; it has been logged"}, status=500)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.db.models.functions import Now
 
 
-def take_due(rows: QuerySet, *, due_field: str, again_in: timedelta, limit: int) -> list[int]:
+def take_due(rows: QuerySet[Model], *, due_field: str, again_in: timedelta, limit: int) -> list[int]:
     """The ids of up to `limit` of `rows` whose `due_field` has passed, oldest due first, each
     made due again `again_in` later in the same transaction; rows another process is claiming
     are skipped, not waited for."""
@@ -26,5 +26,5 @@ def take_due(rows: QuerySet, *, due_field: str, again_in: timedelta, limit: int)
             .select_for_update(skip_locked=True)
             .values_list("pk", flat=True)[:limit]
         )
-        rows.model.objects.filter(pk__in=due).update(**{due_field: Now() + again_in})
+        rows.model._default_manager.filter(pk__in=due).update(**{due_field: Now() + again_in})
     return due

@@ -1,12 +1,14 @@
 import json
 from pathlib import Path
+from typing import Any
 
 import requests
 from django.core.management.base import CommandError
 
 
-def read_json(source: str):
-    """A JSON document from a file or an http(s) URL, or a CommandError saying what went wrong."""
+def read_json(source: str) -> Any:
+    """A JSON document from a file or an http(s) URL, or a CommandError saying what went wrong.
+    The document is untrusted, of any shape: its reader checks it."""
     try:
         if source.startswith(("http://", "https://")):
             answer = requests.get(source, timeout=30)

@@ -14,8 +14,12 @@ name the type.
 from __future__ import annotations
 
 import re
+from collections.abc import Sized
+from typing import Any, TypeVar
 
 from core.parsing import InvalidInput
+
+_Container = TypeVar("_Container", bound=Sized)
 
 
 class Invalid(InvalidInput):
@@ -35,13 +39,14 @@ def at(path: str, key: str | int) -> str:
 
 def mapping(
     value: object, path: str, *, min_items: int = 0, max_items: int | None = None, expected: str = "an object"
-) -> dict:
+) -> dict[str, Any]:
+    # A JSON or TOML document's keys are strings; its values are whatever the document holds.
     return _sized(value, path, dict, min_items, max_items, expected, "entries")
 
 
 def sequence(
     value: object, path: str, *, min_items: int = 0, max_items: int | None = None, expected: str = "a list"
-) -> list:
+) -> list[Any]:
     return _sized(value, path, list, min_items, max_items, expected, "items")
 
 
@@ -73,7 +78,7 @@ def integer(
     return value
 
 
-def one_of(value: object, path: str, choices: tuple) -> object:
+def one_of(value: object, path: str, choices: tuple[object, ...]) -> object:
     """One of `choices`, of the same type too: neither `true` for 1 nor 4 for "4"."""
     if not any(type(value) is type(choice) and value == choice for choice in choices):
         words = repr(choices[0]) if len(choices) == 1 else "one of " + ", ".join(map(str, choices))
@@ -88,7 +93,15 @@ def matches(value: object, path: str, pattern: re.Pattern[str], expected: str) -
     return value
 
 
-def _sized(value, path, kind, min_items, max_items, expected, unit):
+def _sized(
+    value: object,
+    path: str,
+    kind: type[_Container],
+    min_items: int,
+    max_items: int | None,
+    expected: str,
+    unit: str,
+) -> _Container:
     if not isinstance(value, kind) or len(value) < min_items:
         raise Invalid(path, f"must be {expected}", value)
     if max_items is not None and len(value) > max_items:

@@ -36,7 +36,7 @@ def _bar(day: DayCounts, outcomes: Sequence[str], x: int, scale: float) -> SafeS
     """One day's bar: a segment per outcome that had any, the first at the bottom."""
     said = ", ".join(f"{count} {outcome}" for outcome, count in zip(outcomes, day.counts, strict=True) if count)
     segments = []
-    top = TOP + PLOT_HEIGHT
+    top: float = TOP + PLOT_HEIGHT
     for outcome, count in zip(outcomes, day.counts, strict=True):
         if count:
             height = count * scale
@@ -105,7 +105,7 @@ def daily_chart(days: list[DayCounts], outcomes: Sequence[str]) -> DailyChart:
 def duration(delta: timedelta) -> str:
     """Its two largest units that are not zero, e.g. "2 d 5 h", "14 min 3 s", "0 s"."""
     seconds = round(delta.total_seconds())
-    parts = []
+    parts: list[str] = []
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
         if seconds >= size or (unit == "s" and not parts):
             parts.append(f"{seconds // size} {unit}")

@@ -8,6 +8,7 @@ the last word on everything else (the period's rules, placement, the quota).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -92,16 +93,27 @@ class ReserveForm(PageForm):
         self.pods = {pod.name: pod for pod in Pod.objects.order_by("name")}
         self.images = {image.name: image for image in Image.objects.order_by("name")}
         self.keys = {str(key.pk): key for key in SSHKey.objects.filter(tenant=tenant).order_by("name")}
-        self.fields["pod"].choices = [("", "any"), *((name, name) for name in self.pods)]
+        self._choice_field("pod").choices = [("", "any"), *((name, name) for name in self.pods)]
         # The levels between the pod and the rack, and the rack: a pod-wide preference is no preference.
-        self.fields["preferred"].choices = [("", "no preference"), *((level, level) for level in fabric_levels()[1:])]
-        self.fields["gpu_model"].choices = [("", "any"), *((model, model) for model in gpu_models())]
+        self._choice_field("preferred").choices = [
+            ("", "no preference"),
+            *((level, level) for level in fabric_levels()[1:]),
+        ]
+        self._choice_field("gpu_model").choices = [("", "any"), *((model, model) for model in gpu_models())]
         default = next((image for image in self.images.values() if image.default), None)
-        self.fields["image"].choices = [
+        self._choice_field("image").choices = [
             (name, f"{name} ({image.os}){' · default' if image.default else ''}") for name, image in self.images.items()
         ] or [("", "the fleet's default image")]
         self.fields["image"].initial = default.name if default else ""
-        self.fields["ssh_keys"].choices = [(pk, f"{key.name} {key.fingerprint}") for pk, key in self.keys.items()]
+        self._choice_field("ssh_keys").choices = [
+            (pk, f"{key.name} {key.fingerprint}") for pk, key in self.keys.items()
+        ]
+
+    def _choice_field(self, name: str) -> forms.ChoiceField:
+        """This form's copy of a declared choice field, whose choices come from the database."""
+        field = self.fields[name]
+        assert isinstance(field, forms.ChoiceField), f"{name} is not a choice field"
+        return field
 
     def clean_user_data(self) -> str:
         # A browser sends a textarea's line breaks as CRLF: a script's "#!/bin/sh\r" would not run.
@@ -110,8 +122,9 @@ class ReserveForm(PageForm):
             raise ValidationError(refusal)
         return text
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         starts_at, ends_at, hours = data.get("starts_at"), data.get("ends_at"), data.get("hours")
         if ends_at is not None and hours is not None:
             self.add_error("hours", "give an end or a duration, not both")
@@ -176,8 +189,9 @@ class ExtendForm(PageForm):
         super().__init__(*args, **kwargs)
         self.current_end = current_end
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         ends_at, hours = data.get("ends_at"), data.get("hours")
         if self.errors:
             return data

@@ -6,11 +6,15 @@ disclosure as the pages (console/pages/disclosure.py). The answer keeps the shap
 name of the private listener's.
 """
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import generics
 
 from console.pages.disclosure import PublicDisclosure
 from fleet.api.serializers import NodeSerializer
 from fleet.api.views import NodeDetailView, NodeListView
+from fleet.models import Node
 
 
 @extend_schema_serializer(component_name="Node")
@@ -21,10 +25,10 @@ class PublicNodeSerializer(NodeSerializer):
         return node
 
 
-class PublicNodeSerialization:
+class PublicNodeSerialization(generics.GenericAPIView[Node]):
     serializer_class = PublicNodeSerializer
 
-    def get_serializer_context(self):
+    def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "disclosure": PublicDisclosure()}
 
 

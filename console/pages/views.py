@@ -4,6 +4,8 @@ page, whose forms (console/pages/forms.py) call the reservations' services as th
 Public pages answer GET, HEAD and OPTIONS only: they are served on the read-only listener too.
 """
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
@@ -112,13 +114,27 @@ class TenantPage(LoginRequiredMixin, View):
         return super().dispatch(request, *args, **kwargs)
 
     @property
-    def actor(self) -> str:
-        return f"tenant:{self.tenant.name}"
+    def own_tenant(self) -> Tenant:
+        """The tenant a POST acts for: dispatch refused it (403) to a user who is no tenant's."""
+        if self.tenant is None:
+            raise PermissionDenied(NOT_A_TENANT)
+        return self.tenant
 
-    def page(self, *, status: int = 200, reserve_form=None, refusal=None, changing=None):
+    @property
+    def actor(self) -> str:
+        return f"tenant:{self.own_tenant.name}"
+
+    def page(
+        self,
+        *,
+        status: int = 200,
+        reserve_form: forms.ReserveForm | None = None,
+        refusal: dict[str, object] | None = None,
+        changing: tuple[int, str, forms.PageForm] | None = None,
+    ):
         """The tenant's page, with the form that was posted bound (its errors beside its fields):
         `reserve_form`, or `changing`, (reservation id, form's name, form) of one row."""
-        context = {"tenant": self.tenant, "reservations": []}
+        context: dict[str, Any] = {"tenant": self.tenant, "reservations": []}
         if self.tenant is not None:
             context |= selectors.tenant_page(self.tenant)
             context["reserve_form"] = (
@@ -131,7 +147,7 @@ class TenantPage(LoginRequiredMixin, View):
                 if entry["live"] or entry["changing"]:
                     entry["extend_form"] = _extend_form(entry["reservation"])
                     entry["node_count_form"] = _node_count_form(entry["reservation"])
-                if entry["changing"]:
+                if changing is not None and entry["changing"]:
                     entry[changing[1]] = changing[2]
         return render(self.request, "fleet/my_reservations.html", context, status=status)
 
@@ -163,22 +179,26 @@ class MyReservationsView(TenantPage):
         return self.page()
 
     def post(self, request):
-        form = forms.ReserveForm(request.POST, tenant=self.tenant)
+        form = forms.ReserveForm(request.POST, tenant=self.own_tenant)
         if not form.is_valid():
             return self.page(status=400, reserve_form=form)
         try:
-            reservation = reservations.create_reservation(tenant=self.tenant, actor=self.actor, **form.booking())
+            reservation = reservations.create_reservation(tenant=self.own_tenant, actor=self.actor, **form.booking())
         except FieldRefused as refused:
             form.refuse(refused.field, refused.reason)
             return self.page(status=400, reserve_form=form)
         except PlacementRefused as refused:  # as the API's 409: the reason, and the offer if any
             offer = refused.offer
-            refusal = {"reason": refused.reason, "offer": offer, "taking": form.taking(offer) if offer else []}
+            refusal: dict[str, object] = {
+                "reason": refused.reason,
+                "offer": offer,
+                "taking": form.taking(offer) if offer else [],
+            }
             return self.page(status=409, reserve_form=form, refusal=refusal)
         except Forbidden as forbidden:
             form.add_error(None, str(forbidden))
             return self.page(status=403, reserve_form=form)
-        pod = f" in {reservation.pod.name}" if reservation.pod_id else ""
+        pod = f" in {reservation.pod.name}" if reservation.pod is not None else ""
         messages.success(
             request,
             f"Reservation {reservation.pk}: {reservation.node_count} node(s){pod}, "
@@ -200,13 +220,13 @@ class ChangeReservationView(TenantPage):
         raise NotImplementedError
 
     def post(self, request, pk: int):
-        reservation = get_object_or_404(Reservation, pk=pk, tenant=self.tenant)
+        reservation = get_object_or_404(Reservation, pk=pk, tenant=self.own_tenant)
         form = self.form(reservation, request.POST)
         if not form.is_valid():
             return self.page(status=400, changing=(pk, self.form_name, form))
         try:
             changed = reservations.change_reservation(
-                reservation_id=pk, tenant=self.tenant, actor=self.actor, **form.change()
+                reservation_id=pk, tenant=self.own_tenant, actor=self.actor, **form.change()
             )
         except FieldRefused as refused:
             form.refuse(refused.field, refused.reason)
@@ -246,7 +266,7 @@ class ReleaseReservationView(TenantPage):
     http_method_names = ["post"]
 
     def post(self, request, pk: int):
-        reservation = get_object_or_404(Reservation, pk=pk, tenant=self.tenant)
+        reservation = get_object_or_404(Reservation, pk=pk, tenant=self.own_tenant)
         released = reservations.release_reservation(
             reservation_id=reservation.pk, actor=self.actor, reason="released by tenant"
         )
@@ -260,7 +280,7 @@ class RedeliverWebhookView(TenantPage):
     http_method_names = ["post"]
 
     def post(self, request, webhook: int, delivery: int):
-        again = webhooks.redeliver(tenant=self.tenant, webhook_id=webhook, delivery_id=delivery)
+        again = webhooks.redeliver(tenant=self.own_tenant, webhook_id=webhook, delivery_id=delivery)
         if again is None:
             raise Http404(f"no delivery {delivery} of webhook {webhook}")
         messages.success(request, f"Delivery {again.pk} ({again.event}) is queued to be sent again.")

@@ -57,6 +57,8 @@ class Command(BaseCommand):
         time.sleep(pause)
 
         victim = Node.objects.filter(reservation=reservation, state="active").order_by("name").first()
+        if victim is None:
+            raise CommandError(f"acme's reservation {reservation.pk} holds no active node to strike")
         self.fault({"node": victim.name, "kind": "xid", "gpu": 3, "xid": 79})
         self.say(f"incident 1: XID 79 on GPU 3 of {victim.name}: a reboot, then a power cycle, cannot bring it back")
         self.wait(f"{victim.name} quarantined", lambda: self.node_state(victim) == "quarantined")

@@ -30,6 +30,15 @@ class Step:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class Happened:
+    """A step that has happened, so has a time."""
+
+    name: str
+    at: datetime
+    detail: str
+
+
 @dataclass
 class Incident:
     key: str  # "remediation-<id>", "attestation-<id>" or "firmware-<id>"
@@ -42,8 +51,8 @@ class Incident:
     involved: list[str]
 
     @property
-    def happened(self) -> list[Step]:
-        return [step for step in self.steps if step.at is not None]
+    def happened(self) -> list[Happened]:
+        return [Happened(step.name, step.at, step.detail) for step in self.steps if step.at is not None]
 
 
 def replacement_history(reservation_ids: set[int]) -> dict[int, list[ReservationHistory]]:
@@ -79,9 +88,13 @@ def _remediation_incidents(remediations: list[Remediation], disclosure: Disclosu
         if quarantined and remediation.reservation_id:
             placed, active = replacement(history[remediation.reservation_id], quarantined)
             steps.append(
-                Step("replacement_placed", placed and placed.at, disclosure.text(placed.detail) if placed else "")
+                Step(
+                    "replacement_placed",
+                    placed.at if placed else None,
+                    disclosure.text(placed.detail) if placed else "",
+                )
             )
-            steps.append(Step("replacement_active", active and active.at))
+            steps.append(Step("replacement_active", active.at if active else None))
             if placed:
                 involved += [name.strip() for name in placed.detail.split(",") if name.strip()]
         incidents.append(
@@ -258,7 +271,7 @@ def _firmware_incidents(found: list[AuditEvent], disclosure: Disclosure) -> list
 
 
 # What the incidents and remediations pages show: alerts acted on, or that would have been but for the cap.
-ACTED_ON = [
+ACTED_ON: list[str] = [
     RemediationStatus.APPLIED,
     RemediationStatus.SUPPRESSED,
     RemediationStatus.PENDING,

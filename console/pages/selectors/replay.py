@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db.models import F
 
@@ -87,7 +89,7 @@ def _replay_frames(found: Incident, disclosure: Disclosure) -> list[Frame]:
     return [Frame(start, "before the incident"), *sorted(markers + changes, key=lambda f: f.at)]
 
 
-def _floor_of(layout: list[dict], states: dict[str, str | None], disclosure: Disclosure) -> FloorView:
+def _floor_of(layout: Sequence[Mapping[str, Any]], states: dict[str, str | None], disclosure: Disclosure) -> FloorView:
     """The floor's pods and racks with each node in `states` (a node with none was not enrolled yet)."""
     racks: dict[str, RackView] = {}
     floor_pods: dict[str, PodView] = {}
