@@ -22,14 +22,12 @@ Callers import the names below from here.
 """
 
 from workflows.node_workflows.engine import run_workflow
-from workflows.node_workflows.inspection import finish_firmware_update
 from workflows.node_workflows.power import force_restart_if_stuck, power_action
 from workflows.node_workflows.provisioning import stop_idle_diagnostics
 from workflows.node_workflows.run import Run
 
 __all__ = [
     "Run",
-    "finish_firmware_update",
     "force_restart_if_stuck",
     "power_action",
     "run_workflow",

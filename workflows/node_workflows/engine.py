@@ -16,6 +16,7 @@ from fleet import leases, lifecycle, services
 from fleet.leases import Lease, LeaseLost, record_discarded_result
 from fleet.lifecycle import Event, State
 from fleet.models import Node
+from fleet.workflow_steps import StepName
 from workflows.agent import AgentError, AgentUnavailable
 from workflows.clients import HARDWARE, Clients
 from workflows.node_workflows.booting import (
@@ -55,7 +56,7 @@ WorkflowStep = Callable[[Run], dict | GoOnAt | None]
 
 @dataclass(frozen=True)
 class Workflow:
-    steps: tuple[WorkflowStep, ...]
+    steps: tuple[tuple[StepName, WorkflowStep], ...]  # each under the name the node stores
     succeeded: lifecycle.Event | None  # None: the last step applies the outcome itself
     failed: lifecycle.Event
     deadline_setting: str  # how long the node may stay in this state, all retries included
@@ -64,15 +65,15 @@ class Workflow:
 WORKFLOWS: dict[lifecycle.State, Workflow] = {
     State.INSPECTING: Workflow(
         steps=(
-            boot_service_image,
-            wait_for_agent,
-            check_firmware,
-            finish_firmware_update,
-            recheck_firmware,
-            check_inventory,
-            start_diagnostics,
-            wait_for_diagnostics,
-            attest,
+            (StepName.BOOT_SERVICE_IMAGE, boot_service_image),
+            (StepName.WAIT_FOR_AGENT, wait_for_agent),
+            (StepName.CHECK_FIRMWARE, check_firmware),
+            (StepName.FINISH_FIRMWARE_UPDATE, finish_firmware_update),
+            (StepName.RECHECK_FIRMWARE, recheck_firmware),
+            (StepName.CHECK_INVENTORY, check_inventory),
+            (StepName.START_DIAGNOSTICS, start_diagnostics),
+            (StepName.WAIT_FOR_DIAGNOSTICS, wait_for_diagnostics),
+            (StepName.ATTEST, attest),
         ),
         succeeded=None,
         failed=Event.INSPECTION_FAILED,
@@ -80,15 +81,15 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
     ),
     State.PROVISIONING: Workflow(
         steps=(
-            stop_idle_diagnostics,
-            erase_drives_if_reinstalling,
-            wait_for_drive_erase,
-            prepare_config_drive,
-            enable_secure_boot_for_image,
-            boot_tenant_image,
-            wait_for_agent,
-            check_secure_boot_for_image,
-            check_booted_image,
+            (StepName.STOP_IDLE_DIAGNOSTICS, stop_idle_diagnostics),
+            (StepName.ERASE_DRIVES_IF_REINSTALLING, erase_drives_if_reinstalling),
+            (StepName.WAIT_FOR_DRIVE_ERASE, wait_for_drive_erase),
+            (StepName.PREPARE_CONFIG_DRIVE, prepare_config_drive),
+            (StepName.ENABLE_SECURE_BOOT_FOR_IMAGE, enable_secure_boot_for_image),
+            (StepName.BOOT_TENANT_IMAGE, boot_tenant_image),
+            (StepName.WAIT_FOR_AGENT, wait_for_agent),
+            (StepName.CHECK_SECURE_BOOT_FOR_IMAGE, check_secure_boot_for_image),
+            (StepName.CHECK_BOOTED_IMAGE, check_booted_image),
         ),
         succeeded=Event.PROVISION_SUCCEEDED,
         failed=Event.PROVISION_FAILED,
@@ -96,15 +97,15 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
     ),
     State.WIPING: Workflow(
         steps=(
-            boot_service_image,
-            wait_for_agent,
-            start_gpu_wipe,
-            wait_for_gpu_wipe,
-            start_drive_erase,
-            wait_for_drive_erase,
-            eject_media,
-            clear_boot_override,
-            power_off,
+            (StepName.BOOT_SERVICE_IMAGE, boot_service_image),
+            (StepName.WAIT_FOR_AGENT, wait_for_agent),
+            (StepName.START_GPU_WIPE, start_gpu_wipe),
+            (StepName.WAIT_FOR_GPU_WIPE, wait_for_gpu_wipe),
+            (StepName.START_DRIVE_ERASE, start_drive_erase),
+            (StepName.WAIT_FOR_DRIVE_ERASE, wait_for_drive_erase),
+            (StepName.EJECT_MEDIA, eject_media),
+            (StepName.CLEAR_BOOT_OVERRIDE, clear_boot_override),
+            (StepName.POWER_OFF, power_off),
         ),
         succeeded=Event.WIPE_SUCCEEDED,
         failed=Event.WIPE_FAILED,
@@ -113,13 +114,13 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
 }
 
 
-def _remaining_steps(workflow: Workflow, run: Run) -> tuple[WorkflowStep, ...]:
+def _remaining_steps(workflow: Workflow, run: Run) -> tuple[tuple[StepName, WorkflowStep], ...]:
     """Resume where a paused run stopped. After a worker died or stalled mid-step, start over:
     nobody knows what it left the machine doing, and every step is safe to repeat."""
-    names = [step.__name__ for step in workflow.steps]
+    names = [name for name, _ in workflow.steps]
     if run.lease.took_over or run.node.step not in names:
         return workflow.steps
-    return workflow.steps[names.index(run.node.step) :]
+    return workflow.steps[names.index(StepName(run.node.step)) :]
 
 
 def run_workflow(*, node_id: int, worker: str, clients: Clients = HARDWARE) -> str:
@@ -158,11 +159,11 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
         if waited > deadline:
             raise StepFailed(f"still {run.node.state} after {waited:.0f}s (deadline {deadline:g}s, retries included)")
         handed_on: dict | None = None  # what a step returned for the next one: audited with it, read from there
-        go_on_at: Callable[[Run], object] | None = None  # the step to go on at, past those with nothing to do
-        for step in _remaining_steps(workflow, run):
-            if go_on_at is not None and step.__name__ != go_on_at.__name__:
+        go_on_at: StepName | None = None  # the step to go on at, past those with nothing to do
+        for name, step in _remaining_steps(workflow, run):
+            if go_on_at is not None and name != go_on_at:
                 continue
-            current = run.step = step.__name__
+            current = run.step = name
             if not leases.set_step(run.lease, step=current, actor=run.actor, detail=handed_on):
                 return "lease lost"
             returned = step(run)
@@ -182,7 +183,7 @@ def _run_steps(run: Run, workflow: Workflow) -> str:
         return f"waiting at {current}"
     except (NotYet, BMCTransientError, AgentUnavailable, AgentError) as pause:
         log.info("%s: %s paused at %s: %s", run.node.name, run.node.state, current, pause)
-        first = workflow.steps[0].__name__
+        first = workflow.steps[0][0]
         if isinstance(pause, AgentUnavailable) and current != first:
             # The agent answered earlier in this workflow and now does not: the machine rebooted
             # or lost power under us, and what it had booted is gone. Resuming here would wait for

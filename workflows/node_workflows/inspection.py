@@ -16,6 +16,7 @@ from attestation import verifier
 from fleet import diagnostics, firmware, selectors, services
 from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, Node
+from fleet.workflow_steps import StepName
 from workflows.agent import AgentCannot, AgentError
 from workflows.node_workflows.booting import boot_service_image, wait_for_agent
 from workflows.node_workflows.run import DiagnosticFailed, FirmwareDrift, GoOnAt, NotYet, Run, StepFailed, handed_on
@@ -53,12 +54,12 @@ def check_firmware(run: Run) -> dict | GoOnAt:
     baseline = selectors.firmware_baseline_for(node_id=run.node.pk)
     if baseline is None:
         _warn_of_nodes_without_baseline()
-        return GoOnAt(check_inventory)
+        return GoOnAt(StepName.CHECK_INVENTORY)
     found = _read_firmware(run)
     drifts = firmware.compare(baseline, found)
     if not drifts:
         services.record_firmware_check(node=run.node, actor=run.actor, baseline=baseline.name, found=found, repaired=[])
-        return GoOnAt(check_inventory)
+        return GoOnAt(StepName.CHECK_INVENTORY)
     if not all(drift.repairable for drift in drifts):
         raise FirmwareDrift(firmware.describe(drifts))
     repair = firmware.plan(baseline, found)

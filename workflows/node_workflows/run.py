@@ -13,6 +13,7 @@ from fleet import leases, lifecycle
 from fleet.leases import Lease, LeaseLost, record_discarded_result
 from fleet.lifecycle import Event
 from fleet.models import AuditEvent, AuditOnlyEvent, Node
+from fleet.workflow_steps import StepName
 from workflows.clients import BMC, Agent
 
 
@@ -40,7 +41,7 @@ class GoOnAt:
     """What a step returns when the steps after it, up to `step`, have nothing to do: a firmware
     check that finds nothing to repair goes on past the repair."""
 
-    step: Callable[[Run], object]
+    step: StepName
 
 
 class NotYet(Exception):

@@ -15,10 +15,10 @@ from attestation.models import AttestationResult
 from console.pages.disclosure import Disclosure
 from fleet.lifecycle import Event, State
 from fleet.models import AuditEvent, AuditOnlyEvent
+from fleet.workflow_steps import StepName
 from remediation.models import IncidentStep, Remediation, RemediationStatus
 from reservations.models import ReservationEvent as ReservationHistory
 from reservations.models import ReservationEventKind
-from workflows.node_workflows import finish_firmware_update
 
 INCIDENT_LIMIT = 50
 
@@ -196,7 +196,7 @@ def _attestation_incidents(results: list[AttestationResult], disclosure: Disclos
 
 # A firmware incident's story in the audit log: the reflash is the step that waits on it, whose row
 # holds the drifts the firmware check found. After a repair, the inspection's verdict follows.
-REFLASH_STEP = finish_firmware_update.__name__
+REFLASH_STEP = StepName.FINISH_FIRMWARE_UPDATE
 
 
 FIRMWARE_PATH = (

@@ -11,6 +11,7 @@ from console.pages.disclosure import Disclosure
 from console.pages.selectors import floor
 from fleet import firmware, leases, services
 from fleet.models import AuditEvent, Node
+from fleet.workflow_steps import StepName
 from reservations import services as reservations
 from reservations.models import Tenant
 from tests.support.factories import (
@@ -24,7 +25,6 @@ from tests.support.factories import (
     signed_result,
     xid_under_a_tenant,
 )
-from workflows.node_workflows import finish_firmware_update
 
 PUBLIC_PAGES = ["/", "/nodes/node-001", "/incidents", "/remediations"]
 
@@ -195,7 +195,7 @@ def bmc_drift_found_after_a_tenant(node: Node) -> leases.Lease:
     (lease,) = leases.claim(owner="w1", node_ids=[node.pk])
     leases.set_step(lease, step="check_firmware", actor="worker:w1")
     reflash = {"drifts": [BMC_DRIFT], "repairing": ["BMC"]}
-    leases.set_step(lease, step=finish_firmware_update.__name__, actor="worker:w1", detail=reflash)
+    leases.set_step(lease, step=StepName.FINISH_FIRMWARE_UPDATE, actor="worker:w1", detail=reflash)
     return lease
 
 
