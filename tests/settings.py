@@ -3,6 +3,8 @@
 import os
 import uuid
 
+from django.conf import global_settings
+
 from gpufleet.settings import *  # noqa: F403
 
 REDIS_URL = os.environ.get("GPUFLEET_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -17,3 +19,5 @@ DATABASES["default"]["TEST"] = {"NAME": os.environ.get("GPUFLEET_TEST_DATABASE",
 # The throttles' counts in the tests' Redis, under a prefix of this run's own: tenants' ids
 # start again at 1 in every run, and must not inherit an earlier run's counts.
 CACHES["default"] |= {"LOCATION": REDIS_URL, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}  # noqa: F405
+# Users' passwords hashed quickly (tests/support/passwords.py); any other hash is still checked.
+PASSWORD_HASHERS = ["tests.support.passwords.QuickPBKDF2PasswordHasher", *global_settings.PASSWORD_HASHERS]
