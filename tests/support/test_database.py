@@ -69,6 +69,10 @@ def copy_of_migrated_database(process: str) -> str:
         connection.creation.clone_test_db(suffix=process, verbosity=0, autoclobber=True)
     connection.settings_dict.update(connection.creation.get_test_db_clone_settings(process))
     settings.DATABASES["default"]["NAME"] = connection.settings_dict["NAME"]
+    with connection._nodb_cursor() as cursor:
+        # A test database need not survive a crash of the server: commits (those of the tests that
+        # commit, and of the processes they start) need not wait for the disk.
+        cursor.execute(f'ALTER DATABASE "{connection.settings_dict["NAME"]}" SET synchronous_commit TO off')
     return before
 
 
