@@ -62,12 +62,19 @@ def pins(path: Path) -> dict[str, str]:
     return found
 
 
+def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
+    """The imports under `if TYPE_CHECKING:`, which only the type checker runs."""
+    guarded = (n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test).endswith("TYPE_CHECKING"))
+    return {node for block in guarded for statement in block.body for node in ast.walk(statement)}
+
+
 def production_imports(roots: tuple[str, ...] = PRODUCTION_CODE) -> set[str]:
     modules = set()
     for root in roots:
         path = BASE_DIR / root
         for source in [path] if path.is_file() else path.rglob("*.py"):
-            for node in ast.walk(ast.parse(source.read_text(), str(source))):
+            tree = ast.parse(source.read_text(), str(source))
+            for node in set(ast.walk(tree)) - _type_checking_only(tree):
                 if isinstance(node, ast.Import):
                     modules.update(alias.name.split(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0:
