@@ -4,6 +4,7 @@ BMC access changes through fleet.services.change_bmc_access, and only with the p
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db import models
 from django.db.models import Case, When
 from django.template.response import TemplateResponse
@@ -61,7 +62,7 @@ class GPUInline(admin.TabularInline):
     model = GPU
     extra = 0
     can_delete = False
-    fields = ["index", "uuid", "serial", "model", "health"]
+    fields = ("index", "uuid", "serial", "model", "health")
     readonly_fields = fields
 
     def has_add_permission(self, request, obj=None):
@@ -93,7 +94,8 @@ class NodeForm(forms.ModelForm):
     )
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         changed = [f for f in BMC_ACCESS_FORM_FIELDS if f in self.changed_data]
         if cleaned.get("new_agent_token"):
             changed.append("agent_token")
@@ -203,7 +205,7 @@ class NodeAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
             "nodes": queryset.order_by("name"),
             "form": form,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         }
         return TemplateResponse(request, "admin/fleet/node/quarantine.html", context)
 
@@ -254,7 +256,7 @@ class NodeAddressInline(admin.TabularInline):
     model = NodeAddress
     extra = 0
     can_delete = False
-    fields = ["address", "node"]
+    fields = ("address", "node")
     readonly_fields = fields
 
     def has_add_permission(self, request, obj=None):
@@ -316,7 +318,7 @@ class FirmwareBaselineAdmin(admin.ModelAdmin):
                 "opts": self.model._meta,
                 "baselines": queryset.order_by("name"),
                 "form": form,
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             }
             return TemplateResponse(request, "admin/fleet/firmwarebaseline/roll_out.html", context)
         actor = f"operator:{request.user.get_username()}"
@@ -336,7 +338,7 @@ class FirmwareRolloutNodeInline(admin.TabularInline):
     model = FirmwareRolloutNode
     extra = 0
     can_delete = False
-    fields = ["node", "pod", "node_state", "status", "reason", "started_at", "finished_at"]
+    fields = ("node", "pod", "node_state", "status", "reason", "started_at", "finished_at")
     readonly_fields = fields
 
     def get_queryset(self, request):
@@ -374,7 +376,7 @@ class FirmwareRolloutAdmin(ViewOnlyAdmin):
     ]
     list_filter = ["status", "baseline"]
     list_select_related = ["baseline"]
-    fields = [
+    fields = (
         "baseline",
         "status",
         "progress",
@@ -384,7 +386,7 @@ class FirmwareRolloutAdmin(ViewOnlyAdmin):
         "started_at",
         "paused_reason",
         "finished_at",
-    ]
+    )
     readonly_fields = fields
     inlines = [FirmwareRolloutNodeInline]
     actions = ["pause", "resume", "cancel"]

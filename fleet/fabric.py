@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from core import validation
 from core.topology import LEAF_SWITCH, NVLINK_DOMAIN, POD, SPINE_SWITCH
@@ -122,10 +123,10 @@ class RackLoad:
     available: int
 
 
-def domain_tree(racks: Iterable[RackLoad]) -> dict[str, list[dict]]:
+def domain_tree(racks: Iterable[RackLoad]) -> dict[str, list[dict[str, Any]]]:
     """Per pod, its domains as a tree, each `{"level", "name", "nodes", "available", "children"}`,
     down to its racks (level `nvlink_domain`, no children); every list sorted by name."""
-    trees: dict[str, dict] = {}
+    trees: dict[str, dict[str, dict[str, Any]]] = {}
     for rack in racks:
         children = trees.setdefault(rack.pod, {})
         for level, name in (*rack.path, (NVLINK_DOMAIN, rack.rack)):
@@ -138,7 +139,7 @@ def domain_tree(racks: Iterable[RackLoad]) -> dict[str, list[dict]]:
     return {pod: _listed(children) for pod, children in trees.items()}
 
 
-def _listed(children: Mapping[str, dict]) -> list[dict]:
+def _listed(children: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**domain, "children": _listed(domain["children"])} for _, domain in sorted(children.items())]
 
 

@@ -107,7 +107,7 @@ def cut_off(switches: Iterable[SwitchReading], racks: Iterable[RackNodes]) -> di
             continue
         leaves_with_ports_down = [leaf for domain in domains for leaf in ports_down.get(domain, ())]
         for node_id, name in zip(rack.ids, rack.names, strict=True):
-            leaf = next((leaf for leaf in leaves_with_ports_down if name in leaf.links_down), None)
-            if leaf is not None:
-                found[node_id] = f"port {name} of leaf switch {leaf.name} down"
+            cut_by = next((leaf for leaf in leaves_with_ports_down if name in leaf.links_down), None)
+            if cut_by is not None:
+                found[node_id] = f"port {name} of leaf switch {cut_by.name} down"
     return found

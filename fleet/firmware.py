@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from core import validation
 
@@ -95,7 +96,7 @@ class Found:
     bios_attributes: Mapping[str, object]
     secure_boot: SecureBoot
 
-    def facts(self) -> dict:
+    def facts(self) -> dict[str, object]:
         """What a tenant may read in the node's signed attestation result."""
         return {
             "components": {
@@ -140,7 +141,7 @@ def describe(drifts: Iterable[Drift]) -> str:
 
 
 def installed_components(
-    items: Iterable[Mapping], *, system: str, managers: Collection[str] = ()
+    items: Iterable[Mapping[str, Any]], *, system: str, managers: Collection[str] = ()
 ) -> dict[str, Installed]:
     """The node's components among a BMC's FirmwareInventory members (Redfish SoftwareInventory).
 
@@ -175,7 +176,7 @@ def installed_components(
     return found
 
 
-def secure_boot(resource: Mapping) -> SecureBoot:
+def secure_boot(resource: Mapping[str, object]) -> SecureBoot:
     """Redfish's SecureBoot resource of a System."""
     return SecureBoot(
         enabled=resource.get("SecureBootEnable") is True,
@@ -249,7 +250,7 @@ def _release(component: Installed | Expected) -> str:
     return f"{component.version or '(no version)'} (sha256 {digest})"
 
 
-def _natural(name: str) -> list:
+def _natural(name: str) -> list[int | str]:
     """GPU2 before GPU10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 

@@ -87,7 +87,7 @@ def advance_all(*, held: Collection[int] = frozenset()) -> dict:
 
 def _settle(
     rollout: FirmwareRollout, *, held: frozenset[int]
-) -> list[tuple[FirmwareRolloutNode, rollout_rules.RolloutNode]]:
+) -> list[tuple[selectors.CheckedRolloutNode, rollout_rules.RolloutNode]]:
     """Bring the rollout's (under way) node rows up to date, then pause it at a new failure or complete
     it; each row with its node as settled. Call it in the transaction that holds the rollout's row."""
     settled, before, after = [], {}, {}
@@ -96,7 +96,7 @@ def _settle(
         facts = _facts(row, baseline, held)
         now = rollout_rules.settle(facts)
         if (now.status, now.reason) != (row.status, row.reason):
-            changes = {"reason": now.reason}
+            changes: dict[str, object] = {"reason": now.reason}
             if now.status != row.status:
                 changes |= {"status": now.status, "finished_at": Now() if now.status in rollout_rules.DONE else None}
             FirmwareRolloutNode.objects.filter(pk=row.pk).update(**changes)
@@ -112,7 +112,9 @@ def _settle(
     return settled
 
 
-def _facts(row: FirmwareRolloutNode, baseline: firmware.Baseline, held: frozenset[int]) -> rollout_rules.RolloutNode:
+def _facts(
+    row: selectors.CheckedRolloutNode, baseline: firmware.Baseline, held: frozenset[int]
+) -> rollout_rules.RolloutNode:
     node = row.node
     return rollout_rules.RolloutNode(
         name=node.name,

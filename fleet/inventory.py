@@ -18,6 +18,7 @@ from typing import Any
 from core import validation
 from core.topology import POD, NodeSpec, agent_token, fabric_switches
 from fleet import fabric
+from fleet.fabric import Switch  # by name: NodeRecord's field `fabric` hides the module in its body
 
 
 class InventoryError(ValueError):
@@ -48,12 +49,12 @@ class NodeRecord:
     gpus: tuple[GPURecord, ...]
     fabric: fabric.Path = ()  # its domains at the fabric's levels between its pod and its rack
     # The switches serving its pod and those domains: enrolment keeps each once, whichever nodes name it.
-    switches: tuple[fabric.Switch, ...] = ()
+    switches: tuple[Switch, ...] = ()
     # What the operator says of it beyond its GPUs ({"nic": "cx7"}): tenants may ask for nodes by them.
     attributes: Mapping[str, str] = field(default_factory=dict)
 
 
-def _field(entry: dict, key: str, kind: type, where: str) -> Any:
+def _field(entry: Mapping[str, object], key: str, kind: type, where: str) -> Any:
     # Unlike core.validation's checks, it names Python's types: seed_fleet has always said "must be dict".
     value = entry.get(key)
     if not isinstance(value, kind) or isinstance(value, bool):
@@ -146,9 +147,9 @@ def _records(document: Any) -> list[NodeRecord]:
     return records
 
 
-def _with_switches(records: list[NodeRecord], switches: Iterable[fabric.Switch]) -> list[NodeRecord]:
+def _with_switches(records: list[NodeRecord], switches: Iterable[Switch]) -> list[NodeRecord]:
     """Each record with the switches serving its pod or one of its domains."""
-    serving: dict[tuple[str, str], list[fabric.Switch]] = defaultdict(list)
+    serving: dict[tuple[str, str], list[Switch]] = defaultdict(list)
     for switch in switches:
         serving[(switch.level, switch.domain)].append(switch)
     return [
@@ -219,7 +220,7 @@ def parse_csv_inventory(text: str) -> list[NodeRecord]:
 def records_from_layout(layout: list[NodeSpec], bmcsim_url: str) -> list[NodeRecord]:
     """The records bmcsim's inventory would give for this layout."""
     base = bmcsim_url.rstrip("/")
-    switches = [fabric.Switch(s.name, s.kind, s.level, s.domain) for s in fabric_switches(layout)]
+    switches = [Switch(s.name, s.kind, s.level, s.domain) for s in fabric_switches(layout)]
     records = [
         NodeRecord(
             name=spec.name,

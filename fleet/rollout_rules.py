@@ -24,6 +24,7 @@ import enum
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from core.errors import DomainError
 from fleet.firmware import Baseline
@@ -71,7 +72,7 @@ class Limits:
     batch_size: int  # nodes updated at once, in all
     per_pod_cap: int  # nodes of one pod updated at once
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("batch_size", "per_pod_cap"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -141,7 +142,7 @@ def _quarantined_for_firmware(node: RolloutNode) -> bool:
     return node.state is State.QUARANTINED and node.quarantine_reason.partition(":")[0] == Event.FIRMWARE_DRIFT
 
 
-def runs_baseline(baseline: Baseline, last_check: Mapping | None) -> bool:
+def runs_baseline(baseline: Baseline, last_check: Mapping[str, Any] | None) -> bool:
     """Whether a node runs the baseline as it stands, by the facts of its last firmware check against
     it since its last change (fleet.firmware.Found.facts). Such a check found no drift, BIOS
     attributes and Secure Boot included (which the facts do not list); the facts must also show every

@@ -3,12 +3,14 @@
 from collections import Counter
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from django.conf import settings
 from django.db.models import Exists, F, JSONField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from core.topology import NVLINK_DOMAIN, POD
 from fleet import diagnostics, fabric, fabric_health, firmware, lifecycle, rollout_rules
 from fleet.models import (
     GPU,
@@ -28,6 +30,9 @@ from fleet.models import (
     Rack,
 )
 from fleet.rollout_rules import NodeStatus
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 
 def _unleased_owing_work() -> QuerySet[Node]:
@@ -116,7 +121,16 @@ def nodes_of_baseline(baseline: FirmwareBaseline) -> QuerySet[Node]:
     return Node.objects.annotate(firmware_baseline=Subquery(theirs)).filter(firmware_baseline=baseline.pk)
 
 
-def rollout_nodes(rollout: FirmwareRollout) -> QuerySet[FirmwareRolloutNode]:
+class LastCheck(TypedDict):
+    """What rollout_nodes annotates each row with."""
+
+    last_check: dict[str, Any] | None
+
+
+CheckedRolloutNode: TypeAlias = "WithAnnotations[FirmwareRolloutNode, LastCheck]"
+
+
+def rollout_nodes(rollout: FirmwareRollout) -> QuerySet[CheckedRolloutNode]:
     """The rollout's nodes, with their node and pod, and the facts of the last firmware check against
     the baseline since it last changed (`last_check`, None if there was none): a check is recorded
     (firmware_checked) only when it found no drift from the whole baseline."""
@@ -139,7 +153,7 @@ def rollout_progress(rollout: FirmwareRollout) -> str:
 
 def fabric_levels() -> tuple[str, ...]:
     """The fleet's levels, top down: the pod, the switch levels enrolment drew, the rack (NVLink domain)."""
-    return (fabric.POD, *FabricLevel.objects.order_by("depth").values_list("name", flat=True), fabric.NVLINK_DOMAIN)
+    return (POD, *FabricLevel.objects.order_by("depth").values_list("name", flat=True), NVLINK_DOMAIN)
 
 
 def gpu_models() -> list[str]:
@@ -190,7 +204,7 @@ def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes], *, lasting: timed
         fabric_health.SwitchReading(
             name=name,
             kind=kind,
-            serves=(fabric.POD, pod) if pod is not None else (level, domain),
+            serves=(POD, pod) if pod is not None else (level, domain),
             health=health,
             state=state,
             links_down=frozenset(links_down),

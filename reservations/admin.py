@@ -41,19 +41,19 @@ class ReadOnlyInline(admin.TabularInline):
 
 class AllocationInline(ReadOnlyInline):
     model = Allocation
-    fields = ["node", "period", "ended_reason"]
+    fields = ("node", "period", "ended_reason")
     readonly_fields = fields
 
 
 class ReservationEventInline(ReadOnlyInline):
     model = ReservationEvent
-    fields = ["at", "event", "actor", "detail"]
+    fields = ("at", "event", "actor", "detail")
     readonly_fields = fields
 
 
 class SSHKeyInline(ReadOnlyInline):
     model = SSHKey
-    fields = ["name", "fingerprint", "created_at"]
+    fields = ("name", "fingerprint", "created_at")
     readonly_fields = fields
 
 
@@ -116,7 +116,7 @@ class ReservationAdmin(admin.ModelAdmin):
     list_filter = ["state", "pod", "rack_scale", "tenant"]
     list_select_related = ["tenant", "pod"]
     search_fields = ["tenant__name", "placement", "allocations__node__name"]
-    fields = ["tenant", "state", "node_count", "pod", "rack_scale", "starts_at", "ends_at", "reason", "placement"]
+    fields = ("tenant", "state", "node_count", "pod", "rack_scale", "starts_at", "ends_at", "reason", "placement")
     readonly_fields = fields
     inlines = [AllocationInline, ReservationEventInline]
     actions = ["release"]
@@ -144,7 +144,7 @@ class ReservationAdmin(admin.ModelAdmin):
 
 class WebhookDeliveryInline(ReadOnlyInline):
     model = WebhookDelivery
-    fields = ["created_at", "event", "state", "attempts", "last_status", "last_error", "next_attempt_at"]
+    fields = ("created_at", "event", "state", "attempts", "last_status", "last_error", "next_attempt_at")
     readonly_fields = fields
     ordering = ["-created_at"]
 
@@ -155,7 +155,7 @@ class WebhookAdmin(admin.ModelAdmin):
 
     list_display = ["tenant", "url", "events", "created_at"]
     list_filter = ["tenant"]
-    fields = ["tenant", "url", "events", "created_at"]
+    fields = ("tenant", "url", "events", "created_at")
     readonly_fields = fields
     inlines = [WebhookDeliveryInline]
 

@@ -144,7 +144,7 @@ class Reservation(models.Model):
     # What its nodes boot: an image of the catalogue (none: GPUFLEET_TENANT_IMAGE_URL, unchecked),
     # the tenant's keys and user data, through each node's config drive.
     image = models.ForeignKey("fleet.Image", null=True, blank=True, on_delete=models.PROTECT)
-    ssh_keys = models.ManyToManyField("SSHKey", blank=True, related_name="reservations")
+    ssh_keys = models.ManyToManyField(SSHKey, blank=True, related_name="reservations")
     user_data = models.TextField(blank=True, help_text="cloud-init user data, passed to the nodes untouched.")
     # The end its tenant was last told is near (reservation.ending): told again if it moves.
     ending_notice_for = models.DateTimeField(null=True, blank=True)

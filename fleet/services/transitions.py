@@ -23,8 +23,10 @@ class ConcurrentTransition(lifecycle.TransitionRefused):
         super().__init__(f"node {node} left state {expected_state!r} before this transition could apply")
 
 
-def _state_fields(node: Node, new_state: lifecycle.State, event: lifecycle.Event, reason: str, reservation) -> dict:
-    fields = {"state": new_state.value}
+def _state_fields(
+    node: Node, new_state: lifecycle.State, event: lifecycle.Event, reason: str, reservation
+) -> dict[str, object]:
+    fields: dict[str, object] = {"state": new_state.value}
     if new_state != node.state:
         # A new state starts afresh: no step yet, and whatever lease was held is over.
         fields.update(state_since=Now(), step="", step_since=None, lease_owner="", lease_expires_at=None)
@@ -61,7 +63,9 @@ def transition(
     lease on the node: the new state's work is claimed afresh (fleet.signals.node_transitioned
     tells who sends it).
     """
-    return _apply(node_id=node_id, event=event, actor=actor, reason=reason, reservation=reservation, detail=detail)
+    node = _apply(node_id=node_id, event=event, actor=actor, reason=reason, reservation=reservation, detail=detail)
+    assert node is not None, "only a worker's result under a lease that no longer holds is discarded"
+    return node
 
 
 def complete(
@@ -100,35 +104,43 @@ def _apply(
             if lease is not None:
                 target = leases.fenced(target, lease)
             applied = target.update(**_state_fields(node, new_state, event, reason, reservation)) == 1
-        if applied:
-            if new_state not in lifecycle.SERVING_STATES:
-                _forget_tenant_network(node_id)
-            elif event is lifecycle.Event.REINSTALL_REQUESTED:
-                ConfigDrive.objects.filter(node_id=node_id).delete()
-            AuditEvent.objects.create(
-                node_id=node_id,
-                actor=actor,
-                event=event.value,
-                from_state=node.state,
-                to_state=new_state.value,
-                reason=reason,
-                detail=detail or {},
-            )
-            node_transitioned.send(
-                sender=Node,
-                node_id=node_id,
-                event=event,
-                actor=actor,
-                from_state=lifecycle.State(node.state),
-                to_state=new_state,
-                reservation_id=node.reservation_id,
-            )
+            if applied:
+                _follow_through(node, new_state, event, actor=actor, reason=reason, detail=detail)
     if applied:
         return Node.objects.get(pk=node_id)
     if lease is not None:
         leases.record_discarded_result(lease=lease, attempted=event.value, actor=actor)
         return None
     raise ConcurrentTransition(node.name, node.state)
+
+
+def _follow_through(
+    node: Node, new_state: lifecycle.State, event: lifecycle.Event, *, actor: str, reason: str, detail: dict | None
+) -> None:
+    """What an applied transition brings with it, in its transaction: the tenant network given back
+    (or the config drive dropped, for a reinstall), the audit row, and node_transitioned."""
+    if new_state not in lifecycle.SERVING_STATES:
+        _forget_tenant_network(node.pk)
+    elif event is lifecycle.Event.REINSTALL_REQUESTED:
+        ConfigDrive.objects.filter(node_id=node.pk).delete()
+    AuditEvent.objects.create(
+        node_id=node.pk,
+        actor=actor,
+        event=event.value,
+        from_state=node.state,
+        to_state=new_state.value,
+        reason=reason,
+        detail=detail or {},
+    )
+    node_transitioned.send(
+        sender=Node,
+        node_id=node.pk,
+        event=event,
+        actor=actor,
+        from_state=lifecycle.State(node.state),
+        to_state=new_state,
+        reservation_id=node.reservation_id,
+    )
 
 
 def _forget_tenant_network(node_id: int) -> None:

@@ -1,4 +1,5 @@
 from datetime import timedelta
+from typing import cast
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -37,7 +38,8 @@ def image_field(default: str) -> serializers.SlugRelatedField:
 
 
 class TopologyRequestSerializer(StrictInputSerializer):
-    required = serializers.CharField(
+    # The API's key: DRF's metaclass moves declared fields off the class, so it hides no Field.required.
+    required = serializers.CharField(  # type: ignore[assignment]
         required=False,
         default=POD,
         max_length=32,
@@ -115,7 +117,12 @@ class ReservationRequestSerializer(StrictInputSerializer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # Another tenant's key id is answered like one that does not exist.
-        self.fields["ssh_keys"].child_relation.queryset = SSHKey.objects.filter(tenant=self.context.get("tenant"))
+        ssh_keys = self.fields["ssh_keys"]
+        assert isinstance(ssh_keys, serializers.ManyRelatedField)  # PrimaryKeyRelatedField(many=True) makes one
+        # The stubs type `queryset` with Manager, a descriptor, so any assignment to it reads as a __get__ call.
+        ssh_keys.child_relation.queryset = SSHKey.objects.filter(  # type: ignore[arg-type]
+            tenant=self.context.get("tenant")
+        )
 
     def validate_user_data(self, value: str) -> str:
         if refusal := user_data_too_large(value):
@@ -177,7 +184,7 @@ class MachineSerializer(serializers.Serializer):
 
 
 class TopologySerializer(serializers.Serializer):
-    required = serializers.CharField(source="required_level")
+    required = serializers.CharField(source="required_level")  # type: ignore[assignment]  # as in the request
     preferred = serializers.CharField(source="preferred_level", allow_null=True)
 
     def to_representation(self, reservation):
@@ -185,7 +192,7 @@ class TopologySerializer(serializers.Serializer):
 
 
 class ReservationSerializer(serializers.ModelSerializer):
-    pod = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    pod: "serializers.SlugRelatedField[Pod]" = serializers.SlugRelatedField(slug_field="name", read_only=True)
     topology = TopologySerializer(source="*", read_only=True)
     whole = serializers.CharField(source="whole_level", allow_null=True, read_only=True)
     gpu_model = serializers.CharField(allow_null=True, read_only=True)
@@ -193,7 +200,7 @@ class ReservationSerializer(serializers.ModelSerializer):
         read_only=True, help_text="The domain of the required level that holds its nodes: a pod, a leaf..."
     )
     nodes = serializers.SerializerMethodField()
-    image = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    image: "serializers.SlugRelatedField[Image]" = serializers.SlugRelatedField(slug_field="name", read_only=True)
     ssh_keys = serializers.SerializerMethodField()
     machines = serializers.SerializerMethodField()
 
@@ -237,7 +244,8 @@ class ReservationSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(MachineSerializer(many=True))
     def get_machines(self, reservation) -> list[dict]:
-        return MachineSerializer(self.context["machines"].get(reservation.pk, []), many=True).data
+        # many=True makes a ListSerializer, whose data is a list; the stubs know only Serializer's dict.
+        return cast(list[dict], MachineSerializer(self.context["machines"].get(reservation.pk, []), many=True).data)
 
 
 class DomainCapacitySerializer(serializers.Serializer):
@@ -382,7 +390,7 @@ class QuotaSerializer(serializers.Serializer):
 USAGE_WINDOW_DAYS = 400  # a year and a bit: a window any invoice needs, and a bound on the work
 
 
-class FromFieldMixin:
+class FromFieldMixin(serializers.Serializer):
     """Declares `from_` and names it `from`: a Python keyword, as a query parameter and a key."""
 
     def get_fields(self):

@@ -27,10 +27,14 @@ log = logging.getLogger(__name__)
 
 class _TenantThrottle(SimpleRateThrottle):
     reads: bool  # counts safe methods (True) or writes (False)
+    # Parsed from the rate by SimpleRateThrottle.__init__ (the stubs leave them out); read only with a rate.
+    num_requests: int
+    duration: int
 
     def get_rate(self):
         # Read at every request, not once at import as DRF does: override_settings then applies.
-        self.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
+        # The stubs type the rates as numbers; they are DRF's "100/min" strings.
+        self.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[assignment]
         return super().get_rate()
 
     def get_cache_key(self, request, view):

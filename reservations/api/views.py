@@ -3,6 +3,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, permissions, serializers, status
 from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -28,7 +29,7 @@ from reservations.api.serializers import (
     WebhookRequestSerializer,
     WebhookSerializer,
 )
-from reservations.models import Reservation, SSHKey, Webhook
+from reservations.models import Reservation, SSHKey, Tenant, Webhook
 from reservations.placement import PlacementRefused
 from reservations.ssh_keys import BadKey
 
@@ -38,6 +39,13 @@ class IsTenant(permissions.BasePermission):
 
     def has_permission(self, request, view):
         return bool(request.user and request.user.is_authenticated and hasattr(request.user, "tenant"))
+
+
+def _tenant(request: Request) -> Tenant:
+    """The caller's tenant, which IsTenant made sure of."""
+    user = request.user
+    assert user.is_authenticated
+    return user.tenant
 
 
 def _reservation_answer(reservations, *, many=False):
@@ -58,7 +66,7 @@ class ReservationListView(generics.GenericAPIView):
     serializer_class = ReservationSerializer
 
     def get_queryset(self):
-        return Reservation.objects.filter(tenant=self.request.user.tenant).select_related("pod", "image")
+        return Reservation.objects.filter(tenant=_tenant(self.request)).select_related("pod", "image")
 
     @extend_schema(operation_id="reservations_list")
     def get(self, request):
@@ -79,7 +87,7 @@ class ReservationListView(generics.GenericAPIView):
     )
     def post(self, request):
         key = idempotency.key_of(request)
-        tenant = request.user.tenant
+        tenant = _tenant(request)
         wanted = ReservationRequestSerializer(data=request.data, context={"tenant": tenant})
         wanted.is_valid(raise_exception=True)
 
@@ -104,7 +112,7 @@ class ReservationDetailView(APIView):
     @extend_schema(responses={200: ReservationSerializer, 404: ERROR, 429: ERROR})
     def get(self, request, pk: int):
         # Another tenant's reservation is answered exactly like one that does not exist.
-        reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
+        reservation = get_object_or_404(Reservation, pk=pk, tenant=_tenant(request))
         return Response(_reservation_answer(reservation))
 
     @extend_schema(
@@ -113,13 +121,14 @@ class ReservationDetailView(APIView):
     )
     def patch(self, request, pk: int):
         """Extend or shorten the reservation (`ends_at`), grow it (`node_count`) or give nodes back."""
-        reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
+        tenant = _tenant(request)
+        reservation = get_object_or_404(Reservation, pk=pk, tenant=tenant)
         wanted = ReservationChangeSerializer(data=request.data)
         wanted.is_valid(raise_exception=True)
         changed = services.change_reservation(
             reservation_id=reservation.pk,
-            tenant=request.user.tenant,
-            actor=f"tenant:{request.user.tenant.name}",
+            tenant=tenant,
+            actor=f"tenant:{tenant.name}",
             **wanted.validated_data,
         )
         return Response(_reservation_answer(changed))
@@ -130,9 +139,10 @@ class ReservationReleaseView(APIView):
 
     @extend_schema(request=None, responses={200: ReservationSerializer, 404: ERROR, 429: ERROR})
     def post(self, request, pk: int):
-        reservation = get_object_or_404(Reservation, pk=pk, tenant=request.user.tenant)
+        tenant = _tenant(request)
+        reservation = get_object_or_404(Reservation, pk=pk, tenant=tenant)
         released = services.release_reservation(
-            reservation_id=reservation.pk, actor=f"tenant:{request.user.tenant.name}", reason="released by tenant"
+            reservation_id=reservation.pk, actor=f"tenant:{tenant.name}", reason="released by tenant"
         )
         return Response(_reservation_answer(released))
 
@@ -167,7 +177,7 @@ class SSHKeyListView(generics.GenericAPIView):
     serializer_class = SSHKeySerializer
 
     def get_queryset(self):
-        return SSHKey.objects.filter(tenant=self.request.user.tenant).order_by("name")
+        return SSHKey.objects.filter(tenant=_tenant(self.request)).order_by("name")
 
     def get(self, request):
         page = self.paginate_queryset(self.get_queryset())
@@ -178,7 +188,7 @@ class SSHKeyListView(generics.GenericAPIView):
         wanted = SSHKeyRequestSerializer(data=request.data)
         wanted.is_valid(raise_exception=True)
         try:
-            key = services.add_ssh_key(tenant=request.user.tenant, **wanted.validated_data)
+            key = services.add_ssh_key(tenant=_tenant(request), **wanted.validated_data)
         except BadKey as bad:
             raise serializers.ValidationError({"public_key": [str(bad)]}) from bad
         return Response(SSHKeySerializer(key).data, status=status.HTTP_201_CREATED)
@@ -190,13 +200,13 @@ class SSHKeyDetailView(APIView):
     @extend_schema(responses={204: None, 404: ERROR})
     def delete(self, request, pk: int):
         """Forget the key: new reservations cannot name it; nodes that have it keep it until released."""
-        if not services.delete_ssh_key(tenant=request.user.tenant, key_id=pk):
+        if not services.delete_ssh_key(tenant=_tenant(request), key_id=pk):
             raise Http404
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 def _serving_node(request, pk: int, name: str):
-    node = services.serving_node(reservation_id=pk, tenant=request.user.tenant, name=name)
+    node = services.serving_node(reservation_id=pk, tenant=_tenant(request), name=name)
     if node is None:
         raise Http404
     return node
@@ -215,7 +225,7 @@ class NodeReportView(APIView):
         node = _serving_node(request, pk, name)
         report = NodeReportSerializer(data=request.data)
         report.is_valid(raise_exception=True)
-        services.report_node(node=node, tenant=request.user.tenant, **report.validated_data)
+        services.report_node(node=node, tenant=_tenant(request), **report.validated_data)
         reservation = Reservation.objects.get(pk=pk)
         return Response(_reservation_answer(reservation), status=status.HTTP_202_ACCEPTED)
 
@@ -231,7 +241,7 @@ class NodePowerView(APIView):
     def post(self, request, pk: int, name: str):
         node = _serving_node(request, pk, name)
         fleet_services.request_power_action(
-            node_id=node.pk, action=self.action, actor=f"tenant:{request.user.tenant.name}"
+            node_id=node.pk, action=self.action, actor=f"tenant:{_tenant(request).name}"
         )
         return Response({"detail": f"{self.action} of {node.name} asked of its BMC"}, status=status.HTTP_202_ACCEPTED)
 
@@ -250,7 +260,7 @@ class NodeReinstallView(APIView):
         wanted = ReinstallSerializer(data=request.data)
         wanted.is_valid(raise_exception=True)
         fleet_services.request_reinstall(
-            node_id=node.pk, image=wanted.validated_data["image"], actor=f"tenant:{request.user.tenant.name}"
+            node_id=node.pk, image=wanted.validated_data["image"], actor=f"tenant:{_tenant(request).name}"
         )
         return Response(_reservation_answer(Reservation.objects.get(pk=pk)), status=status.HTTP_202_ACCEPTED)
 
@@ -262,14 +272,14 @@ class WebhookListView(generics.GenericAPIView):
     serializer_class = WebhookSerializer
 
     def get(self, request):
-        page = self.paginate_queryset(Webhook.objects.filter(tenant=request.user.tenant).order_by("id"))
+        page = self.paginate_queryset(Webhook.objects.filter(tenant=_tenant(request)).order_by("id"))
         return self.get_paginated_response(WebhookSerializer(page, many=True).data)
 
     @extend_schema(request=WebhookRequestSerializer, responses={201: NewWebhookSerializer, 400: ERROR})
     def post(self, request):
         wanted = WebhookRequestSerializer(data=request.data)
         wanted.is_valid(raise_exception=True)
-        webhook = webhooks.create_webhook(tenant=request.user.tenant, **wanted.validated_data)
+        webhook = webhooks.create_webhook(tenant=_tenant(request), **wanted.validated_data)
         return Response(NewWebhookSerializer(webhook).data, status=status.HTTP_201_CREATED)
 
 
@@ -278,7 +288,7 @@ class WebhookDetailView(APIView):
 
     @extend_schema(responses={204: None, 404: ERROR})
     def delete(self, request, pk: int):
-        if not webhooks.delete_webhook(tenant=request.user.tenant, webhook_id=pk):
+        if not webhooks.delete_webhook(tenant=_tenant(request), webhook_id=pk):
             raise Http404
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -291,7 +301,7 @@ class WebhookDeliveryListView(generics.GenericAPIView):
     serializer_class = WebhookDeliverySerializer
 
     def get(self, request, pk: int):
-        webhook = get_object_or_404(Webhook, pk=pk, tenant=request.user.tenant)
+        webhook = get_object_or_404(Webhook, pk=pk, tenant=_tenant(request))
         page = self.paginate_queryset(webhook.deliveries.order_by("-created_at", "-id"))
         return self.get_paginated_response(WebhookDeliverySerializer(page, many=True).data)
 
@@ -302,7 +312,7 @@ class WebhookRedeliveryView(APIView):
     @extend_schema(request=None, responses={202: WebhookDeliverySerializer, 404: ERROR})
     def post(self, request, pk: int, delivery: int):
         """Send a delivery again now (a receiver that was down, or lost it)."""
-        again = webhooks.redeliver(tenant=request.user.tenant, webhook_id=pk, delivery_id=delivery)
+        again = webhooks.redeliver(tenant=_tenant(request), webhook_id=pk, delivery_id=delivery)
         if again is None:
             raise Http404
         return Response(WebhookDeliverySerializer(again).data, status=status.HTTP_202_ACCEPTED)
@@ -315,7 +325,7 @@ class QuotaView(APIView):
 
     @extend_schema(responses={200: QuotaSerializer})
     def get(self, request):
-        return Response(QuotaSerializer(selectors.quota_of(request.user.tenant)).data)
+        return Response(QuotaSerializer(selectors.quota_of(_tenant(request))).data)
 
 
 class UsageView(APIView):
@@ -328,4 +338,4 @@ class UsageView(APIView):
     def get(self, request):
         window = UsageRequestSerializer(data=request.query_params)
         window.is_valid(raise_exception=True)
-        return Response(UsageSerializer(selectors.usage_of(request.user.tenant, **window.validated_data)).data)
+        return Response(UsageSerializer(selectors.usage_of(_tenant(request), **window.validated_data)).data)

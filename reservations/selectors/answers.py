@@ -26,6 +26,7 @@ def reservation_machines(reservations: list[Reservation]) -> dict[int, list[dict
         return machines
     serving = Node.objects.filter(reservation__in=started).select_related("address__pool").order_by("name")
     for node in serving:
+        assert node.reservation_id is not None  # it serves one of `started`
         address = getattr(node, "address", None)
         machines[node.reservation_id].append(
             {
@@ -74,7 +75,7 @@ def _placed_or_read(
     """Per reservation, what the service that created it left on it (`placed`), or else the values
     of the (reservation id, value) rows `read` selects for the others, in its order."""
     found: dict[int, list] = defaultdict(list)
-    found.update((r.pk, placed(r)) for r in reservations if placed(r) is not None)
+    found.update((r.pk, values) for r in reservations if (values := placed(r)) is not None)
     if unknown := [r for r in reservations if placed(r) is None]:
         for reservation_id, value in read(unknown):
             found[reservation_id].append(value)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -102,7 +103,8 @@ def ids_of(*querysets: QuerySet) -> list[int]:
 def ids_of_each(*groups: Sequence[QuerySet]) -> list[list[int]]:
     """For each group of one-column querysets, the ids they select: one array a group, all in one
     round trip."""
-    arrays, params = [], []
+    arrays: list[str] = []
+    params: list[Any] = []  # the querysets' own, whatever they compare with
     for querysets in groups:
         parts = []
         for queryset in querysets:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -91,8 +91,8 @@ def rack_capacity(*, starts_at: datetime, ends_at: datetime | None) -> list[Rack
     node that is not free, or a recently tested one, are looked at node by node.
     """
     fleet = topology()
-    not_free, passed = _not_free_and_tested(starts_at=starts_at, ends_at=ends_at, fleet=fleet)
-    blocked, tested = _by_rack(fleet, not_free), _by_rack(fleet, passed)
+    not_free, tested_ids = _not_free_and_tested(starts_at=starts_at, ends_at=ends_at, fleet=fleet)
+    blocked, tested = _by_rack(fleet, not_free), _by_rack(fleet, tested_ids)
     racks = []
     for i, rack in enumerate(fleet.racks):
         ids = fleet.rack_ids[i]
@@ -194,7 +194,7 @@ def nodes_cut_off(fleet: Topology | None = None, *, lasting: timedelta = timedel
     )
 
 
-def _by_rack(fleet: Topology, node_ids: list[int]) -> dict[int, set[int]]:
+def _by_rack(fleet: Topology, node_ids: Iterable[int]) -> dict[int, set[int]]:
     """The nodes by the index of their rack; nodes enrolled since the topology was read are left out
     (not placeable yet)."""
     racks: dict[int, set[int]] = defaultdict(set)

@@ -26,13 +26,13 @@ def usage_of(tenant: Tenant, start: datetime, end: datetime) -> dict:
         .order_by("reservation_id", "node__name")
         .values_list("reservation_id", "node_id", "node__name", "period")
     )
-    by_reservation: dict[int, list[tuple[int, str, Range]]] = defaultdict(list)
+    by_reservation: dict[int, list[tuple[int, str, Range[datetime]]]] = defaultdict(list)
     for reservation_id, node_id, name, held in holds:
         by_reservation[reservation_id].append((node_id, name, held))
     if not by_reservation:
         return _usage_answer(window, {}, [])
     node_ids = {node_id for rows in by_reservation.values() for node_id, _, _ in rows}
-    earliest = min(held.lower for rows in by_reservation.values() for _, _, held in rows)
+    earliest = min(held.lower for rows in by_reservation.values() for _, _, held in rows if held.lower is not None)
     active: dict[str, list] = defaultdict(list)
     for name, at, to_state in (
         AuditEvent.objects.filter(node_id__in=node_ids, at__gte=earliest, at__lt=end)

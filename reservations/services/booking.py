@@ -90,9 +90,10 @@ def _book_at_offer(
             at = Pod.objects.get(name=offer.pod)
             return booking.place(starts_at=offer.starts_at, ends_at=offer.ends_at, pod=at, queued=True)
         except PlacementRefused as refused:
-            refused.offer = offer = _earliest_offer(booking, starts_at, ends_at, pod.name if pod else None, limits)
-            if offer is None:
+            refused.offer = later = _earliest_offer(booking, starts_at, ends_at, pod.name if pod else None, limits)
+            if later is None:
                 raise
+            offer = later
     raise PlacementRefused(f"the offered capacity was taken by concurrent reservations {PLACEMENT_ATTEMPTS} times")
 
 

@@ -92,6 +92,7 @@ def _move_end(reservation: Reservation, tenant: Tenant, ends_at: datetime) -> st
     quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
     end = changed_end(starts_at=reservation.starts_at, wanted=ends_at, now=timezone.now(), limits=booking_limits(quota))
     held = live_allocations().filter(reservation=reservation)
+    assert reservation.ends_at is not None  # booking gives every reservation an end (periods.booking_period)
     if quota is not None and end > reservation.ends_at:  # the nodes held now, held for longer
         check_quota(quota, tenant, held.count(), pod_of(held), reservation.ends_at, end)
     try:

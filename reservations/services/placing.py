@@ -91,7 +91,7 @@ def request_of(reservation: Reservation, count: int, **changes) -> PlacementRequ
     held = live_allocations().filter(reservation=reservation)
     asked = PlacementRequest(
         node_count=count,
-        pod=reservation.pod.name if reservation.pod_id else (None if reservation.placed_in else pod_of(held)),
+        pod=reservation.pod.name if reservation.pod is not None else (None if reservation.placed_in else pod_of(held)),
         rack_scale=reservation.rack_scale,
         gpu_model=reservation.gpu_model or None,
         required=reservation.required_level,
@@ -163,8 +163,10 @@ class QuotaExceeded(Forbidden):
 
 
 def check_quota(
-    quota: Quota, tenant: Tenant, wanted: int, pod: str | None, starts_at: datetime, ends_at: datetime
+    quota: Quota, tenant: Tenant, wanted: int, pod: str | None, starts_at: datetime, ends_at: datetime | None
 ) -> None:
+    """Refuse what would take the tenant past its quota. `ends_at` None: an open-ended reservation
+    from before every booking had an end, which only the limits at once can count."""
     held = nodes_held(tenant, starts_at, ends_at)
     if quota.nodes is not None and sum(held.values()) + wanted > quota.nodes:
         raise QuotaExceeded(
@@ -177,6 +179,11 @@ def check_quota(
             f"period and asked for {wanted} more"
         )
     if quota.node_hours_per_month is not None:
+        if ends_at is None:
+            raise QuotaExceeded(
+                f"your quota is {quota.node_hours_per_month} node-hours a month, and an open-ended reservation "
+                "cannot be counted against it: give it an end first"
+            )
         for month in usage.months(usage.Span(starts_at, ends_at)):
             booked = node_hours_booked(tenant, usage.calendar_month(month.start))
             asked = wanted * (month.end - month.start) / timedelta(hours=1)

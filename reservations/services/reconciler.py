@@ -117,7 +117,7 @@ def _provision_if_still_started(*, node_id: int, reservation_id: int, actor: str
     return True
 
 
-def _count_per_reservation(queryset) -> Subquery:
+def _count_per_reservation(queryset) -> Coalesce:
     """How many rows of `queryset` belong to the outer query's reservation, 0 if none."""
     counted = queryset.filter(reservation=OuterRef("pk")).order_by().values("reservation").annotate(n=Count("pk"))
     return Coalesce(Subquery(counted.values("n")), 0)
@@ -140,7 +140,7 @@ def heal_under_allocated(*, actor: str = "system:reconciler") -> int:
         .filter(held__lt=F("node_count"))
         .select_related("pod")
     )
-    free_now: Counter | None = None  # nodes free now per pod, read once a reservation needs it
+    free_now: Counter[str] | None = None  # nodes free now per pod, read once a reservation needs it
     healed = 0
     for reservation in _in_batches(short):
         missing = reservation.node_count - reservation.held
@@ -157,9 +157,9 @@ def heal_under_allocated(*, actor: str = "system:reconciler") -> int:
     return healed
 
 
-def _free_now_per_pod() -> Counter:
+def _free_now_per_pod() -> Counter[str]:
     now = timezone.now()
-    free = Counter()
+    free: Counter[str] = Counter()
     for rack in rack_capacity(starts_at=now, ends_at=now + INSTANT):
         free[rack.pod] += len(rack.free)
     return free
