@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from core.parsing import InvalidInput
 
 _Container = TypeVar("_Container", bound=Sized)
+Choice = TypeVar("Choice")
 
 
 class Invalid(InvalidInput):
@@ -78,12 +79,13 @@ def integer(
     return value
 
 
-def one_of(value: object, path: str, choices: tuple[object, ...]) -> object:
-    """One of `choices`, of the same type too: neither `true` for 1 nor 4 for "4"."""
-    if not any(type(value) is type(choice) and value == choice for choice in choices):
-        words = repr(choices[0]) if len(choices) == 1 else "one of " + ", ".join(map(str, choices))
-        raise Invalid(path, f"must be {words}", value)
-    return value
+def one_of(value: object, path: str, choices: tuple[Choice, ...]) -> Choice:
+    """The one of `choices` that `value` is, of the same type too: neither `true` for 1 nor 4 for "4"."""
+    for choice in choices:
+        if type(value) is type(choice) and value == choice:
+            return choice
+    words = repr(choices[0]) if len(choices) == 1 else "one of " + ", ".join(map(str, choices))
+    raise Invalid(path, f"must be {words}", value)
 
 
 def matches(value: object, path: str, pattern: re.Pattern[str], expected: str) -> str:

@@ -119,7 +119,6 @@ def _alert_or_refusal(item: object, index: int) -> Alert | RefusedAlert:
 def _alert(item: object, where: str) -> Alert:
     item = validation.mapping(item, where)
     status = validation.one_of(item.get("status"), f"{where}.status", STATUSES)
-    assert isinstance(status, str)  # one of STATUSES
     labels = label_set(item.get("labels"), f"{where}.labels")
     if not labels.get("alertname"):
         raise validation.Invalid(f"{where}.labels.alertname", "required")
