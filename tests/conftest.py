@@ -3,6 +3,7 @@ tests' own Redis broker."""
 
 import os
 
+import hypothesis
 import pytest
 import redis
 from django.conf import settings
@@ -11,6 +12,13 @@ from fleet.models import Node
 from reservations.models import Reservation, Tenant
 from tests.support.factories import drive, enrol_default_fleet, make_available
 from tests.support.test_database import copy_of_migrated_database, drop_copy
+
+# No example has a deadline, and slow generation is no failure: these machines are shared and
+# noisy, and a test that fails for the time it took is a timed assertion (bench/ measures speed).
+hypothesis.settings.register_profile(
+    "shared-machines", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+)
+hypothesis.settings.load_profile("shared-machines")
 
 
 @pytest.fixture(scope="session")
