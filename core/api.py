@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils import json
 
-from core.errors import Conflict, FieldRefused, Forbidden, TooMany
+from core.errors import Conflict, FieldRefused, Forbidden, NotFound, TooMany
 from core.parsing import InvalidInput, check_text, parse_int
 
 if TYPE_CHECKING:
@@ -87,6 +87,8 @@ def api_exception_handler(error: Exception, context: dict[str, Any]) -> Response
         error = exceptions.ValidationError({error.field: [error.reason]})
     elif isinstance(error, Forbidden):
         error = exceptions.PermissionDenied(str(error))
+    elif isinstance(error, NotFound):
+        error = exceptions.NotFound(str(error))
     elif isinstance(error, Conflict):
         error = exceptions.APIException(str(error))
         error.status_code = status.HTTP_409_CONFLICT

@@ -20,6 +20,11 @@ class Forbidden(DomainError):
     """The caller may not do this, whatever it asks (an HTTP API answers 403)."""
 
 
+class NotFound(DomainError):
+    """What the request names does not exist, or is not the caller's to see: the two answer alike,
+    so that a tenant learns nothing of another's (an HTTP API answers 404)."""
+
+
 class Conflict(DomainError):
     """The request does not fit the current state of things (an HTTP API answers 409)."""
 

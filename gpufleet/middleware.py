@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from django.http import JsonResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
+from core.errors import Conflict, FieldRefused, Forbidden, NotFound, TooMany
 from core.parsing import InvalidInput, check_text
 
 
@@ -28,3 +30,26 @@ class RefuseUnstorableText:
         except InvalidInput as error:
             return JsonResponse({"detail": str(error)}, status=400)
         return self.get_response(request)
+
+
+class DomainErrorsAsStatuses:
+    """The pages' half of mapping the domain's errors (core/errors.py) to answers; the API's is
+    core.api.api_exception_handler, since DRF answers its views' exceptions itself. A page that
+    shows a refusal next to a form field catches it there; anything else a service refuses
+    gets its status here, with Django's own 404 and 403 pages, never a 500."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, error: Exception) -> HttpResponse | None:
+        if isinstance(error, NotFound):
+            raise Http404(str(error)) from error
+        if isinstance(error, Forbidden):
+            raise PermissionDenied(str(error)) from error
+        for kind, status in ((FieldRefused, 400), (Conflict, 409), (TooMany, 429)):
+            if isinstance(error, kind):
+                return HttpResponse(str(error), status=status, content_type="text/plain; charset=utf-8")
+        return None

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import FieldRefused
+from core.errors import FieldRefused, NotFound
 from fleet.bmc_access import DEFAULT_PORTS, resolve
 from reservations.models import Reservation, Tenant, Webhook, WebhookDelivery, WebhookEvent
 from reservations.signals import webhook_deliveries_due
@@ -62,9 +62,10 @@ def create_webhook(*, tenant: Tenant, url: str, events: list[str]) -> Webhook:
         return Webhook.objects.create(tenant=tenant, url=url, events=sorted(set(events)), secret=secret)
 
 
-def delete_webhook(*, tenant: Tenant, webhook_id: int) -> bool:
+def delete_webhook(*, tenant: Tenant, webhook_id: int) -> None:
     deleted, _ = Webhook.objects.filter(pk=webhook_id, tenant=tenant).delete()
-    return bool(deleted)
+    if not deleted:
+        raise NotFound(f"no webhook {webhook_id}")
 
 
 def notify(reservation: Reservation, event: WebhookEvent, **data) -> int:
@@ -94,12 +95,12 @@ def reason_for_tenant(quarantine_reason: str) -> str:
     return quarantine_reason
 
 
-def redeliver(*, tenant: Tenant, webhook_id: int, delivery_id: int) -> WebhookDelivery | None:
+def redeliver(*, tenant: Tenant, webhook_id: int, delivery_id: int) -> WebhookDelivery:
     """Send one of the tenant's deliveries again, now, with the same webhook-id (so a receiver that
-    got it can tell); None if the tenant has no such delivery."""
+    got it can tell)."""
     delivery = WebhookDelivery.objects.filter(pk=delivery_id, webhook_id=webhook_id, webhook__tenant=tenant).first()
     if delivery is None:
-        return None
+        raise NotFound(f"no delivery {delivery_id} of webhook {webhook_id}")
     with transaction.atomic():
         WebhookDelivery.objects.filter(pk=delivery.pk).update(
             state=WebhookDelivery.State.PENDING, attempts=0, next_attempt_at=timezone.now(), last_error=""

@@ -281,7 +281,5 @@ class RedeliverWebhookView(TenantPage):
 
     def post(self, request, webhook: int, delivery: int):
         again = webhooks.redeliver(tenant=self.own_tenant, webhook_id=webhook, delivery_id=delivery)
-        if again is None:
-            raise Http404(f"no delivery {delivery} of webhook {webhook}")
         messages.success(request, f"Delivery {again.pk} ({again.event}) is queued to be sent again.")
         return redirect(f"{reverse('my-reservations')}#webhook-{webhook}")

@@ -288,8 +288,7 @@ class WebhookDetailView(APIView):
 
     @extend_schema(responses={204: None, 404: ERROR})
     def delete(self, request, pk: int):
-        if not webhooks.delete_webhook(tenant=_tenant(request), webhook_id=pk):
-            raise Http404
+        webhooks.delete_webhook(tenant=_tenant(request), webhook_id=pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -313,8 +312,6 @@ class WebhookRedeliveryView(APIView):
     def post(self, request, pk: int, delivery: int):
         """Send a delivery again now (a receiver that was down, or lost it)."""
         again = webhooks.redeliver(tenant=_tenant(request), webhook_id=pk, delivery_id=delivery)
-        if again is None:
-            raise Http404
         return Response(WebhookDeliverySerializer(again).data, status=status.HTTP_202_ACCEPTED)
 
 
