@@ -120,8 +120,11 @@ class Stack:
             self.plane.start_worker(name)
 
     def process(self, name: str) -> Process:
+        assert self.bmcsim is not None, "bmcsim runs throughout the soak"
         special = {"bmcsim": self.bmcsim.process, "beat": self.plane.beat, "redis": self.redis.process}
-        return special[name] if name in special else self.plane.workers[name]
+        found = special[name] if name in special else self.plane.workers[name]
+        assert found is not None, f"{name} was never started"
+        return found
 
     def kill(self, name: str) -> None:
         self.process(name).kill()
@@ -185,7 +188,7 @@ class Soak:
         if self.rng.random() < held and self.release_one(tenant):
             return
         rack_scale = self.rng.random() < 0.1
-        body = {"node_count": 8 if rack_scale else self.rng.randint(1, 4), "rack_scale": rack_scale}
+        body: dict[str, object] = {"node_count": 8 if rack_scale else self.rng.randint(1, 4), "rack_scale": rack_scale}
         if self.rng.random() < 0.2:  # an advance reservation, due within the run
             starts = datetime.now(UTC) + timedelta(seconds=self.rng.randint(5, 30))
             body.update(starts_at=starts.isoformat(), ends_at=(starts + timedelta(minutes=10)).isoformat())

@@ -18,6 +18,7 @@ def test_no_function_is_over_60_lines():
                 continue
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    assert node.end_lineno is not None  # ast.parse sets it on every node
                     lines = node.end_lineno - node.lineno + 1
                     if lines > MAX_LINES:
                         long.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} {node.name} ({lines} lines)")

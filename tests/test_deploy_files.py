@@ -124,7 +124,7 @@ def test_the_dashboard_parses():
 # --- Dockerfile --------------------------------------------------------------------------------
 
 
-def dockerfile_instructions(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
+def dockerfile_instructions(dockerfile: Path = DOCKERFILE) -> list[tuple[str, ...]]:
     text = dockerfile.read_text().replace("\\\n", " ")
     lines = [line.strip() for line in text.splitlines()]
     return [tuple(line.split(None, 1)) for line in lines if line and not line.startswith("#")]
@@ -568,9 +568,9 @@ def test_dashboard_reads_metrics_that_exist():
     themselves, and from the control plane's /metrics/fleet (console/metrics.py)."""
     agent = (REPO_ROOT / "agent" / "metrics.py").read_text()
     fleet = (REPO_ROOT / "console" / "metrics.py").read_text()
-    import django_prometheus.middleware as django_metrics  # the installed package, read as text
-
-    middleware = Path(django_metrics.__file__).read_text()
+    django_metrics = importlib.util.find_spec("django_prometheus.middleware")  # the installed package, as text
+    assert django_metrics is not None and django_metrics.origin is not None
+    middleware = Path(django_metrics.origin).read_text()
     builtin = {"up", "ALERTS", "alertmanager_notifications_failed_total", "vector"}
     words = set()
     for _, expr in dashboard_exprs():

@@ -78,7 +78,7 @@ def test_a_lockout_ends_after_the_cool_off(client, operator):
     assert log_in(client, "/admin/login/", PASSWORD).status_code == 302 and logged_in(client)
 
 
-def deploy_check_ids() -> set[str]:
+def deploy_check_ids() -> set[str | None]:
     return {message.id for message in run_checks(include_deployment_checks=True)}
 
 

@@ -43,7 +43,7 @@ EDITABLE = {"gpufleet-client"}  # requirements.txt installs it from the checkout
 
 
 def requirements(path: Path) -> dict[str, Requirement]:
-    found = {}
+    found: dict[str, Requirement] = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line and not line.startswith(("-r ", "-e ")):
@@ -69,7 +69,7 @@ def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
 
 
 def production_imports(roots: tuple[str, ...] = PRODUCTION_CODE) -> set[str]:
-    modules = set()
+    modules: set[str] = set()
     for root in roots:
         path = BASE_DIR / root
         for source in [path] if path.is_file() else path.rglob("*.py"):
@@ -78,6 +78,7 @@ def production_imports(roots: tuple[str, ...] = PRODUCTION_CODE) -> set[str]:
                 if isinstance(node, ast.Import):
                     modules.update(alias.name.split(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    assert node.module is not None  # only a relative import may name no module
                     modules.add(node.module.split(".")[0])
     if roots == PRODUCTION_CODE:
         # Apps and middleware that the settings name as strings.
@@ -93,7 +94,7 @@ def test_every_line_is_pinned_and_no_package_is_in_both_files():
 
 def test_every_installed_package_is_pinned_at_its_installed_version():
     wanted = {**pins(RUNTIME), **pins(DEVELOPMENT)}
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in distributions()}
+    installed: dict[str, str] = {canonicalize_name(d.metadata["Name"]): d.version for d in distributions()}
     unpinned = {
         name: version for name, version in installed.items() if name not in wanted and name not in TOOLING | EDITABLE
     }

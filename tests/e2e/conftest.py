@@ -37,7 +37,7 @@ def control_plane_port() -> int:
 def bmcsim(tmp_path, control_plane_port, request):
     """E2E_NODES nodes; a test may ask for another fleet shape, a bmcsim topology file's object, with
     `@pytest.mark.parametrize("bmcsim", [{...}], indirect=True)`."""
-    args = ()
+    args: tuple[str, ...] = ()
     if shape := getattr(request, "param", None):
         topology = tmp_path / "topology.json"
         topology.write_text(json.dumps(shape))

@@ -125,9 +125,9 @@ def test_a_repair_whose_message_was_never_enqueued_is_made_by_the_reconciler(bmc
     node = make_available(list(Node.objects.order_by("name")))[0]
     bmcsim.reset(node.system_id, "On")  # its agent answers, and reports every GPU healthy
     # Received in this process: whatever it sends goes to the tests' own broker, which no worker reads.
-    (pending,) = services.receive_alerts(
-        rules.parse_webhook(payload(alert(node.name, xid=RESET_XID, name="GPUResetRequiredXid")))
-    )
+    [firing] = rules.parse_webhook(payload(alert(node.name, xid=RESET_XID, name="GPUResetRequiredXid")))
+    assert isinstance(firing, rules.Alert)
+    (pending,) = services.receive_alerts([firing])
     assert pending.status == "pending"
     control_plane.start_worker("w1")
     control_plane.start_beat()

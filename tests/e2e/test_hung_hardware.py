@@ -84,6 +84,7 @@ def test_a_hung_wipe_parked_mid_wait_still_fails_at_its_timeout_after_a_redis_re
     control_plane.start_beat()
     wait_for("the wipe parked mid-wait", lambda: parked_mid_wait(node), timeout=60)
     began = Node.objects.get(pk=node.pk).step_since
+    assert began is not None
     # Whatever messages and marks were in Redis are lost; the wait needs none of them.
     control_plane.redis.stop()
     control_plane.redis.start()
@@ -111,7 +112,7 @@ def test_a_visit_gives_the_node_back_mid_wait_and_the_next_resumes_the_same_wait
     node = seed(slow_bmcsim.url)[0]
     send_to_wiping(node)
 
-    outcomes = []
+    outcomes: list[str] = []
     while not wiped(node):
         assert len(outcomes) < 200, outcomes
         outcome = workflows.run_workflow(node_id=node.pk, worker="test")
@@ -119,6 +120,7 @@ def test_a_visit_gives_the_node_back_mid_wait_and_the_next_resumes_the_same_wait
         if outcome.startswith("waiting at"):
             parked = Node.objects.get(pk=node.pk)
             assert parked.lease_owner == leases.WAITING_ON_HARDWARE and outcome.endswith(parked.step)
+            assert parked.lease_expires_at is not None
             due_in = (parked.lease_expires_at - timezone.now()).total_seconds()
             assert due_in <= settings.WORKFLOW_RECHECK_MAX_SECONDS
             time.sleep(max(due_in, 0) + 0.01)  # then the reconciler would send it

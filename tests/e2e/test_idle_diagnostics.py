@@ -94,6 +94,7 @@ def test_an_idle_nodes_diagnostics_are_preempted_within_a_second_by_a_reservatio
     assert agent["finished_at"] - agent["started_at"] < 9  # cut short: a level-3 run takes 9 s here
     provisioning_began = AuditEvent.objects.get(node=node, event="provision_requested").at.timestamp()
     cancelled_after = agent["finished_at"] - provisioning_began  # both clocks are this machine's
+    assert run.ended_at is not None
     recorded_after = run.ended_at.timestamp() - provisioning_began
     print(f"\nidle diagnostics cancelled {cancelled_after:.3f} s after provisioning began", end="")
     print(f" (the run's end recorded after {recorded_after:.3f} s; {run.detail})")

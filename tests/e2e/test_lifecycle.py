@@ -81,6 +81,7 @@ def test_a_gpu_fault_under_a_tenant_is_healed_in_the_same_pod(bmcsim, control_pl
     wait_for("the reservation active", lambda: state_of(reservation) == "active", timeout=120)
 
     lost = Node.objects.filter(reservation=reservation).order_by("name").first()
+    assert lost is not None
     transition(node_id=lost.pk, event="hardware_fault", actor="test", reason="XID 79 on GPU 3")
     assert state_of(reservation) == "degraded"
     wait_for("a replacement up and the reservation active", lambda: state_of(reservation) == "active", timeout=120)

@@ -21,6 +21,7 @@ from tests.support.tenancy import active_under_watch, state_of
 def test_xid_79_under_a_tenant_is_quarantined_and_replaced_with_no_operator(bmcsim, control_plane, tmp_path):
     reservation = active_under_watch(control_plane)
     victim = Node.objects.filter(reservation=reservation).order_by("name").first()
+    assert victim is not None
 
     injected = time.monotonic()
     fault = bmcsim.post("/bmcsim/v1/faults", json={"node": victim.name, "kind": "xid", "gpu": 3, "xid": 79})

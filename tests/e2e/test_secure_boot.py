@@ -70,7 +70,7 @@ def test_an_image_that_needs_secure_boot_boots_with_it_on_and_another_leaves_it_
         tenant=acme, node_count=1, image=Image.objects.get(name=NEEDS_SECURE_BOOT), actor="test"
     )
     default = reservations.create_reservation(tenant=acme, node_count=1, actor="test")
-    assert not default.image.needs_secure_boot
+    assert default.image is not None and not default.image.needs_secure_boot
     wait_for("both reservations active", lambda: state_of(needing) == state_of(default) == "active", 120)
 
     node = Node.objects.get(reservation=needing)
@@ -91,6 +91,7 @@ def test_an_image_that_needs_secure_boot_boots_with_it_on_and_another_leaves_it_
 def test_a_node_that_cannot_run_secure_boot_fails_provisioning_and_is_replaced(bmcsim, control_plane, tmp_path):
     start(bmcsim, control_plane, tmp_path)
     first = Node.objects.filter(state="available", rack__pod__name="p2").order_by("name").first()
+    assert first is not None
     deleted = bmcsim.post(
         f"/redfish/v1/Systems/{first.name}/SecureBoot/Actions/SecureBoot.ResetKeys",
         json={"ResetKeysType": "DeletePK"},

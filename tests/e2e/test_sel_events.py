@@ -46,6 +46,7 @@ def test_a_critical_sel_event_under_a_tenant_quarantines_the_node_and_the_reserv
         tenant=reservation.tenant, url="https://hooks.acme.test/nodes", events=["node.quarantined"], secret="whsec_x"
     )
     victim = Node.objects.filter(reservation=reservation).order_by("name").first()
+    assert victim is not None
     read_once(victim)
 
     log_event(bmcsim, victim, message_id=FAN)

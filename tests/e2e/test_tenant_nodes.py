@@ -58,7 +58,9 @@ async def run_over_ssh(machine: dict, key, command: str) -> tuple[str, str]:
         machine["address"], machine["ssh_port"], username="root", client_keys=[key], known_hosts=None
     ) as connection:
         result = await connection.run(command, check=True)
-        return str(result.stdout).strip(), connection.get_server_host_key().get_fingerprint("sha256")
+        host_key = connection.get_server_host_key()
+        assert host_key is not None
+        return str(result.stdout).strip(), host_key.get_fingerprint("sha256")
 
 
 def ssh(machine: dict, key, command: str) -> tuple[str, str]:
@@ -118,6 +120,7 @@ def test_a_node_that_boots_the_wrong_bytes_is_wiped_and_replaced(bmcsim, control
     start(bmcsim, control_plane)
     acme = tenant_client("acme")
     first = Node.objects.filter(state="available", rack__pod__name="p2").order_by("name").first()
+    assert first is not None
     bmcsim.post("/bmcsim/v1/faults", json={"node": first.name, "kind": "corrupt_media"})
 
     created = post(acme, "/v1/reservations", {"node_count": 1, "pod": "p2"}).json()

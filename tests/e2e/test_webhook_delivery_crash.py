@@ -50,7 +50,7 @@ class HoldingReceiver(ThreadingHTTPServer):
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.seen: set[str] = set()
+        self.seen: set[str | None] = set()
         # (headers, body, the client's port, when) of each request held
         self.held: queue.Queue[tuple[dict, bytes, int, float]] = queue.Queue()
         # (headers, body, when) of each request answered

@@ -52,6 +52,7 @@ def test_quarantine_asks_a_reason_then_goes_through_the_service(admin_client, fl
         node.refresh_from_db()
         assert (node.state, node.quarantine_reason) == ("quarantined", "operator_quarantine: smoke from PSU")
         row = AuditEvent.objects.filter(node=node).order_by("-id").first()
+        assert row is not None
         assert (row.event, row.actor, row.reason) == ("operator_quarantine", "operator:admin", "smoke from PSU")
 
 
@@ -83,6 +84,7 @@ def test_nodes_are_neither_added_nor_deleted_by_hand(admin_client, node, path):
 
 def test_audit_log_is_read_only(admin_client, node):
     row = AuditEvent.objects.filter(node=node).first()
+    assert row is not None
     base = "/admin/fleet/auditevent/"
     assert admin_client.get(base).status_code == 200
     assert admin_client.get(f"{base}{row.pk}/change/").status_code == 200  # view only

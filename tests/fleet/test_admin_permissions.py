@@ -15,6 +15,7 @@ from django.contrib.auth import get_permission_codename, get_user_model
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.contrib.sessions.models import Session
+from django.db.models import Model
 from django.test import RequestFactory
 from django.utils import timezone
 
@@ -28,16 +29,17 @@ from tests.support.factories import drive, enrol_default_fleet, tenant_token
 DJANGO_PERMISSIONS = {"add", "change", "delete", "view"}
 
 
-def registered_actions() -> list[tuple[type, str, object]]:
+def registered_actions() -> list[tuple[type[Model], str, object]]:
     """(model, action name, action) for every action of every registered ModelAdmin."""
     superuser = get_user_model()(is_superuser=True, is_active=True, is_staff=True)
     request = RequestFactory().get("/admin/")
     request.user = superuser
-    return [
-        (model, name, function)
-        for model, modeladmin in admin.site._registry.items()
-        for name, (function, _, _) in modeladmin.get_actions(request).items()
-    ]
+    found: list[tuple[type[Model], str, object]] = []
+    for model, modeladmin in admin.site._registry.items():
+        for name, action in modeladmin.get_actions(request).items():
+            assert action is not None, f"{model._meta.label}.{name} lists no action"
+            found.append((model, name, action[0]))
+    return found
 
 
 # Django's own delete_selected checks `delete` itself (and Django tests it); every other action is ours to check.

@@ -26,6 +26,7 @@ def test_enrolment_is_audited(node):
 
 def test_audit_rows_cannot_be_updated_or_deleted(node):
     row = AuditEvent.objects.filter(node=node).first()
+    assert row is not None
     for write in (
         lambda: AuditEvent.objects.filter(pk=row.pk).update(reason="rewritten"),
         lambda: AuditEvent.objects.filter(pk=row.pk).delete(),

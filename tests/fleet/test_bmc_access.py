@@ -216,7 +216,9 @@ def test_a_new_bmc_access_from_the_inventory_is_audited_without_the_password():
     assert result.updated == 3
     rows = AuditEvent.objects.filter(event="bmc_changed")
     assert rows.count() == 3
-    assert rows.first().detail == {"bmc_username": {"from": "admin", "to": "root"}, "bmc_password": "changed"}
+    first = rows.first()
+    assert first is not None
+    assert first.detail == {"bmc_username": {"from": "admin", "to": "root"}, "bmc_password": "changed"}
     assert TYPED_PASSWORD not in json.dumps(list(rows.values()), default=str)
 
 

@@ -57,6 +57,7 @@ def test_enrolled_inspecting_available_have_no_tenant(node, alice, alices_reserv
 def test_only_a_provisioning_or_active_node_serves_a_reservation(active_node, events):
     node = drive(active_node, *events)
     assert node.tenant_id and not node.reservation_id  # it keeps the tenant whose data it holds
+    assert node.tenant is not None
     assert_refused_three_ways(
         node, {"reservation": node.tenant.reservations.get()}, {"reservation_id": node.tenant.reservations.get().pk}
     )
@@ -105,6 +106,7 @@ def test_one_node_per_rack_slot_from_1(fleet):
 
 def test_gpu_index_unique_per_node_and_health_known(node):
     gpu = GPU.objects.filter(node=node).first()
+    assert gpu is not None
     refused(lambda: GPU.objects.create(node=node, index=gpu.index, uuid="GPU-new", model="x"))
     refused(lambda: GPU.objects.filter(pk=gpu.pk).update(health="meh"))
     gpu.health = "meh"

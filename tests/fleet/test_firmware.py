@@ -236,6 +236,7 @@ def test_a_repair_by_the_plan_leaves_no_drift(changed, sriov, boot):
         flash = flashes.get(SYSTEM if entry["SoftwareId"] == "BIOS" else entry["@odata.id"])
         if flash is not None:
             expected = BASELINE.expected(before.components[flash.component])
+            assert expected is not None
             entry["Version"], entry["Measurement"]["Measurement"] = expected.version, expected.sha256
     attributes = {**before.bios_attributes, **repair.bios_settings}
     enabled = boot.enabled or repair.enable_secure_boot

@@ -345,14 +345,18 @@ def test_a_rollout_counts_every_node_of_the_class_where_it_stands(idle_fleet, ba
     assert selectors.rollout_progress(rollout) == "9 pending, 1 updated, 1 at next handoff"
 
 
+def baseline_name(node: Node) -> str:
+    found = selectors.firmware_baseline_for(node_id=node.pk)
+    assert found is not None, f"{node.name} has no baseline"
+    return found.name
+
+
 def test_the_class_is_the_nodes_whose_baseline_it_is(idle_fleet, baseline):
     GPU.objects.filter(node=idle_fleet["node-012"]).update(model="NVIDIA B200")
     b200 = FirmwareBaseline.objects.create(name="b200", gpu_model="NVIDIA B200")
     for row in (baseline, b200):
         ours = set(selectors.nodes_of_baseline(row).values_list("name", flat=True))
-        theirs = {
-            name for name, n in idle_fleet.items() if selectors.firmware_baseline_for(node_id=n.pk).name == row.name
-        }
+        theirs = {name for name, n in idle_fleet.items() if baseline_name(n) == row.name}
         assert ours == theirs and ours
 
 

@@ -19,7 +19,7 @@ from fleet.lifecycle import (
 )
 from tests.support import REPO_ROOT
 
-EXPECTED = {
+EXPECTED: dict[tuple[State, Event], State] = {
     (State.ENROLLED, Event.INSPECTION_STARTED): State.INSPECTING,
     (State.INSPECTING, Event.INSPECTION_PASSED): State.INSPECTING,
     (State.INSPECTING, Event.INSPECTION_FAILED): State.QUARANTINED,
@@ -102,7 +102,7 @@ def test_after_a_tenant_inspection_is_reached_only_through_a_successful_wipe():
 def test_no_path_from_a_tenant_to_available_skips_wipe_and_attestation():
     # Search every path leaving `active`: each one reaching `available` passes wipe_succeeded
     # and then attestation_passed.
-    frontier = [(State.ACTIVE, ())]
+    frontier: list[tuple[State, tuple[Event, ...]]] = [(State.ACTIVE, ())]
     seen = set()
     while frontier:
         state, events = frontier.pop()

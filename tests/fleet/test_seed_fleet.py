@@ -4,6 +4,7 @@ import json
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TypedDict
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -53,10 +54,16 @@ def test_a_big_fleet_is_enrolled_in_batches(db):
     assert Node.objects.filter(name="node-10000", rack__name="r1250").exists()
 
 
+class InventoryAnswer(TypedDict):
+    status: int
+    body: bytes
+    content_type: str
+
+
 @pytest.fixture
 def inventory_server():
     """A data-center inventory on loopback that answers whatever the test sets."""
-    answer = {"status": 200, "body": b"{}", "content_type": "application/json"}
+    answer: InventoryAnswer = {"status": 200, "body": b"{}", "content_type": "application/json"}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):

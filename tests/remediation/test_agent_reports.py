@@ -22,14 +22,16 @@ def rfc3339(at) -> str:
 
 def report(node: Node, *, gpu=3, xid=79, occurrence=1, seen_at=None, token=None):
     body = {"gpu": gpu, "xid": xid, "occurrence": occurrence, "seen_at": seen_at or rfc3339(timezone.now())}
-    headers = {"HTTP_AUTHORIZATION": f"Bearer {node.agent_token if token is None else token}"}
-    return APIClient().post(f"/v1/agents/{node.name}/xids", body, format="json", **headers)
+    authorization = f"Bearer {node.agent_token if token is None else token}"
+    return APIClient().post(f"/v1/agents/{node.name}/xids", body, format="json", HTTP_AUTHORIZATION=authorization)
 
 
 def alertmanager(node: Node, *, xid=79, gpu=3, starts_at, n=0) -> Remediation:
     firing = alert(node.name, xid=xid, gpu=gpu, n=n)
     firing["startsAt"] = rfc3339(starts_at)
-    (received,) = services.receive_alerts(rules.parse_webhook(payload(firing)))
+    [parsed] = rules.parse_webhook(payload(firing))
+    assert isinstance(parsed, rules.Alert)
+    (received,) = services.receive_alerts([parsed])
     return received
 
 

@@ -19,11 +19,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from remediation.rules import ALERTS, XID_ALERTS, XIDS, Step, decide, parse_webhook, xids_of
+from remediation.rules import ALERTS, XID_ALERTS, XIDS, Alert, Step, decide, parse_webhook, xids_of
 from tests.support import REPO_ROOT
-from tests.support.bmcsim import start_bmcsim
+from tests.support.bmcsim import Bmcsim, start_bmcsim
 from tests.support.ports import free_port
-from tests.support.processes import start_alertmanager, start_prometheus, tool
+from tests.support.processes import Process, start_alertmanager, start_prometheus, tool
 
 PROMETHEUS_DIR = REPO_ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
@@ -105,7 +105,8 @@ def test_each_alerts_ladder_label_names_the_ladders_rules_py_takes():
     ladders = {name: rule.ladder for name, rule in ALERTS.items()}
     ladders |= {name: ",".join(sorted(names)) for name, names in XID_ALERTS.items()}
     for name, rule_text in alert_rules().items():
-        assert re.search(r"^\s*ladder: (\S+)$", rule_text, flags=re.MULTILINE).group(1) == ladders[name], name
+        ladder = re.search(r"^\s*ladder: (\S+)$", rule_text, flags=re.MULTILINE)
+        assert ladder is not None and ladder.group(1) == ladders[name], name
 
 
 def test_xid_table_cites_nvidias_action_for_every_xid():
@@ -197,7 +198,7 @@ def pipeline(tmp_path) -> Iterator[tuple[str, Recorder]]:
     (tmp_path / "var").mkdir()
     (tmp_path / "var" / "webhook-token").write_text(TOKEN + "\n")
 
-    processes = []
+    processes: list[Bmcsim | Process] = []
     try:
         processes.append(start_bmcsim(tmp_path / "bmcsim", nodes=2, port=bmcsim_port))
         processes.append(
@@ -243,6 +244,7 @@ def test_xid_79_through_prometheus_and_alertmanager_reaches_the_webhook_and_rebo
     assert path == "/v1/alerts/alertmanager"
     assert authorization == f"Bearer {TOKEN}"
     [alert] = parse_webhook(payload)
+    assert isinstance(alert, Alert)
     assert alert.name == "GPUFatalXid"
     assert {k: alert.labels[k] for k in ("node", "pod", "rack", "gpu", "xid")} == {
         "node": "node-001",
@@ -257,7 +259,7 @@ def test_xid_79_through_prometheus_and_alertmanager_reaches_the_webhook_and_rebo
     time.sleep(3)  # several evaluation and group intervals: the XID 43 alert would have come by now
     while not recorder.posts.empty():
         for other in parse_webhook(recorder.posts.get()[2]):
-            assert other.labels.get("xid") != "43"
+            assert isinstance(other, Alert) and other.labels.get("xid") != "43"
 
 
 @pytest.mark.parametrize(
@@ -271,6 +273,7 @@ def test_memory_faults_read_from_dcgm_exporters_fields_reach_the_webhook(pipelin
     assert answer.status_code == 201, answer.text
     _, _, payload = recorder.posts.get(timeout=30)
     [alert] = parse_webhook(payload)
+    assert isinstance(alert, Alert)
     assert (alert.name, alert.labels["node"], alert.labels["gpu"]) == (alert_name, "node-002", "5")
     decision = decide(alert)
     first_rung = {"GPUUncorrectableECC": Step.GPU_RESET, "GPURowRemapFailure": Step.QUARANTINE}[alert_name]

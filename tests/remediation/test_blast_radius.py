@@ -83,7 +83,8 @@ def history_from(drawn) -> list[Incident]:
 
 def most_in_any_window(history: list[Incident], now: int) -> tuple[int, dict[str, int]]:
     """The most incidents any window held, fleet-wide and per pod, trying every whole second."""
-    fleet, pods = 0, {}
+    fleet = 0
+    pods: dict[str, int] = {}
     for second in range(now + int(CAP.window.total_seconds()) + 1):
         counted = [i for i in history if i.counts_at(at(second), CAP.window)]
         fleet = max(fleet, len(counted))

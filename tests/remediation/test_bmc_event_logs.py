@@ -51,8 +51,15 @@ def at_gpu(gpu: int) -> dict:
 # -- the rules ---------------------------------------------------------------------------------
 
 
+def alert_of(node: str, entry: dict) -> rules.Alert:
+    """The alert of an entry that must make one."""
+    alert = rules.sel_entry(node, entry)
+    assert alert is not None, f"{entry} makes no alert"
+    return alert
+
+
 def test_a_critical_entry_quarantines_a_warning_is_recorded_and_ok_calls_for_nothing():
-    critical = rules.decide(rules.sel_entry(NODE, log_entry()))
+    critical = rules.decide(alert_of(NODE, log_entry()))
     assert (critical.rule, critical.step, critical.node, critical.gpu) == (
         "hardware_failed",
         rules.Step.QUARANTINE,
@@ -61,7 +68,7 @@ def test_a_critical_entry_quarantines_a_warning_is_recorded_and_ok_calls_for_not
     )
     assert critical.reason == f"sel: {PSU}: Power supply 'PSU1' has failed."
 
-    warning = rules.sel_entry(NODE, log_entry(severity="Warning", message_id=FAN, message="Fan 'Fan 3' has failed."))
+    warning = alert_of(NODE, log_entry(severity="Warning", message_id=FAN, message="Fan 'Fan 3' has failed."))
     assert warning.name == rules.BMC_WARNING_EVENT
     assert rules.decide(warning) == rules.Decision("none", None, NODE, None, f"sel: {FAN}: Fan 'Fan 3' has failed.")
 
@@ -70,30 +77,28 @@ def test_a_critical_entry_quarantines_a_warning_is_recorded_and_ok_calls_for_not
 
 
 def test_a_platform_error_at_a_gpu_climbs_xid_79s_ladder_and_other_critical_events_at_a_gpu_do_not():
-    lost = rules.decide(rules.sel_entry(NODE, log_entry(message_id=PLATFORM_ERROR, **at_gpu(3))))
+    lost = rules.decide(alert_of(NODE, log_entry(message_id=PLATFORM_ERROR, **at_gpu(3))))
     assert (lost.rule, lost.step, lost.gpu) == (rules.XIDS[79].ladder, rules.Step.REBOOT, 3)
     # Another version of the registry says the same.
-    newer = rules.decide(
-        rules.sel_entry(NODE, log_entry(message_id="Platform.1.1.0.PlatformErrorAtLocation", **at_gpu(3)))
-    )
+    newer = rules.decide(alert_of(NODE, log_entry(message_id="Platform.1.1.0.PlatformErrorAtLocation", **at_gpu(3))))
     assert newer.rule == "gpu_lost"
-    at_the_system = rules.decide(rules.sel_entry(NODE, log_entry(message_id=PLATFORM_ERROR)))
+    at_the_system = rules.decide(alert_of(NODE, log_entry(message_id=PLATFORM_ERROR)))
     assert at_the_system.rule == "hardware_failed"
-    too_hot = rules.decide(rules.sel_entry(NODE, log_entry(message_id=THERMAL_TRIP, **at_gpu(3))))
+    too_hot = rules.decide(alert_of(NODE, log_entry(message_id=THERMAL_TRIP, **at_gpu(3))))
     assert (too_hot.rule, too_hot.gpu) == ("hardware_failed", 3)
 
 
 def test_an_entry_is_keyed_by_its_node_its_id_and_its_created():
-    first = rules.sel_entry(NODE, log_entry("7"))
+    first = alert_of(NODE, log_entry("7"))
     assert (first.fingerprint, first.starts_at) == (
-        rules.sel_entry(NODE, log_entry("7", message="read again")).fingerprint,
+        alert_of(NODE, log_entry("7", message="read again")).fingerprint,
         "2026-12-01T10:00:00.123+00:00",
     )
-    assert rules.sel_entry("node-002", log_entry("7")).fingerprint != first.fingerprint
-    assert rules.sel_entry(NODE, log_entry("8")).fingerprint != first.fingerprint
-    restarted = rules.sel_entry(NODE, log_entry("7", Created="2026-12-02T08:00:00+00:00"))
+    assert alert_of("node-002", log_entry("7")).fingerprint != first.fingerprint
+    assert alert_of(NODE, log_entry("8")).fingerprint != first.fingerprint
+    restarted = alert_of(NODE, log_entry("7", Created="2026-12-02T08:00:00+00:00"))
     assert (restarted.fingerprint, restarted.starts_at) == (first.fingerprint, "2026-12-02T08:00:00+00:00")
-    assert rules.sel_entry(NODE, log_entry("7", Created="yesterday")).starts_at == ""
+    assert alert_of(NODE, log_entry("7", Created="yesterday")).starts_at == ""
     assert dict(first.labels) == {
         "alertname": rules.BMC_CRITICAL_EVENT,
         "node": NODE,

@@ -31,7 +31,9 @@ operations = st.lists(
 
 
 def strike(node: Node, xid: int, n: int) -> Remediation:
-    (remediation,) = services.receive_alerts(rules.parse_webhook(payload(alert(node.name, xid=xid, n=n))))
+    [firing] = rules.parse_webhook(payload(alert(node.name, xid=xid, n=n)))
+    assert isinstance(firing, rules.Alert)
+    (remediation,) = services.receive_alerts([firing])
     return remediation
 
 

@@ -34,7 +34,10 @@ def reset_gpu_alert(node: Node, n: int = 0) -> dict:
 
 
 def receive(*alerts) -> list[Remediation]:
-    return services.receive_alerts(rules.parse_webhook(payload(*alerts)))
+    parsed = rules.parse_webhook(payload(*alerts))
+    accepted = [entry for entry in parsed if isinstance(entry, rules.Alert)]
+    assert accepted == parsed, "an alert was refused"
+    return services.receive_alerts(accepted)
 
 
 def time_passes_until_the_repair_is_due() -> None:
@@ -45,7 +48,7 @@ def test_a_reset_decision_is_pending_and_due_at_once_in_the_database(broker, ava
     (pending,) = receive(reset_gpu_alert(available_fleet[0]))
     pending.refresh_from_db()
     assert (pending.status, pending.step) == ("pending", "gpu_reset")
-    assert pending.recheck_due_at <= pending.at + timedelta(seconds=1)
+    assert pending.recheck_due_at is not None and pending.recheck_due_at <= pending.at + timedelta(seconds=1)
     assert repairs_queued(broker) == []  # no countdown message for Redis to lose
     assert tasks.reconcile_remediations() == {"repairs_looked_at": 1}
     assert repairs_queued(broker) == [pending.pk]
@@ -68,7 +71,7 @@ def test_a_repair_lost_with_a_redis_flush_is_sent_again_by_the_reconciler(broker
     assert tasks.repair_gpu(pending.pk) == "pending"
     remediation = Remediation.objects.get(pk=pending.pk)
     assert remediation.step == "reboot" and "the agent could not reset it" in remediation.reason
-    assert remediation.recheck_due_at <= timezone.now()
+    assert remediation.recheck_due_at is not None and remediation.recheck_due_at <= timezone.now()
     assert services.step_finished(remediation_id=pending.pk, healthy=False).step == "quarantine"
     assert Node.objects.get(pk=node.pk).state == "quarantined"
     time_passes_until_the_repair_is_due()

@@ -21,7 +21,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def receive(*alerts) -> list[Remediation]:
-    return services.receive_alerts(rules.parse_webhook(payload(*alerts)))
+    parsed = rules.parse_webhook(payload(*alerts))
+    accepted = [entry for entry in parsed if isinstance(entry, rules.Alert)]
+    assert accepted == parsed, "an alert was refused"
+    return services.receive_alerts(accepted)
 
 
 @pytest.fixture
@@ -44,12 +47,14 @@ def test_a_reboot_under_a_tenant_waits_for_the_drain_time_after_telling_the_tena
         "reason": "XID 109 on GPU 3: context switch timeout",
         "acts_at": None,
     }
+    assert remediation.recheck_due_at is not None
     assert remediation.recheck_due_at <= timezone.now()  # a GPU reset leaves the other GPUs alone: at once
 
     before = timezone.now()
     climbed = services.step_finished(remediation_id=remediation.pk, healthy=False, why="the reset failed")
     assert (climbed.status, climbed.step) == ("pending", "reboot")
     drain = rules.LADDERS["gpu_hang"].drain
+    assert climbed.recheck_due_at is not None
     assert before + drain <= climbed.recheck_due_at <= timezone.now() + drain
     (_, reboot) = WebhookDelivery.objects.filter(event="node.remediation").order_by("id")
     assert reboot.payload["data"]["step"] == "reboot"
@@ -101,7 +106,7 @@ def test_a_repair_whose_node_was_quarantined_meanwhile_ends_with_nothing_done(av
 def snapshot() -> dict[str, list[dict]]:
     """Every row of every table but the remediation app's own."""
     return {
-        model._meta.label: list(model.objects.order_by("pk").values())
+        model._meta.label: list(model._default_manager.order_by("pk").values())
         for model in apps.get_models()
         if model._meta.app_label != "remediation" and model._meta.managed
     }
@@ -205,6 +210,7 @@ def test_a_ladder_counts_once_from_its_first_rung_until_its_verdict(available_fl
     escalated = services.step_finished(remediation_id=ladder.pk, healthy=False)  # a power cycle: no new count
     assert (escalated.status, escalated.step, escalated.counted_until) == ("pending", "power_cycle", None)
     repaired = services.step_finished(remediation_id=ladder.pk, healthy=True)
+    assert repaired.counted_from is not None and repaired.counted_until is not None
     assert repaired.status == "repaired" and repaired.counted_from <= repaired.counted_until
     # Ended, it still counts for a window after its verdict: the cap of 1 stays full.
     (later,) = receive(alert(second.name, xid=79, n=2))

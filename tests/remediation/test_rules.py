@@ -262,6 +262,7 @@ def test_the_third_remediation_within_the_window_quarantines_as_a_repeat_offende
 
 def test_real_alertmanager_payload_parses():
     [parsed] = parse_webhook(REAL_PAYLOAD)
+    assert isinstance(parsed, Alert)
     assert parsed.name == "GPUFatalXid"
     assert parsed.status == "firing"
     assert parsed.labels["node"] == "node-001"
@@ -273,8 +274,9 @@ def test_real_alertmanager_payload_parses():
 
 def test_parsed_labels_cannot_be_changed():
     [parsed] = parse_webhook(REAL_PAYLOAD)
+    assert isinstance(parsed, Alert)
     with pytest.raises(TypeError):
-        parsed.labels["node"] = "node-002"
+        parsed.labels["node"] = "node-002"  # type: ignore[index]  # the write the read-only mapping refuses
 
 
 def test_payload_without_optional_fields_parses():
@@ -384,6 +386,7 @@ def test_a_malformed_alert_is_refused_alone_naming_the_field(path, value, field)
 def test_a_nul_in_an_alert_is_refused_wherever_it_is_and_says_so():
     payload = set_path(REAL_PAYLOAD, ("alerts", 0, "silencedBy"), ["a\x00b"])
     [refused] = parse_webhook(payload)
+    assert isinstance(refused, RefusedAlert)
     assert refused.reason == "alerts[0].silencedBy[0]: must not contain the NUL character (U+0000)"
 
 
@@ -401,13 +404,14 @@ def test_too_many_alerts_are_refused():
 def test_an_alert_with_too_many_labels_is_refused():
     labels = {f"l{i}": "x" for i in range(64)} | {"alertname": "GPUFatalXid"}
     [refused] = parse_webhook(set_path(REAL_PAYLOAD, ("alerts", 0, "labels"), labels))
+    assert isinstance(refused, RefusedAlert)
     assert refused.reason.startswith("alerts[0].labels: at most 64")
 
 
 def test_an_error_in_a_later_alert_names_its_index():
     payload = {**REAL_PAYLOAD, "alerts": [*REAL_PAYLOAD["alerts"], {**REAL_PAYLOAD["alerts"][0], "fingerprint": "x"}]}
     accepted, refused = parse_webhook(payload)
-    assert isinstance(accepted, Alert)
+    assert isinstance(accepted, Alert) and isinstance(refused, RefusedAlert)
     assert refused.index == 1 and refused.reason.startswith("alerts[1].fingerprint: ")
 
 

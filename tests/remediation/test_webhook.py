@@ -143,12 +143,14 @@ def test_the_cap_suppresses_and_an_operator_can_apply(admin_client, available_fl
     statuses = list(Remediation.objects.order_by("id").values_list("status", flat=True))
     assert statuses == ["applied"] * 3 + ["suppressed"] * 2
     suppressed = Remediation.objects.filter(status="suppressed").first()
+    assert suppressed is not None
     assert "pod cap 3" in suppressed.reason
     admin_client.post(
         "/admin/remediation/remediation/", {"action": "apply_suppressed", "_selected_action": [suppressed.pk]}
     )
     suppressed.refresh_from_db()
     assert suppressed.status == "applied" and suppressed.decided_by == "operator:admin"
+    assert suppressed.node_id is not None
     assert Node.objects.get(pk=suppressed.node_id).state == "quarantined"
 
 
@@ -190,6 +192,7 @@ def test_a_later_alert_on_a_quarantined_node_does_nothing_more(available_fleet):
     send(payload(alert(node.name)))
     send(payload(alert(node.name, name="GPUUnhealthy", n=30)))
     later = Remediation.objects.order_by("id").last()
+    assert later is not None
     assert later.status == "no_action" and "already quarantined" in later.reason
 
 

@@ -77,6 +77,7 @@ def test_growing_past_capacity_is_refused_and_changes_nothing(acme, available_fl
     assert answer.status_code == 409 and "fewer than the 2 requested" in answer.json()["detail"]
     mine.refresh_from_db()
     assert mine.node_count == 3 and len(held(mine)) == 3
+    assert mine.ends_at is not None
     assert mine.ends_at < timezone.now() + 2 * H + timedelta(seconds=5)  # the end did not move either
     assert not ReservationEvent.objects.filter(reservation=mine, event="changed").exists()
 

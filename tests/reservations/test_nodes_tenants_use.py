@@ -177,15 +177,21 @@ def test_another_tenants_key_is_refused_as_if_it_did_not_exist(acme, globex, cat
     assert answer.status_code == 400 and f'Invalid pk \\"{theirs["id"]}\\"' in answer.content.decode()
 
 
+def address_of(node: Node) -> str:
+    assigned = fleet_services.assign_address(node_id=node.pk)
+    assert assigned is not None, f"{node.name} got no address"
+    return assigned.address
+
+
 def test_each_serving_node_gets_the_lowest_free_address_of_its_pods_pool_until_it_stops_serving(acme, available_fleet):
     AddressPool.objects.create(
         pod=Pod.objects.get(name="p2"), network="10.100.2.0/29", gateway="10.100.2.1", ssh_port=2222
     )
     reservation = post(acme, "/v1/reservations", {"node_count": 3, "pod": "p2"}).json()
     nodes = list(Node.objects.filter(reservation_id=reservation["id"]).order_by("name"))
-    addresses = [fleet_services.assign_address(node_id=n.pk).address for n in nodes]
+    addresses = [address_of(n) for n in nodes]
     assert addresses == ["10.100.2.2", "10.100.2.3", "10.100.2.4"]  # the gateway is skipped
-    assert fleet_services.assign_address(node_id=nodes[0].pk).address == "10.100.2.2"  # the same one again
+    assert address_of(nodes[0]) == "10.100.2.2"  # the same one again
     fleet_services.record_host_key(node_id=nodes[0].pk, fingerprint="SHA256:abc")
     machines = acme.get(f"/v1/reservations/{reservation['id']}").json()["machines"]
     assert machines[0] == {
@@ -202,8 +208,9 @@ def test_each_serving_node_gets_the_lowest_free_address_of_its_pods_pool_until_i
     assert acme.get(f"/v1/config-drives/{token}").status_code == 404
     assert Node.objects.get(pk=nodes[0].pk).ssh_host_key_fingerprint == ""
     other = Node.objects.filter(rack__pod__name="p2", state="available").first()
+    assert other is not None
     drive(other, "provision_requested", reservation=Reservation.objects.get(pk=reservation["id"]))
-    assert fleet_services.assign_address(node_id=other.pk).address == "10.100.2.2"  # given back, taken again
+    assert address_of(other) == "10.100.2.2"  # given back, taken again
 
 
 def test_a_full_pool_is_said_so(acme, available_fleet):
@@ -300,4 +307,4 @@ def test_an_ipv6_pool_hands_out_addresses_too(acme, available_fleet):
     AddressPool.objects.create(pod=Pod.objects.get(name="p2"), network="fd00:100:2::/64", gateway="fd00:100:2::1")
     reservation = post(acme, "/v1/reservations", {"node_count": 2, "pod": "p2"}).json()
     nodes = Node.objects.filter(reservation_id=reservation["id"]).order_by("name")
-    assert [fleet_services.assign_address(node_id=n.pk).address for n in nodes] == ["fd00:100:2::2", "fd00:100:2::3"]
+    assert [address_of(n) for n in nodes] == ["fd00:100:2::2", "fd00:100:2::3"]

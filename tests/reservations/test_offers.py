@@ -30,6 +30,7 @@ def test_a_request_that_fits_at_once_is_offered_its_own_start():
     offer = earliest_offer(
         PlacementRequest(node_count=2), [rack("p1", "r1", 4)], [], earliest=T0, latest_start=T0 + 9 * H, duration=H
     )
+    assert offer is not None
     assert (offer.starts_at, offer.ends_at, offer.pod) == (T0, T0 + H, "p1")
 
 
@@ -39,6 +40,7 @@ def test_the_offer_starts_when_enough_holds_have_ended():
     offer = earliest_offer(
         PlacementRequest(node_count=3), racks, busy, earliest=T0, latest_start=T0 + 9 * H, duration=2 * H
     )
+    assert offer is not None
     assert offer.starts_at == T0 + 3 * H and set(offer.nodes) == {"r1-n0", "r1-n1", "r1-n2"}
 
 
@@ -49,6 +51,7 @@ def test_a_later_hold_in_the_way_pushes_the_offer_past_it():
     offer = earliest_offer(
         PlacementRequest(node_count=2), racks, busy, earliest=T0, latest_start=T0 + 9 * H, duration=2 * H
     )
+    assert offer is not None
     assert offer.starts_at == T0 + 3 * H
 
 
@@ -60,9 +63,8 @@ def test_no_offer_for_what_never_fits_or_fits_only_past_the_horizon():
     busy = [Busy("r1-n0", T0, T0 + 5 * H)]
     request = PlacementRequest(node_count=3)
     assert earliest_offer(request, racks, busy, earliest=T0, latest_start=T0 + 4 * H, duration=H) is None
-    assert (
-        earliest_offer(request, racks, busy, earliest=T0, latest_start=T0 + 5 * H, duration=H).starts_at == T0 + 5 * H
-    )
+    offer = earliest_offer(request, racks, busy, earliest=T0, latest_start=T0 + 5 * H, duration=H)
+    assert offer is not None and offer.starts_at == T0 + 5 * H
 
 
 def test_rack_scale_waits_for_a_whole_rack():
@@ -71,6 +73,7 @@ def test_rack_scale_waits_for_a_whole_rack():
     offer = earliest_offer(
         PlacementRequest(node_count=4, rack_scale=True), racks, busy, earliest=T0, latest_start=T0 + 9 * H, duration=H
     )
+    assert offer is not None
     assert offer.starts_at == T0 + H and set(offer.nodes) == set(racks[1].nodes)
 
 

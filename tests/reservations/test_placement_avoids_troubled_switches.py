@@ -22,8 +22,8 @@ def read_as(name: str, *, health: str, state: str = "Enabled", links_down: tuple
 
 def reserve(count: int, pod: str | None = None):
     tenant, _ = Tenant.objects.get_or_create(name="acme")
-    pod = Pod.objects.get(name=pod) if pod else None
-    return services.create_reservation(tenant=tenant, node_count=count, pod=pod, actor="test")
+    in_pod = Pod.objects.get(name=pod) if pod else None
+    return services.create_reservation(tenant=tenant, node_count=count, pod=in_pod, actor="test")
 
 
 def held(reservation) -> set[str]:

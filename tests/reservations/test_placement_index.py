@@ -123,7 +123,7 @@ def described(capacity: FreeCapacity) -> dict:
     def groups(grouped: dict[int, list[int]]) -> dict:
         return {spelled(members[0]): [capacity.names[m] for m in members] for members in grouped.values()}
 
-    summary = {}
+    summary: dict[tuple[int, str] | str, object] = {}
     for domain, name in enumerate(capacity.names):
         summary[(capacity.depth[domain], name)] = (
             capacity.size[domain],
@@ -168,7 +168,7 @@ def test_an_index_kept_by_deltas_equals_one_built_from_scratch(racks, deltas):
             r.rack,
             r.nodes,
             tuple(n for n in r.nodes if n in free),
-            recently_tested=tested & set(r.nodes),
+            recently_tested=frozenset(tested & set(r.nodes)),
             path=r.path,
         )
         for r in racks

@@ -247,9 +247,9 @@ def choices(racks: list[RackCapacity], request: PlacementRequest) -> Iterable[li
                         yield [r for unit in combo for r in unit]
         else:
             for k in range(len(rs) + 1):
-                for combo in itertools.combinations(rs, k):
-                    if sum(len(usable(r, request)) for r in combo) >= request.node_count:
-                        yield list(combo)
+                for picked in itertools.combinations(rs, k):
+                    if sum(len(usable(r, request)) for r in picked) >= request.node_count:
+                        yield list(picked)
 
 
 def assert_valid(request: PlacementRequest, racks: list[RackCapacity], chosen: list[str]) -> None:
@@ -332,7 +332,7 @@ def test_the_preferred_level_or_else_the_deepest_switch_level_spans_the_fewest_d
 @given(case=fabrics_and_requests(), seed=st.integers(0, 2**32))
 def test_fabric_placement_is_deterministic_and_ignores_the_order_of_its_input(case, seed):
     racks, request = case
-    outcomes = []
+    outcomes: list[list[str] | str] = []
     for rs in (racks, random.Random(seed).sample(racks, len(racks))):
         try:
             outcomes.append(place(request, rs))

@@ -175,7 +175,9 @@ def test_a_switch_down_only_a_moment_keeps_its_nodes_out_of_placement_but_takes_
     body = reserve(acme, node_count=8, pod="p1", topology={"preferred": "leaf"}).json()
     reservation = Reservation.objects.get(pk=body["id"])
     bring_up(reservation)
-    leaf = Node.objects.get(name=body["nodes"][0]).rack.fabric_domain.name
+    domain = Node.objects.get(name=body["nodes"][0]).rack.fabric_domain
+    assert domain is not None
+    leaf = domain.name
     down = FabricSwitch.objects.filter(name=leaf)
     down.update(health=CRITICAL, state="UnavailableOffline", troubled_since=timezone.now())
     assert len(nodes_cut_off()) == 8  # placement keeps off them at once

@@ -15,7 +15,8 @@ def test_create_tenant_prints_the_token_alone_on_its_last_line(db):
     token = tenant_token("acme")
     assert len(token) == 40 and token.isalnum()
     assert tenant_token("acme") == token  # a second run finds the tenant and prints the same token
-    assert Tenant.objects.get(name="acme").user.auth_token.key == token
+    user = Tenant.objects.get(name="acme").user
+    assert user is not None and user.auth_token.key == token
 
 
 def test_reserve_list_show_and_release(acme, available_fleet):

@@ -24,6 +24,7 @@ def test_the_topology_is_read_again_only_after_it_changed():
 
     moved = nodes[0]
     other_rack = Rack.objects.exclude(pk=moved.rack_id).first()
+    assert other_rack is not None
     Node.objects.filter(pk=moved.pk).update(rack=other_rack, position=99)
     after_move = selectors.topology()
     assert after_move is not first

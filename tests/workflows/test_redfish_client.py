@@ -138,6 +138,7 @@ def test_the_firmware_calls_against_bmcsim(sim):
 
     bmc = components["BMC"]
     monitor = client.simple_update(f"http://images.test/firmware/GF-BMC-{bmc.version.split()[-1]}.bin", bmc.target)
+    assert monitor is not None
     wait_for("the BMC's flash", lambda: client.task_status(monitor)[0], timeout=10)
     assert client.task_status(monitor) == (True, "Completed")
 
@@ -170,7 +171,7 @@ def test_a_timeout_is_transient(sim):
 
 
 def test_a_refused_connection_is_retried_with_widening_jittered_backoff_then_raised():
-    delays = []
+    delays: list[float] = []
     client = RedfishClient(
         BMCAccess("node-042", f"http://127.0.0.1:{free_port()}", "s", "u", "p"),
         attempts=4,
@@ -379,7 +380,7 @@ def test_retry_after_is_a_number_in_ascii_digits(servers, retry_after, low, high
     bmc, _ = servers
     headers = {"Retry-After": retry_after} if retry_after is not None else {}
     bmc.answers["/redfish/v1/Systems/s"] = (503, headers, {"error": {"message": "busy"}})
-    delays = []
+    delays: list[float] = []
     with pytest.raises(BMCTransientError, match="503"):
         bmc_client(bmc.url, attempts=2, max_backoff=10, sleep=delays.append).power_state()
     assert len(delays) == 1 and low <= delays[0] <= high
@@ -389,7 +390,7 @@ def test_retry_after_may_be_an_http_date(servers):
     bmc, _ = servers
     in_five_seconds = email.utils.formatdate(time.time() + 5, usegmt=True)
     bmc.answers["/redfish/v1/Systems/s"] = (503, {"Retry-After": in_five_seconds}, {"error": {"message": "busy"}})
-    delays = []
+    delays: list[float] = []
     with pytest.raises(BMCTransientError):
         bmc_client(bmc.url, attempts=2, max_backoff=10, sleep=delays.append).power_state()
     assert 3 <= delays[0] <= 5

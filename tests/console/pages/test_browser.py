@@ -100,6 +100,7 @@ def test_a_screenshot_of_the_busy_floor(page, live_server, default_fleet, alice)
     for name in ["node-045", "node-046", "node-047"]:
         drive(nodes[name], "inspection_started")
     wiping = Node.objects.filter(state="active").order_by("name").last()
+    assert wiping is not None
     drive(wiping, "released")
 
     page.goto(live_server.url)
@@ -131,6 +132,7 @@ def test_a_tenant_signs_in_and_reserves_nodes_with_the_form(page, live_server, t
     expect(page.locator(".messages")).to_contain_text(f"Reservation {reservation.pk}: 2 node(s) in p2")
     expect(page.locator(f'tr[data-reservation="{reservation.pk}"]')).to_contain_text("provisioning")
     expect(page.locator('[data-capacity="p2"] td').nth(1)).to_have_text("2")  # available now
+    assert reservation.pod is not None
     assert (reservation.node_count, reservation.pod.name) == (2, "p2")
     assert reservation.user_data == "#!/bin/sh\necho hello\n"  # the browser's CRLF undone
 

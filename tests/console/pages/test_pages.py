@@ -170,6 +170,7 @@ def test_an_automatic_remediation_is_a_timeline_to_its_replacement_active(client
         ("done", "replacement_active"),
     ]
     replacement = Node.objects.filter(reservation=reservation).exclude(pk=victim.pk).order_by("-state_since").first()
+    assert replacement is not None
     assert replacement.name in incident[: incident.index("</article>")]
 
 
@@ -283,6 +284,7 @@ def test_the_replay_starts_before_the_incident_and_steps_to_the_replacement(clie
     last_step = int(re.findall(r"step \d+ of (\d+)", first)[0])
     last = client.get(f"{url}?step={last_step}").content.decode()
     replacement = Node.objects.filter(reservation=reservation).exclude(pk=victim.pk).order_by("-state_since").first()
+    assert replacement is not None
     assert tiles(last)[victim.name] == "quarantined" and tiles(last)[replacement.name] == "active"
     assert tiles(first)[replacement.name] == "available"
     fragment = client.get(f"{url}?step=1", headers={"HX-Request": "true"}).content.decode()
@@ -310,7 +312,9 @@ def test_remediations_show_shadow_decisions_apart_from_what_was_done(client, xid
 
     applied, _, _ = xid_incident
     settings.REMEDIATION_SHADOW_RULES = ["gpu_lost"]
-    (shadow,) = remediation_services.receive_alerts(rules.parse_webhook(payload(alert("node-010", xid=79, gpu=1, n=7))))
+    [firing] = rules.parse_webhook(payload(alert("node-010", xid=79, gpu=1, n=7)))
+    assert isinstance(firing, rules.Alert)
+    (shadow,) = remediation_services.receive_alerts([firing])
     html = client.get("/remediations").content.decode()
     done = re.findall(r'data-remediation="(\d+)"', html)
     assert str(shadow.pk) not in done and str(applied.pk) in done
