@@ -64,7 +64,10 @@ def main() -> None:
     reference = reference_values(parse_manifest(releases.reference_values()))
     with tempfile.TemporaryDirectory() as directory:
         pki = PKI(Path(directory), Store(Path(directory)))
-        roots = verifier.TrustedRoots.from_pem(**pki.roots())
+        pems = pki.roots()
+        roots = verifier.TrustedRoots.from_pem(
+            manufacturer_ca=pems["manufacturer_ca"], gpu_vendor_root=pems["gpu_vendor_root"]
+        )
         bundles = []
         for spec in default_layout(args.nodes):
             body = json.dumps(evidence.collect(NodeState(spec), pki, nonce, now.timestamp()))
@@ -96,9 +99,13 @@ def main() -> None:
         document = json.loads(body)
         quote = document["quote"]
         ak = x509.load_pem_x509_certificate(quote["ak_cert"].encode()).public_key()
-        signatures = [(ak, base64.b64decode(quote["signature"]), base64.b64decode(quote["attest"]), hashes.SHA256())]
+        assert isinstance(ak, ec.EllipticCurvePublicKey)  # bmcsim's keys are all ECDSA
+        signatures: list[tuple[ec.EllipticCurvePublicKey, bytes, bytes, hashes.HashAlgorithm]] = [
+            (ak, base64.b64decode(quote["signature"]), base64.b64decode(quote["attest"]), hashes.SHA256())
+        ]
         for report in document["gpus"]:
             key = x509.load_pem_x509_certificate(report["cert_chain"][0].encode()).public_key()
+            assert isinstance(key, ec.EllipticCurvePublicKey)
             signed = evidence.canonical_gpu_report(report)
             signatures.append((key, base64.b64decode(report["signature"]), signed, hashes.SHA384()))
         checks.append(signatures)

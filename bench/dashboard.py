@@ -106,7 +106,7 @@ def measure(size: int, requests: int) -> dict:
     from django.test.utils import CaptureQueriesContext
 
     client = Client(HTTP_HOST="127.0.0.1")
-    figures = {"size": size}
+    figures: dict[str, object] = {"size": size}
     for kind, headers in (("page", {}), ("fragment", {"HX-Request": "true"})):
         response = client.get("/", headers=headers)  # warm: placement reads the topology once per process
         if response.status_code != 200:

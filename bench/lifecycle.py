@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from bench.placement import PG, run
-from tests.support.bmcsim import start_bmcsim
-from tests.support.processes import RedisServer, start_beat, start_worker
+from tests.support.bmcsim import Bmcsim, start_bmcsim
+from tests.support.processes import Process, RedisServer, start_beat, start_worker
 from tests.support.table import print_table
 
 BENCH_DB = "gpufleet_bench_lifecycle"
@@ -93,15 +93,17 @@ def main() -> None:
         "GPUFLEET_WORKFLOW_POLL_SECONDS": "0.05",
         "GPUFLEET_LOG_LEVEL": "WARNING",
     }
-    processes = []
+    processes: list[RedisServer | Bmcsim | Process] = []
     try:
-        processes.append(RedisServer(scratch))
-        env["REDIS_URL"] = processes[-1].url
+        redis_server = RedisServer(scratch)
+        processes.append(redis_server)
+        env["REDIS_URL"] = redis_server.url
         run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
         run(sys.executable, "manage.py", "ensure_database", env=env)
         run(sys.executable, "manage.py", "migrate", "-v0", env=env)
-        processes.append(start_bmcsim(scratch / "bmcsim", nodes=args.nodes, timeout=120))
-        env["BMCSIM_URL"] = processes[-1].url
+        bmcsim = start_bmcsim(scratch / "bmcsim", nodes=args.nodes, timeout=120)
+        processes.append(bmcsim)
+        env["BMCSIM_URL"] = bmcsim.url
         run(sys.executable, "manage.py", "seed_fleet", "--bmcsim-url", env["BMCSIM_URL"], "--wait", "30", env=env)
         releases = f"{env['BMCSIM_URL']}/bmcsim/v1/firmware-releases"
         run(sys.executable, "manage.py", "set_firmware_baseline", FIRMWARE_BASELINE, "--releases", releases, env=env)

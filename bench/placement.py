@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -106,7 +106,9 @@ def pgbench_tps(clients: int, seconds: int) -> float:
         "gpufleet_pgbench",
     ).stdout
     run("psql", f"{PG}/postgres", "-qc", "DROP DATABASE gpufleet_pgbench WITH (FORCE)")
-    return float(re.search(r"tps = ([\d.]+)", out).group(1))
+    tps = re.search(r"tps = ([\d.]+)", out)
+    assert tps is not None, out
+    return float(tps.group(1))
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -162,11 +164,11 @@ def drive(base: str, tokens: list[str], total: int, seed: int) -> dict:
                     timeout=30,
                 )
                 with lock:
-                    kind = {200: "extended", 409: "extension refused"}.get(extension.status_code)
-                    if kind is None:
+                    settled = {200: "extended", 409: "extension refused"}.get(extension.status_code)
+                    if settled is None:
                         outcome["errors"] += 1
                     else:
-                        by_kind[kind].append(time.perf_counter() - t0)
+                        by_kind[settled].append(time.perf_counter() - t0)
                         outcome["extended"] += extension.status_code == 200
             if answer.status_code == 201 and rng.random() < 0.5:
                 released = session.post(f"{base}/v1/reservations/{answer.json()['id']}/release", timeout=30)
@@ -276,7 +278,7 @@ class InProcessFleet:
         )
         self.busy: set[str] = set()
 
-    def change(self, *, taken: list[str] = (), freed: list[str] = ()) -> float:
+    def change(self, *, taken: Sequence[str] = (), freed: Sequence[str] = ()) -> float:
         """Apply a delta to both; the seconds the index took."""
         started = time.perf_counter()
         self.index.apply(taken=taken, freed=freed)

@@ -61,7 +61,8 @@ class Fleet:
     @classmethod
     def of_pods(cls, pods: int, racks_per_pod: int, nodes_per_rack: int) -> Fleet:
         width = len(str(pods * racks_per_pod * nodes_per_rack))
-        racks, number = [], 0
+        racks: list[tuple[str, str, tuple[str, ...], Path]] = []
+        number = 0
         for p in range(pods):
             for r in range(racks_per_pod):
                 nodes = tuple(f"n{number + i:0{width}d}" for i in range(nodes_per_rack))
@@ -132,11 +133,12 @@ def replay(trace: list[Arrival], fleet: Fleet, strategy: Strategy, warm_up: int,
     for index, arrival in enumerate(trace):
         while departures and departures[0][0] <= arrival.at:
             fleet.busy.difference_update(heapq.heappop(departures)[2])
+        chosen: list[str] | None
         try:
             chosen = strategy(arrival.request, fleet.capacity())
         except PlacementRefused:
             chosen = None
-        else:
+        if chosen is not None:
             fleet.busy.update(chosen)
             heapq.heappush(departures, (arrival.at + arrival.duration, index, chosen))
         if index < warm_up:
@@ -191,7 +193,10 @@ def time_place_at_scale(seed: int, calls: int) -> tuple[float, float, float]:
     return statistics.median(timings), timings[int(0.99 * (len(timings) - 1))], timings[-1]
 
 
-def side_by_side(results: dict[str, Outcome], figures: list[tuple[str, Callable[[Outcome], str]]]) -> None:
+Figure = tuple[str, Callable[[Outcome], str]]  # a row of the table: its name, and its cell for an outcome
+
+
+def side_by_side(results: dict[str, Outcome], figures: list[Figure]) -> None:
     cells = [(figure, [show(o) for o in results.values()]) for figure, show in figures]
     width = max(len(cell) for cell in [*results, *(c for _, row in cells for c in row)]) + 2
     print_table(
@@ -202,6 +207,17 @@ def side_by_side(results: dict[str, Outcome], figures: list[tuple[str, Callable[
 
 def at(series: list[int], share: float) -> int:
     return series[min(len(series) - 1, int(share * len(series)))]
+
+
+def partly_used_figures(level: str) -> list[Figure]:
+    """The partly used domains of `level`: their mean, and their count at 1/3, 2/3 and the end."""
+    return [
+        (f"partly used {level}, mean", lambda o: f"{statistics.fmean(o.partly_used[level]):.1f}"),
+        (
+            f"partly used {level}, 1/3 2/3 end",
+            lambda o: "/".join(str(at(o.partly_used[level], s)) for s in (1 / 3, 2 / 3, 1)),
+        ),
+    ]
 
 
 def main() -> None:
@@ -254,20 +270,14 @@ def main() -> None:
     deep = {
         name: replay(trace, Fleet.of_fabric(2048, 2), s, warm_up, FABRIC_LEVELS) for name, s in strategies().items()
     }
-    figures = [
+    figures: list[Figure] = [
         ("leaves spanned, mean", lambda o: f"{statistics.fmean(o.spans[LEAF]):.2f}"),
         ("spine groups spanned, mean", lambda o: f"{statistics.fmean(o.spans[SPINE_GROUP]):.2f}"),
         ("whole-domain accepted", lambda o: f"{o.whole_accepted / o.whole_requests:.1%}"),
         ("all accepted", lambda o: f"{o.accepted / o.requests:.1%}"),
     ]
     for level in FABRIC_LEVELS:
-        figures.append((f"partly used {level}, mean", lambda o, lv=level: f"{statistics.fmean(o.partly_used[lv]):.1f}"))
-        figures.append(
-            (
-                f"partly used {level}, 1/3 2/3 end",
-                lambda o, lv=level: "/".join(str(at(o.partly_used[lv], s)) for s in (1 / 3, 2 / 3, 1)),
-            )
-        )
+        figures += partly_used_figures(level)
     figures.append(("seconds", lambda o: f"{o.seconds:.1f}"))
     side_by_side(deep, figures)
 

@@ -33,7 +33,7 @@ NO_CONNECTION = 256 - 21
 LEVELS = ("1", "2", "3", "4")
 # The tests each level adds to the one below, by their DCGM 4.x names (nvvs/include/PluginStrings.h),
 # with their category and their DCGM 3.3 names (dcgmi/Diag.cpp's DISPLAY_*).
-LEVEL_TESTS = {
+LEVEL_TESTS: dict[int, list[tuple[str, str, str | None]]] = {
     1: [("software", "Deployment", None)],
     2: [("pcie", "Integration", "PCIe"), ("memory", "Hardware", "GPU Memory")],
     3: [
@@ -90,14 +90,14 @@ def document_4(settings: dict, level: int) -> dict:
         for name, category, _ in LEVEL_TESTS[tier]:
             results, failing = [], []
             for gpu in gpus:
-                result = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu["id"], "status": "Pass"}
+                result: dict = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu["id"], "status": "Pass"}
                 if outcome := _outcome(settings, name, gpu["id"]):
                     result["status"] = outcome["status"]
                     result["warnings"] = [_warning(outcome["message"])]
                     if outcome["status"] != "Skip":
                         failing.append(outcome)
                 results.append(result)
-            summary = {"status": "Fail" if failing else "Pass"}
+            summary: dict = {"status": "Fail" if failing else "Pass"}
             if failing:
                 summary["warnings"] = [_warning(o["message"]) for o in failing]
             if outcome := _outcome(settings, name, None):
@@ -131,15 +131,16 @@ def document_3(settings: dict, level: int) -> dict:
         deployment.append({"name": name, "results": [result]})
     categories: dict[str, list] = {"Deployment": deployment}
     for tier in range(2, level + 1):
-        for _, category, name in LEVEL_TESTS[tier]:
+        for _, category, title in LEVEL_TESTS[tier]:
+            assert title is not None  # only level 1's test has no DCGM 3.3 name of its own
             results = []
             for gpu in gpus:
                 result = {"gpu_id": str(gpu["id"]), "status": "Pass"}
-                if outcome := _outcome(settings, name, gpu["id"]):
+                if outcome := _outcome(settings, title, gpu["id"]):
                     result["status"] = outcome["status"]
                     result["warnings"] = [_warning(outcome["message"])]
                 results.append(result)
-            categories.setdefault(category, []).append({"name": name, "results": results})
+            categories.setdefault(category, []).append({"name": title, "results": results})
     return {
         "DCGM GPU Diagnostic": {
             "test_categories": [{"category": c, "tests": categories[c]} for c in CATEGORIES if c in categories]

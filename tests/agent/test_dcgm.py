@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -292,7 +292,7 @@ def dcgmi(tmp_path) -> Callable[..., Path]:
 
 
 @pytest.fixture
-def runs() -> Callable[..., Diagnostics]:
+def runs() -> Iterator[Callable[..., Diagnostics]]:
     """Diagnostics like the host backend's; any run still running at the end is cancelled."""
     made: list[Diagnostics] = []
 
@@ -339,6 +339,7 @@ def test_a_run_is_dcgmi_diag_at_the_level_asked_and_succeeds_with_its_results(dc
     assert diagnostics.operation == started
     done = finished(diagnostics)
     assert done.state == SUCCEEDED and done.level == 2 and done.started_at == started.started_at
+    assert done.finished_at is not None and done.started_at is not None
     assert done.finished_at - done.started_at >= 0.3
     assert all(r["passed"] for r in done.results) and done.detail == ""
     tests = {r["test"] for r in done.results}

@@ -18,7 +18,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -133,7 +133,9 @@ class Agent:
         return self.value("gpu_agent_gpu_healthy", gpu=str(gpu)) == 1
 
     def xids(self, gpu: int, xid: int) -> float:
-        return self.value("gpu_agent_xid_errors_total", 0.0, gpu=str(gpu), xid=str(xid))
+        count = self.value("gpu_agent_xid_errors_total", 0.0, gpu=str(gpu), xid=str(xid))
+        assert count is not None  # the default stands in for a missing sample
+        return count
 
     def finished(self, operation: str) -> dict:
         """GET /<operation> until it no longer runs."""
@@ -157,7 +159,7 @@ def kernel_log(tmp_path) -> KernelLog:
 
 
 @pytest.fixture
-def followers(monkeypatch) -> list[KmsgFollower]:
+def followers(monkeypatch) -> Iterator[list[KmsgFollower]]:
     """The kernel-log followers HostBackend.open starts; it keeps no handle on its follower, so the
     test records them, to stop their threads at teardown."""
     started: list[KmsgFollower] = []
@@ -174,7 +176,7 @@ def followers(monkeypatch) -> list[KmsgFollower]:
 
 
 @pytest.fixture
-def start_agent(library, followers, tmp_path) -> Callable[..., Agent]:
+def start_agent(library, followers, tmp_path) -> Iterator[Callable[..., Agent]]:
     """Opens the host backend as the CLI does, on a node with an H100 and a V100, and serves it."""
     library.gpus = [h100(), v100()]
     agents: list[Agent] = []
@@ -464,7 +466,7 @@ def test_the_inventory_lists_the_gpus_and_this_machines_drives_and_macs(start_ag
 
 def test_without_dcgm_there_are_no_diagnostics_and_the_agent_says_so(start_agent, kernel_log, tmp_path):
     agent = start_agent(kernel_log.path, **NO_TPM, dcgmi=str(tmp_path / "no-dcgm" / "dcgmi"))
-    idle = {"state": "idle", "started_at": None, "finished_at": None, "level": None, "results": []}
+    idle: dict = {"state": "idle", "started_at": None, "finished_at": None, "level": None, "results": []}
 
     refused = agent.post("/diagnostics", {"level": 1})
 

@@ -11,7 +11,7 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import aiohttp
@@ -81,7 +81,7 @@ def report(gpu: int, xid: int, occurrence: int) -> dict:
     return {"gpu": gpu, "xid": xid, "occurrence": occurrence, "seen_at": SEEN_AT}
 
 
-def run(scenario: Callable[[aiohttp.ClientSession], object]) -> None:
+def run(scenario: Callable[[aiohttp.ClientSession], Awaitable[object]]) -> None:
     async def main():
         async with aiohttp.ClientSession() as session:
             await scenario(session)

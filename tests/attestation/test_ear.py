@@ -142,7 +142,7 @@ def test_a_result_in_another_algorithm_is_invalid(key, keys):
     hmac_token = jwt.encode({"iat": 1, "node": "node-001"}, "secret-" * 8, algorithm="HS256", headers={"kid": kid})
     with pytest.raises(ResultInvalid, match="algorithm 'HS256' is not EdDSA"):
         verify_result(hmac_token, keys)
-    unsigned = jwt.encode({"iat": 1}, None, algorithm="none", headers={"kid": kid})
+    unsigned = jwt.encode({"iat": 1}, "", algorithm="none", headers={"kid": kid})  # "": no key, as PyJWT types it
     with pytest.raises(ResultInvalid, match="algorithm 'none'"):
         verify_result(unsigned, keys)
 

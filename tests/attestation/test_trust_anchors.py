@@ -9,6 +9,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from django.core.management import CommandError, call_command
@@ -51,7 +52,7 @@ def certificate(
     extensions=CA_EXTENSIONS,
     *,
     subject: str = "Test Root CA",
-    issuer: tuple[str, object] | None = None,
+    issuer: tuple[str, CertificateIssuerPrivateKeyTypes] | None = None,
     valid: tuple[datetime.datetime, datetime.datetime] = (
         NOW - datetime.timedelta(days=1),
         NOW + datetime.timedelta(days=365),
@@ -96,11 +97,13 @@ def imported(db, bmcsim_roots) -> dict[str, str]:
 
 def chain_verifies(root_key, root: x509.Certificate) -> bool:
     """Whether the verifier's chain check accepts an AK certificate that `root_key` issued under `root`."""
+    root_name = root.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    assert isinstance(root_name, str)
     ak = certificate(
         p256(),
         ((x509.BasicConstraints(ca=False, path_length=None), True), (usage(ca=False), True)),
         subject="node-001",
-        issuer=(root.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value, root_key),
+        issuer=(root_name, root_key),
     )
     _, problem = chains.verified_chain((pem(ak),), root)
     return problem is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.support.bmcsim import FLEET_NODES, Bmcsim, start_bmcsim
@@ -10,7 +12,7 @@ SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
 
 
 @pytest.fixture(scope="session")
-def bmcsim(tmp_path_factory) -> Bmcsim:
+def bmcsim(tmp_path_factory) -> Iterator[Bmcsim]:
     sim = start_bmcsim(tmp_path_factory.mktemp("bmcsim") / "data")
     yield sim
     sim.stop()

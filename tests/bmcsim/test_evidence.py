@@ -132,6 +132,7 @@ def test_a_tampered_signature_or_another_nonce_does_not_verify(bmcsim):
     attest = bytearray(base64.b64decode(body["quote"]["attest"]))
     attest[-1] ^= 1
     ak = x509.load_pem_x509_certificate(body["quote"]["ak_cert"].encode()).public_key()
+    assert isinstance(ak, ec.EllipticCurvePublicKey)
     with pytest.raises(InvalidSignature):
         ak.verify(base64.b64decode(body["quote"]["signature"]), bytes(attest), ec.ECDSA(hashes.SHA256()))
     other_nonce, other = evidence(bmcsim)
@@ -157,6 +158,7 @@ def test_gpu_reports_are_signed_by_device_keys_chained_to_the_vendor_root(bmcsim
         issuer.verify_directly_issued_by(root)
         assert device.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == report["uuid"]
         key = device.public_key()
+        assert isinstance(key, ec.EllipticCurvePublicKey)
         assert key.curve.name == "secp384r1"
         signed = {k: v for k, v in report.items() if k not in ("signature", "cert_chain")}
         canonical = json.dumps(signed, sort_keys=True, separators=(",", ":")).encode()

@@ -31,7 +31,7 @@ def item(bmcsim, name: str, node: str = NODE) -> dict:
 
 
 def flash(bmcsim, image: str, *targets: str, auth=None) -> dict:
-    body = {"ImageURI": f"http://127.0.0.1:9/firmware/{image}", "TransferProtocol": "HTTP"}
+    body: dict = {"ImageURI": f"http://127.0.0.1:9/firmware/{image}", "TransferProtocol": "HTTP"}
     if targets:
         body["Targets"] = list(targets)
     kwargs = {} if auth is None else {"auth": auth}

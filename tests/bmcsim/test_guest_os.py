@@ -153,7 +153,9 @@ def ssh(
             config=None,
             connect_timeout=10,
         ) as connection:
-            fingerprint = connection.get_server_host_key().get_fingerprint("sha256")
+            server_key = connection.get_server_host_key()
+            assert server_key is not None
+            fingerprint = server_key.get_fingerprint("sha256")
             return fingerprint, [await connection.run(command) for command in commands]
 
     return asyncio.run(session())
@@ -224,6 +226,7 @@ def test_a_tenant_node_runs_its_image_configured_by_its_config_drive(sim, media_
     assert fingerprint == host_key["fingerprint"]
     assert (hostname.stdout, hostname.exit_status) == ("tenant-a\n", 0)
     assert digest.stdout == f"{image['sha256']}\n"
+    assert isinstance(keys.stdout, str)
     assert keys.stdout.splitlines() == [tenant.public_key, other_public_key]
     assert other.exit_status == 127 and other.stderr == "bmcsim: sudo reboot: command not simulated\n"
     # Any user name, either authorized key; no other key, and no password.

@@ -37,6 +37,7 @@ def test_reserve_list_show_extend_release_in_tables(acme, available_fleet, broke
     reserved = acme.run("reserve", "--nodes", "2", "--pod", "p1", "--hours", "2")
     assert reserved.returncode == 0, reserved.stderr
     reservation = Reservation.objects.get()
+    assert reservation.pod is not None and reservation.starts_at is not None and reservation.ends_at is not None
     assert (reservation.node_count, reservation.pod.name, reservation.state) == (2, "p1", "provisioning")
     assert abs(reservation.ends_at - reservation.starts_at - timedelta(hours=2)) < timedelta(minutes=1)
     summary = dict(line.split(None, 1) for line in reserved.stdout.split("\n\n")[0].splitlines())
@@ -133,6 +134,7 @@ def test_reserve_sends_every_option(acme, available_fleet, broker, tmp_path):
     reservation = Reservation.objects.get()
     assert (reservation.node_count, reservation.rack_scale, reservation.state) == (8, True, "pending")
     assert (reservation.starts_at, reservation.ends_at) == (starts, starts + timedelta(hours=5))
+    assert reservation.image is not None
     assert reservation.image.name == "rocky-9" and list(reservation.ssh_keys.all()) == [key]
     assert reservation.user_data == user_data.read_text()
 

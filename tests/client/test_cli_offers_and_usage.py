@@ -85,7 +85,9 @@ def test_extend_changes_the_nodes_held_and_gives_named_ones_back(acme, available
     reservation.refresh_from_db()
     assert reservation.node_count == 3
 
-    leaving = Node.objects.filter(reservation=reservation).order_by("name").first().name
+    first = Node.objects.filter(reservation=reservation).order_by("name").first()
+    assert first is not None
+    leaving = first.name
     shrunk = acme.run("extend", str(reservation.pk), "--release", leaving)
     assert shrunk.returncode == 0, shrunk.stderr
     reservation.refresh_from_db()

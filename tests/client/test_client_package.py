@@ -22,7 +22,7 @@ PACKAGE = CLIENT / "gpufleet_client"
 
 
 def pins(path: Path) -> dict[str, str]:
-    found = {}
+    found: dict[str, str] = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line and not line.startswith("-"):
@@ -54,8 +54,10 @@ def test_make_setup_installs_it_editable_and_puts_gpufleet_on_the_path():  # and
 def commands() -> list[str]:
     """Every command and webhook command, as `gpufleet --help` lists them."""
     (top,) = [a for a in build_parser()._actions if a.choices and "reserve" in a.choices]
+    assert isinstance(top.choices, dict)  # a subcommand's parser by its name
     names = [name for name in top.choices if name != "webhooks"]
     (hooks,) = [a for a in top.choices["webhooks"]._actions if a.choices and "add" in a.choices]
+    assert hooks.choices is not None
     return [*names, "webhooks", *(f"webhooks {name}" for name in hooks.choices)]
 
 
@@ -84,6 +86,7 @@ def test_the_client_imports_nothing_of_the_control_plane():
         for node in ast.walk(ast.parse(source.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module is not None  # only a relative import may name no module
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] not in first_party | {"django", "rest_framework", "celery"}, (source, name)

@@ -99,7 +99,9 @@ def xid_under_a_tenant(tenant, victim_index: int = 0):
     victim = Node.objects.filter(reservation=reservation).order_by("name")[victim_index]
     firing = alert(victim.name)
     firing["startsAt"] = timezone.now().isoformat().replace("+00:00", "Z")
-    (applied,) = remediation.receive_alerts(rules.parse_webhook(payload(firing)))
+    (parsed,) = rules.parse_webhook(payload(firing))
+    assert isinstance(parsed, rules.Alert), parsed
+    (applied,) = remediation.receive_alerts([parsed])
     reservations.heal_reservation(reservation_id=reservation.pk)
     reservations.provision_held_nodes()
     bring_up(reservation)

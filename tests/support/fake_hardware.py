@@ -1,20 +1,30 @@
 """A node's BMC and agent in the test process, for workflow tests that hand them in as
 `Clients`: the calls every workflow makes, answered as a healthy server would, and written to a
 shared log where the order matters. Tests subclass them for the behaviour they are about
-(firmware that drifts, diagnostics that fail)."""
+(firmware that drifts, diagnostics that fail); the rest of workflows.clients' BMC and Agent,
+which no workflow test reaches through the fakes themselves, raises NotImplementedError."""
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from fleet.models import GPU, Node
+from workflows.redfish import LogEntries
+
+
+def _not_modelled(call: str) -> NoReturn:
+    raise NotImplementedError(f"the fake does not model {call}: subclass it in the test that needs it")
 
 
 class FakeBMC:
     def __init__(self, log: list[str]):
         self.log = log
         self.calls, self.seconds = 0, 0.0
+        self.system_path = "/redfish/v1/Systems/1"
 
-    def insert_media(self, url: str, *, removable: bool = False) -> None:
+    def insert_media(self, url: str, *, removable: bool = False) -> str:
         self.log.append("insert_media")
+        return "/redfish/v1/Managers/bmc/VirtualMedia/CD1"
 
     def set_boot_override(self, target: str, enabled: str = "Once") -> None:
         pass
@@ -27,6 +37,54 @@ class FakeBMC:
 
     def close(self) -> None:
         pass
+
+    def last_reset_time(self) -> str | None:
+        _not_modelled("last_reset_time")
+
+    def eject_media(self) -> None:
+        _not_modelled("eject_media")
+
+    def clear_boot_override(self) -> None:
+        _not_modelled("clear_boot_override")
+
+    def drives(self) -> list[str]:
+        _not_modelled("drives")
+
+    def secure_erase(self, drive: str) -> str | None:
+        _not_modelled("secure_erase")
+
+    def task_status(self, monitor: str) -> tuple[bool, str]:
+        _not_modelled("task_status")
+
+    def firmware_inventory(self) -> list[dict]:
+        _not_modelled("firmware_inventory")
+
+    def simple_update(self, image_uri: str, target: str) -> str | None:
+        _not_modelled("simple_update")
+
+    def bios_attributes(self) -> dict:
+        _not_modelled("bios_attributes")
+
+    def set_bios_settings(self, attributes: dict) -> None:
+        _not_modelled("set_bios_settings")
+
+    def secure_boot(self) -> dict:
+        _not_modelled("secure_boot")
+
+    def enable_secure_boot(self) -> None:
+        _not_modelled("enable_secure_boot")
+
+    def managers(self) -> list[str]:
+        _not_modelled("managers")
+
+    def console_log(self, lines: int) -> list[str] | None:
+        _not_modelled("console_log")
+
+    def event_log_entries_path(self) -> str | None:
+        _not_modelled("event_log_entries_path")
+
+    def log_entries(self, path: str, *, skip: int, top: int, etag: str = "") -> LogEntries | None:
+        _not_modelled("log_entries")
 
 
 class FakeAgent:
@@ -44,3 +102,27 @@ class FakeAgent:
 
     def close(self) -> None:
         pass
+
+    def start_gpu_wipe(self) -> dict:
+        _not_modelled("start_gpu_wipe")
+
+    def gpu_wipe_state(self) -> str:
+        _not_modelled("gpu_wipe_state")
+
+    def start_diagnostics(self, level: int) -> dict:
+        _not_modelled("start_diagnostics")
+
+    def diagnostics(self) -> dict:
+        _not_modelled("diagnostics")
+
+    def cancel_diagnostics(self) -> dict:
+        _not_modelled("cancel_diagnostics")
+
+    def start_gpu_reset(self, index: int) -> dict:
+        _not_modelled("start_gpu_reset")
+
+    def gpu_reset(self) -> dict:
+        _not_modelled("gpu_reset")
+
+    def gpu_healthy(self, index: int | None) -> bool:
+        _not_modelled("gpu_healthy")

@@ -138,6 +138,7 @@ def count_domains(racks: Iterable[RackCapacity], level: str) -> tuple[int, int]:
     racks' paths): partly used means some but not every node free."""
     free: dict[tuple[str, ...], list[int]] = {}
     for r in racks:
+        key: tuple[str, ...]
         if level == NVLINK_DOMAIN:
             key = (r.pod, r.rack)
         else:

@@ -48,13 +48,13 @@ def _place_in_pods(request: PlacementRequest, pods: dict[str, list[Rack]]) -> li
         pod = min(options, key=lambda p: (len(options[p]), _whole_usable_nodes(pods[p]), p))
         return [node for rack in options[pod] for node in rack.nodes]
 
-    options = {pod: _best_fit(rs, count, request.near) for pod, rs in pods.items() if _usable_nodes(rs) >= count}
-    if not options:
+    fits = {pod: _best_fit(rs, count, request.near) for pod, rs in pods.items() if _usable_nodes(rs) >= count}
+    if not fits:
         raise PlacementRefused(_refusal_by_pod(request, pods))
     # Breaking no whole rack beats fitting tightly: a tighter pod that must break a rack loses
     # to a roomier one that can use its partly used racks.
-    pod = min(options, key=lambda p: (_whole_racks_broken(options[p]), _usable_nodes(pods[p]), p))
-    return [node for rack, taken in options[pod] for node in rack.usable[:taken]]
+    pod = min(fits, key=lambda p: (_whole_racks_broken(fits[p]), _usable_nodes(pods[p]), p))
+    return [node for rack, taken in fits[pod] for node in rack.usable[:taken]]
 
 
 def _refusal_by_pod(request: PlacementRequest, pods: dict[str, list[Rack]]) -> str:
@@ -76,7 +76,7 @@ def _whole_racks_broken(picks: list[tuple[Rack, int]]) -> int:
 def _best_fit(racks: list[Rack], count: int, near: frozenset[str] = frozenset()) -> list[tuple[Rack, int]]:
     """(rack, nodes taken) pairs: the racks `near` first, then partly used racks, and whole racks
     only for what they cannot hold."""
-    picks = []
+    picks: list[tuple[Rack, int]] = []
     for group in (
         [r for r in racks if r.usable and r.name in near],
         [r for r in racks if r.usable and not r.whole and r.name not in near],
@@ -153,6 +153,7 @@ class _Objective:
 
     def whole_units(self, racks: list[Rack]) -> list[list[Rack]]:
         """The domains of the whole level in these racks that are usable in full, each as its racks."""
+        assert self.whole is not None  # only a request for whole units has any
         units: dict[tuple[str, ...], list[Rack]] = defaultdict(list)
         for rack in racks:
             units[rack.domains[: self.whole + 1]].append(rack)
@@ -177,7 +178,8 @@ class _Objective:
         groups: dict[str, list[Rack]] = defaultdict(list)
         for rack in racks:
             groups[rack.domains[depth + 1]].append(rack)
-        children, seen = [], Counter()
+        children: list[_Subtree] = []
+        seen: Counter[tuple[int | None, ...]] = Counter()
         for _, group in sorted(groups.items()):
             child = self._subtree(group, depth + 1)
             # Children with equal tables are interchangeable: no choice takes from more than
@@ -191,8 +193,9 @@ class _Objective:
         broken = self._cost(("broken", depth)) if all(r.whole for r in racks) else 0
         own = self._cost(("span", depth)) + broken
         for c in range(1, len(table)):
-            if table[c] is not None:
-                table[c] += own + self._cost(("left", depth), capacity - c)
+            cost = table[c]
+            if cost is not None:
+                table[c] = cost + own + self._cost(("left", depth), capacity - c)
         return _Subtree(table, children, choices, ())
 
     def _rack(self, rack: Rack) -> _Subtree:
@@ -244,7 +247,8 @@ def _merge(tables: list[list[int | None]], cap: int) -> tuple[list[int | None], 
                 if a + b > cap:
                     break
                 total = so_far + cost
-                if best[a + b] is None or total < best[a + b]:
+                best_yet = best[a + b]
+                if best_yet is None or total < best_yet:
                     best[a + b], choice[a + b] = total, b
         merged = best
         choices.append(choice)

@@ -96,7 +96,7 @@ class RedisServer:
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.log_dir = log_dir
-        self.process = None
+        self.process: Process  # set by start()
         self.start()
 
     def start(self) -> None:

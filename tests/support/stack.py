@@ -110,6 +110,7 @@ class ControlPlane:
         after a host reboot: Prometheus keeps its series, Alertmanager its notification log."""
         self.stop()
         self._start_processes()
+        assert self.monitoring is not None, "restart_stack restarts what start_stack started"
         self.monitoring.start()
 
     def stop(self) -> None:

@@ -41,11 +41,13 @@ class SoftwareTPM:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )  # fmt: skip
+        assert self.process.stderr is not None  # piped above
+        self.errors = self.process.stderr
         self.tcti = f"swtpm:host=127.0.0.1,port={self.port}"
         self.env = {**os.environ, "TPM2TOOLS_TCTI": self.tcti}
         deadline = time.monotonic() + 10
         while True:
-            assert self.process.poll() is None, f"swtpm exited: {self.process.stderr.read().decode()}"
+            assert self.process.poll() is None, f"swtpm exited: {self.errors.read().decode()}"
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 break
@@ -63,4 +65,4 @@ class SoftwareTPM:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=10)
-        self.process.stderr.close()
+        self.errors.close()
