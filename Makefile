@@ -57,8 +57,8 @@ test: setup
 	$(VENV)/bin/pytest tests/e2e tests/test_soak.py
 
 # The inner loop: ruff, the layers, the types, and every test of none of the slow kinds that pytest.ini
-# declares (end-to-end, browser, validators, fuzzing, soak); `make test` runs those too.
-SLOW_KINDS := e2e or browser or validators or fuzzing or soak
+# declares (end-to-end, browser, validators, fuzzing, scale, soak); `make test` runs those too.
+SLOW_KINDS := e2e or browser or validators or fuzzing or scale or soak
 check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports

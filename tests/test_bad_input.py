@@ -146,6 +146,7 @@ def sweep_and_fuzz(client: Client, urlconf: str, known: dict[str, str]) -> None:
         request_any()
 
 
+@pytest.mark.fuzzing
 def test_no_query_string_or_path_value_is_a_server_error_on_the_private_listener(admin_user, incident):
     # As an operator, so that the admin and the tenants' pages run rather than redirect to the login.
     client = Client(raise_request_exception=False)
@@ -153,5 +154,6 @@ def test_no_query_string_or_path_value_is_a_server_error_on_the_private_listener
     sweep_and_fuzz(client, "gpufleet.urls", {"name": "node-001", "key": incident, "app_label": "fleet"})
 
 
+@pytest.mark.fuzzing
 def test_no_query_string_or_path_value_is_a_server_error_on_the_public_listener(incident):
     sweep_and_fuzz(Client(raise_request_exception=False), "gpufleet.urls_public", {"name": "node-001", "key": incident})

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import venv
 
+import pytest
 import requests
 
 from tests.support.ports import free_port
@@ -22,6 +23,7 @@ def run(*command, **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.e2e
 def test_the_wheel_installs_and_serves_with_only_the_agents_dependencies(tmp_path):
     source = tmp_path / "source"  # a copy, so the build leaves nothing in the checkout
     source.mkdir()

@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from core.topology import default_layout
 from tests.support.bmcsim import start_bmcsim
 
@@ -65,6 +67,7 @@ def test_a_topology_file_shapes_the_fleet(tmp_path):
         sim.stop()
 
 
+@pytest.mark.scale
 def test_ten_thousand_nodes_fit_in_under_500_mb(tmp_path):
     sim = start_bmcsim(tmp_path / "data", nodes=10_000)
     try:

@@ -10,6 +10,7 @@ groups by signature and reads only as many of as a request can use.
 import random
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,7 @@ def index_of(racks: list[RackCapacity]) -> FreeCapacity:
     return capacity
 
 
+@pytest.mark.fuzzing
 @settings(max_examples=1500, deadline=None)
 @given(case=fabrics_and_requests())
 def test_placement_over_the_index_chooses_what_the_walk_of_every_rack_chose(case):
@@ -104,6 +106,7 @@ def test_placement_over_the_index_chooses_what_the_walk_of_every_rack_chose(case
     assert outcome(place_in, request, index_of(racks)) == expected
 
 
+@pytest.mark.fuzzing
 @settings(max_examples=300, deadline=None)
 @given(case=fabrics_and_requests(), seed=st.integers(0, 2**32))
 def test_placement_over_the_index_ignores_the_order_of_its_input(case, seed):
@@ -143,6 +146,7 @@ def described(capacity: FreeCapacity) -> dict:
     return summary
 
 
+@pytest.mark.fuzzing
 @settings(max_examples=300, deadline=None)
 @given(
     racks=fabrics(),
