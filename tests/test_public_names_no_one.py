@@ -7,7 +7,7 @@ kinds of incident and a firmware one, every step of every replay) is searched fo
 
 import json
 import re
-import time
+from datetime import timedelta
 
 import jwt
 import pytest
@@ -32,6 +32,7 @@ from tests.support.factories import (
     tenant_token,
     xid_under_a_tenant,
 )
+from tests.support.time_passing import lease_runs_out
 
 PUBLIC = "gpufleet.urls_public"
 # Names that no page could show by accident.
@@ -53,7 +54,7 @@ def two_workers_inspect(node: Node) -> None:
     transition(node_id=node.pk, event="inspection_started", actor="system:reconciler")
     (first,) = leases.claim(owner=FIRST_WORKER, node_ids=[node.pk], seconds=2)
     assert leases.set_step(first, step="power_on", actor=f"worker:{FIRST_WORKER}")
-    time.sleep(2.2)  # its lease runs out
+    lease_runs_out(node, after=timedelta(seconds=2))  # its lease runs out
     (successor,) = leases.claim(owner=SUCCESSOR, node_ids=[node.pk])
     assert leases.set_step(successor, step="boot_service_image", actor=f"worker:{SUCCESSOR}")
     assert not leases.set_step(first, step="read_evidence", actor=f"worker:{FIRST_WORKER}")
@@ -101,6 +102,7 @@ def named_history(transactional_db, settings):
 
     # The operator quarantines a node in use, with a note naming its tenant and themself.
     in_use = Node.objects.filter(tenant=zyxcorp, state="active").first()
+    assert in_use is not None
     transition(
         node_id=in_use.pk,
         event="operator_quarantine",
@@ -159,7 +161,9 @@ def answers(client):
             body = answer.content.decode()
             yield path, answer, body + claims_of(body)
             if path.endswith("/replay") and answer.status_code == 200:
-                last = int(re.search(r"step 0 of (\d+)", body).group(1))
+                steps = re.search(r"step 0 of (\d+)", body)
+                assert steps is not None, path
+                last = int(steps.group(1))
                 for step in range(1, last + 1):
                     answer = client.get(f"{path}?step={step}")
                     yield f"{path}?step={step}", answer, answer.content.decode()
@@ -185,6 +189,7 @@ def test_no_public_answer_names_a_tenant_an_operator_a_worker_or_a_reservation(c
 @override_settings(ROOT_URLCONF=PUBLIC)
 def test_the_public_listener_says_in_use_operator_and_system(client, named_history):
     in_use = Node.objects.filter(state="active").first()
+    assert in_use is not None
     assert f"{in_use.name} · active · in use" in client.get("/").content.decode()
     assert "<dt>Tenant</dt><dd>in use</dd>" in client.get(f"/nodes/{in_use.name}").content.decode()
     quarantined = Node.objects.get(
@@ -203,6 +208,7 @@ def test_the_public_listener_says_in_use_operator_and_system(client, named_histo
 
 def test_the_private_listener_still_names_everyone(client, named_history):
     in_use = Node.objects.filter(state="active").select_related("tenant").first()
+    assert in_use is not None and in_use.tenant is not None
     assert f"{in_use.name} · active · tenant {in_use.tenant.name}" in client.get("/").content.decode()
     assert f"<dt>Tenant</dt><dd>{in_use.tenant.name}</dd>" in client.get(f"/nodes/{in_use.name}").content.decode()
     quarantined = Node.objects.get(

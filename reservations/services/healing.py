@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from django.db import transaction
-from django.utils import timezone
+from datetime import datetime
 
+from django.db import transaction
+
+from core import clock
 from fleet import lifecycle
 from fleet.models import Node
 from reservations import webhooks
@@ -16,8 +18,9 @@ from reservations.services.placing import choose, hold, record_event, request_of
 WAITING_FOR_CAPACITY = "waiting for capacity"  # how a degraded reservation's reason says no node was free
 
 
-def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Reservation:
+def heal_reservation(*, reservation_id: int, actor: str = "system:healer", now: datetime | None = None) -> Reservation:
     """Place replacements for the nodes a live reservation lost, in its pod; say why if none is free.
+    One whose period has ended by `now` (None: core.clock's) needs none.
 
     The reservation's row is locked while it is counted and topped up: the healing enqueued on
     commit and the reconciler's may run at the same moment, and only one may place the replacement.
@@ -25,7 +28,7 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Re
     with transaction.atomic():
         reservation = Reservation.objects.select_for_update().get(pk=reservation_id)
         # A period that has ended needs no replacement: expiry releases it.
-        if reservation.state not in LIVE_STATES or _ended(reservation):
+        if reservation.state not in LIVE_STATES or _ended(reservation, now):
             return reservation
         held = live_allocations().filter(reservation=reservation)
         missing = reservation.node_count - held.count()
@@ -50,8 +53,8 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer") -> Re
     return settle_reservation(reservation_id=reservation_id, actor=actor)
 
 
-def _ended(reservation: Reservation) -> bool:
-    return reservation.ends_at is not None and reservation.ends_at <= timezone.now()
+def _ended(reservation: Reservation, now: datetime | None) -> bool:
+    return reservation.ends_at is not None and reservation.ends_at <= (now or clock.now())
 
 
 def settle_reservation(*, reservation_id: int, actor: str = "system:reconciler") -> Reservation:

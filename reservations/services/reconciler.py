@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce, Now
-from django.utils import timezone
+from django.db.models.functions import Coalesce
 
+from core import clock
 from fleet import lifecycle
 from fleet.models import Node
 from fleet.services import transition
@@ -51,20 +51,23 @@ def _in_batches(queryset: QuerySet) -> Iterator:
         after = batch[-1].pk
 
 
-def start_due_reservations(*, actor: str = "system:reconciler") -> int:
-    """Provision the held nodes of pending reservations whose period has begun."""
+def start_due_reservations(*, actor: str = "system:reconciler", now: datetime | None = None) -> int:
+    """Provision the held nodes of pending reservations whose period has begun by `now` (None:
+    core.clock's)."""
     started = 0
-    for reservation in _in_batches(Reservation.objects.filter(state=ReservationState.PENDING, starts_at__lte=Now())):
+    due = Reservation.objects.filter(state=ReservationState.PENDING, starts_at__lte=now or clock.now())
+    for reservation in _in_batches(due):
         if Reservation.objects.filter(pk=reservation.pk, state=ReservationState.PENDING).update(
             state=ReservationState.PROVISIONING
         ):
             record_event(reservation, ReservationEventKind.STARTED, actor)
             started += 1
-    return started + provision_held_nodes(actor=actor)
+    return started + provision_held_nodes(actor=actor, now=now)
 
 
-def provision_held_nodes(*, actor: str = "system:reconciler") -> int:
-    """Send each held node of a started reservation to provisioning as soon as it is available.
+def provision_held_nodes(*, actor: str = "system:reconciler", now: datetime | None = None) -> int:
+    """Send each held node of a reservation started by `now` (None: core.clock's) to provisioning
+    as soon as it is available.
 
     A held node that fell out of service before its reservation started is let go and replaced.
     Held nodes still finishing with their previous tenant are not even read: they cannot move yet.
@@ -74,7 +77,7 @@ def provision_held_nodes(*, actor: str = "system:reconciler") -> int:
         live_allocations()
         .filter(
             reservation__state__in=[ReservationState.PROVISIONING, ReservationState.DEGRADED],
-            period__startswith__lte=Now(),
+            period__startswith__lte=now or clock.now(),
             node__state__in=[lifecycle.State.AVAILABLE, *OUT_OF_SERVICE],
         )
         .exclude(node__reservation_id=F("reservation_id"))
@@ -123,16 +126,17 @@ def _count_per_reservation(queryset) -> Coalesce:
     return Coalesce(Subquery(counted.values("n")), 0)
 
 
-def heal_under_allocated(*, actor: str = "system:reconciler") -> int:
-    """Place replacements for every live reservation that holds fewer nodes than it asked for,
-    where that can succeed: one that already says it waits for capacity is tried again only once
-    its pod has as many nodes free now as it misses. Returns how many got their replacements."""
+def heal_under_allocated(*, actor: str = "system:reconciler", now: datetime | None = None) -> int:
+    """Place replacements for every live reservation that holds fewer nodes than it asked for and
+    has not ended by `now` (None: core.clock's), where that can succeed: one that already says it
+    waits for capacity is tried again only once its pod has as many nodes free now as it misses.
+    Returns how many got their replacements."""
     first_held = live_allocations().filter(reservation=OuterRef("pk")).order_by("pk")
     short = (
         Reservation.objects.filter(
             state__in=[ReservationState.PENDING, ReservationState.PROVISIONING, ReservationState.DEGRADED]
         )
-        .exclude(ends_at__lte=Now())
+        .exclude(ends_at__lte=now or clock.now())
         .annotate(
             held=_count_per_reservation(live_allocations()),
             held_pod=Subquery(first_held.values("node__rack__pod__name")[:1]),
@@ -146,10 +150,10 @@ def heal_under_allocated(*, actor: str = "system:reconciler") -> int:
         missing = reservation.node_count - reservation.held
         pod = reservation.pod.name if reservation.pod_id else reservation.held_pod
         if reservation.reason.startswith(WAITING_FOR_CAPACITY):
-            free_now = free_now if free_now is not None else _free_now_per_pod()
+            free_now = free_now if free_now is not None else _free_now_per_pod(now or clock.now())
             if (free_now[pod] if pod else max(free_now.values(), default=0)) < missing:
                 continue  # it says why already, and nothing in this pass can place it
-        heal_reservation(reservation_id=reservation.pk, actor=actor)
+        heal_reservation(reservation_id=reservation.pk, actor=actor, now=now)
         if live_allocations().filter(reservation=reservation).count() >= reservation.node_count:
             healed += 1
             if free_now is not None and pod and reservation.state != ReservationState.PENDING:
@@ -157,8 +161,7 @@ def heal_under_allocated(*, actor: str = "system:reconciler") -> int:
     return healed
 
 
-def _free_now_per_pod() -> Counter[str]:
-    now = timezone.now()
+def _free_now_per_pod(now: datetime) -> Counter[str]:
     free: Counter[str] = Counter()
     for rack in rack_capacity(starts_at=now, ends_at=now + INSTANT):
         free[rack.pod] += len(rack.free)
@@ -182,33 +185,36 @@ def settle_ready(*, actor: str = "system:reconciler") -> int:
     )
 
 
-def reconcile_reservations() -> dict[str, int]:
+def reconcile_reservations(*, now: datetime | None = None) -> dict[str, int]:
     """One pass of the reconciler over every reservation that owes work; each step is idempotent.
 
     Each step reads only the reservations it can move (in batches, however many are live): what
     has ended, what is being released, what has started, what misses nodes that are free, what
-    is up. Releases come first, since they free capacity that healing can use.
+    is up. Releases come first, since they free capacity that healing can use. Each step compares
+    with `now`, or (None) with core.clock's as it reaches it.
     """
-    done = {"expired": expire_reservations(), "released": 0}
+    done = {"expired": expire_reservations(now=now), "released": 0}
     for reservation in _in_batches(Reservation.objects.filter(state=ReservationState.RELEASING)):
         release_reservation(reservation_id=reservation.pk, actor="system:reconciler")
         done["released"] += 1
-    done["ending notices"] = notify_ending_reservations()
-    done["started"] = start_due_reservations()
-    done["healed"] = heal_under_allocated()
+    done["ending notices"] = notify_ending_reservations(now=now)
+    done["started"] = start_due_reservations(now=now)
+    done["healed"] = heal_under_allocated(now=now)
     done["settled"] = settle_ready()
-    done["idempotency keys forgotten"] = forget_expired_idempotency_keys()
+    done["idempotency keys forgotten"] = forget_expired_idempotency_keys(now=now)
     return done
 
 
-def notify_ending_reservations(*, actor: str = "system:reconciler") -> int:
-    """Tell each tenant that a reservation ends within RESERVATION_ENDING_NOTICE_MINUTES: once per
-    end (an end that moves is told again), marked with a compare-and-set so two passes tell once."""
+def notify_ending_reservations(*, actor: str = "system:reconciler", now: datetime | None = None) -> int:
+    """Tell each tenant that a reservation ends within RESERVATION_ENDING_NOTICE_MINUTES of `now`
+    (None: core.clock's): once per end (an end that moves is told again), marked with a
+    compare-and-set so two passes tell once."""
     notice = timedelta(minutes=settings.RESERVATION_ENDING_NOTICE_MINUTES)
+    now = now or clock.now()
     ending = Reservation.objects.filter(
         state__in=[ReservationState.PROVISIONING, ReservationState.ACTIVE, ReservationState.DEGRADED],
-        ends_at__lte=Now() + notice,
-        ends_at__gt=Now(),
+        ends_at__lte=now + notice,
+        ends_at__gt=now,
     ).exclude(ending_notice_for=F("ends_at"))
     told = 0
     for reservation in _in_batches(ending):
@@ -227,16 +233,18 @@ def notify_ending_reservations(*, actor: str = "system:reconciler") -> int:
     return told
 
 
-def expire_reservations(*, actor: str = "system:expiry") -> int:
-    """Release live reservations whose period has ended."""
+def expire_reservations(*, actor: str = "system:expiry", now: datetime | None = None) -> int:
+    """Release live reservations whose period has ended by `now` (None: core.clock's)."""
     ended = 0
-    for reservation in _in_batches(Reservation.objects.filter(state__in=LIVE_STATES, ends_at__lte=Now())):
+    for reservation in _in_batches(Reservation.objects.filter(state__in=LIVE_STATES, ends_at__lte=now or clock.now())):
         release_reservation(reservation_id=reservation.pk, actor=actor, reason="period ended")
         ended += 1
     return ended
 
 
-def forget_expired_idempotency_keys() -> int:
-    """Drop the answers kept for idempotency keys older than their lifetime."""
-    deleted, _ = IdempotencyKey.objects.filter(created_at__lte=Now() - IDEMPOTENCY_KEY_LIFETIME).delete()
+def forget_expired_idempotency_keys(*, now: datetime | None = None) -> int:
+    """Drop the answers kept for idempotency keys older than their lifetime at `now` (None:
+    core.clock's)."""
+    expired = IdempotencyKey.objects.filter(created_at__lte=(now or clock.now()) - IDEMPOTENCY_KEY_LIFETIME)
+    deleted, _ = expired.delete()
     return deleted

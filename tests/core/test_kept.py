@@ -8,7 +8,8 @@ from core.kept import Kept
 
 
 def test_the_value_is_kept_while_its_version_stands():
-    kept, computed = Kept(), []
+    kept: Kept[str] = Kept()
+    computed = []
 
     def compute(value):
         computed.append(value)
@@ -21,14 +22,15 @@ def test_the_value_is_kept_while_its_version_stands():
 
 
 def test_a_value_older_than_its_maximum_age_is_computed_again():
-    kept = Kept()
+    kept: Kept[str] = Kept()
     assert kept.get(1, lambda: "old", max_age=60) == "old"
     assert kept.get(1, lambda: "new", max_age=60) == "old"
     assert kept.get(1, lambda: "new", max_age=0) == "new"
 
 
 def test_threads_that_find_it_stale_together_compute_it_once():
-    kept, computed = Kept(), []
+    kept: Kept[str] = Kept()
+    computed = []
     barrier = threading.Barrier(8)
 
     def slow():

@@ -43,7 +43,7 @@ def test_only_nodes_owing_work_are_claimed():
 
 def test_two_claimers_never_get_the_same_node():
     nodes = wiping_fleet(12)
-    claimed = {"a": [], "b": []}
+    claimed: dict[str, list[int]] = {"a": [], "b": []}
 
     def worker(name):
         while got := leases.claim(owner=f"worker-{name}", limit=2, seconds=60):
@@ -87,7 +87,8 @@ def test_heartbeat_extends_a_live_lease_and_fails_once_a_successor_claimed():
     lease = leases.claim(owner="worker-a", seconds=60)[0]
     before = Node.objects.get(pk=lease.node_id).lease_expires_at
     leases.heartbeat(lease, seconds=600)
-    assert Node.objects.get(pk=lease.node_id).lease_expires_at > before
+    extended = Node.objects.get(pk=lease.node_id).lease_expires_at
+    assert before is not None and extended is not None and extended > before
 
     leases.heartbeat(lease, seconds=0)  # let it lapse
     successor = leases.claim(owner="worker-b")[0]
@@ -109,6 +110,7 @@ def test_stalled_workers_late_result_is_discarded_and_audited():
     assert "worker-a" in discard.reason and "worker-b" in discard.reason
 
     done = services.complete(successor, event="wipe_succeeded", actor="worker-b")
+    assert done is not None
     assert (done.state, done.lease_owner, done.lease_expires_at) == ("inspecting", "", None)
 
 
@@ -133,20 +135,23 @@ def test_a_result_after_the_node_changed_state_is_discarded():
 
 
 def test_a_same_state_result_keeps_the_lease():
-    node = drive(enrol_default_fleet(1)[0], "inspection_started")
+    drive(enrol_default_fleet(1)[0], "inspection_started")
     lease = leases.claim(owner="worker-a", seconds=60)[0]
     node = services.complete(lease, event="inspection_passed", actor="worker-a")
+    assert node is not None
     assert (node.state, node.lease_owner) == ("inspecting", "worker-a")
     node = services.complete(lease, event="attestation_passed", actor="worker-a")
+    assert node is not None
     assert (node.state, node.lease_owner) == ("available", "")
 
 
 def test_a_worker_that_keeps_its_lease_goes_on_to_the_next_state_under_a_new_token():
-    node = wiping_fleet(1)[0]
+    wiping_fleet(1)
     lease = leases.claim(owner="worker-a", seconds=60)[0]
     with transaction.atomic():
         node = services.complete(lease, event="wipe_succeeded", actor="worker-a")
         kept = leases.reclaim(lease)
+    assert node is not None
     assert node.state == "inspecting" and kept == leases.Lease(node_id=node.pk, owner="worker-a", token=lease.token + 1)
     assert leases.claim(owner="worker-b") == []  # nobody else may start the inspection meanwhile
     assert services.complete(lease, event="inspection_passed", actor="worker-a") is None  # the old token is void
@@ -154,12 +159,13 @@ def test_a_worker_that_keeps_its_lease_goes_on_to_the_next_state_under_a_new_tok
 
 
 def test_keeping_the_lease_is_only_for_more_work_and_only_for_its_holder():
-    node = drive(enrol_default_fleet(1)[0], "inspection_started")
+    drive(enrol_default_fleet(1)[0], "inspection_started")
     lease = leases.claim(owner="worker-a", seconds=60)[0]
     with transaction.atomic():
-        node = services.complete(lease, event="attestation_passed", actor="worker-a")
+        done = services.complete(lease, event="attestation_passed", actor="worker-a")
         kept = leases.reclaim(lease)
-    assert (node.state, node.lease_owner, kept) == ("available", "", None)
+    assert done is not None
+    assert (done.state, done.lease_owner, kept) == ("available", "", None)
     node = wiping_fleet(2)[1]
     lease = leases.claim(owner="worker-a", seconds=0)[0]  # expires at once
     assert services.complete(lease, event="wipe_succeeded", actor="worker-a") is None

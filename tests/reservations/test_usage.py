@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import time
 from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
@@ -15,8 +14,10 @@ from reservations import services
 from reservations.models import Quota, Tenant
 from reservations.usage import Hold, Span, calendar_month, months, node_seconds, spans
 from tests.support.factories import drive
+from tests.support.time_passing import reservation_ages
 
 H = timedelta(hours=1)
+WAIT = timedelta(seconds=10)  # how long the usage test lets pass, twice
 T0 = datetime(2026, 11, 30, 20, tzinfo=UTC)
 
 
@@ -60,16 +61,18 @@ def test_usage_counts_up_time_and_degraded_time_through_the_api(acme, available_
     for node in nodes:
         drive(node, "provision_succeeded", reservation=mine)
     services.settle_reservation(reservation_id=mine.pk)
-    time.sleep(1.2)
+    reservation_ages(mine, by=WAIT)
     services.let_node_go(node_id=nodes[0].pk, reservation_id=mine.pk, reason="test", actor="t")
-    time.sleep(1.2)
+    reservation_ages(mine, by=WAIT)
     answer = acme.get("/v1/usage")
     assert answer.status_code == 200, answer.content
     body = answer.json()
     (row,) = body["results"]
     assert row["reservation"] == mine.pk
-    assert row["node_seconds_active"] >= 2  # two nodes up for 1.2 s
-    assert row["node_seconds_degraded"] >= 1  # the second node, while the first was lost
+    # Two nodes up for WAIT, then the second node for WAIT while the first was lost (and each for
+    # the moments the test took besides).
+    assert 2 * WAIT.seconds <= row["node_seconds_active"] < 3 * WAIT.seconds
+    assert WAIT.seconds <= row["node_seconds_degraded"] < 2 * WAIT.seconds
     assert body["total"] == {k: v for k, v in row.items() if k != "reservation"}
     assert [m["month"] for m in body["months"]] == [timezone.now().strftime("%Y-%m")]
 

@@ -34,14 +34,18 @@ def reservation_ages(reservation: Reservation, *, by: timedelta) -> None:
     nodes = Allocation.objects.filter(reservation=reservation).values("node_id")
     # One savepoint: if anything fails, the triggers are back on with the rest undone.
     with transaction.atomic(), connection.cursor() as cursor:
+        # A table with checks still pending (Django's foreign keys are deferred) cannot be altered.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         for table, trigger in _APPEND_ONLY.items():
             cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}")
         AuditEvent.objects.filter(node_id__in=nodes).update(at=F("at") - by)
         ReservationEvent.objects.filter(reservation=reservation).update(at=F("at") - by)
         cursor.execute(
-            "UPDATE reservations_allocation SET period = tstzrange(lower(period) - %s, upper(period) - %s, '[)')"
-            " WHERE reservation_id = %s AND NOT isempty(period)",
-            [by, by, reservation.pk],
+            "UPDATE reservations_allocation"
+            " SET period = tstzrange(lower(period) - e.shift, upper(period) - e.shift, '[)')"
+            " FROM (SELECT make_interval(secs => %s) AS shift) e WHERE reservation_id = %s AND NOT isempty(period)",
+            [by.total_seconds(), reservation.pk],
         )
         for table, trigger in _APPEND_ONLY.items():
             cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}")
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")  # as they were: every deferrable one is initially deferred

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import base64
 import json
-import time
+from datetime import timedelta
 
 import pytest
 
 from fleet import selectors, services
+from fleet.leases import Lease
 from fleet.models import AuditEvent, IdleDiagnosticRun, Node
 from reservations import services as reservations
 from reservations.models import Reservation
 from tests.support.factories import drive
 from tests.support.fake_hardware import FakeAgent, FakeBMC
+from tests.support.time_passing import lease_runs_out
 from workflows import idle_diagnostics, node_workflows, tasks
 from workflows.agent import AgentCannot, AgentError
 from workflows.clients import Clients
@@ -74,22 +76,27 @@ class DiagnosingAgent(FakeAgent):
         return dict(self.run)
 
 
-@pytest.fixture
-def hardware():
+class Hardware:
     """The fake agent (and BMC) a test builds, `hardware(node, **agent_options)`, which the
     workflows below are handed (`hardware.clients`)."""
-    log: list[str] = []
 
-    def install(node: Node, **options) -> DiagnosingAgent:
-        agent = DiagnosingAgent(node, log, **options)
-        install.clients = Clients(bmc=lambda node: FakeBMC(log), agent=lambda node: agent)
+    clients: Clients  # the last node's, once one is built
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def __call__(self, node: Node, **options) -> DiagnosingAgent:
+        agent = DiagnosingAgent(node, self.log, **options)
+        self.clients = Clients(bmc=lambda node: FakeBMC(self.log), agent=lambda node: agent)
         return agent
 
-    install.log = log
-    return install
+
+@pytest.fixture
+def hardware() -> Hardware:
+    return Hardware()
 
 
-def run_workflow(node: Node, hardware) -> str:
+def run_workflow(node: Node, hardware: Hardware) -> str:
     return node_workflows.run_workflow(node_id=node.pk, worker="test", clients=hardware.clients)
 
 
@@ -157,9 +164,10 @@ def test_a_long_wait_is_parked_and_resumed_on_the_same_run(node, hardware, setti
     agent = hardware(node, polls=2)
     drive(node, "inspection_started")
     assert run_workflow(node, hardware) == "waiting at wait_for_diagnostics"
-    time.sleep(0.05)  # the hold expires: the reconciler would send the node again
+    hold = timedelta(seconds=settings.WORKFLOW_RECHECK_MAX_SECONDS)
+    lease_runs_out(node, after=hold)  # the hold expires: the reconciler would send the node again
     assert run_workflow(node, hardware) == "waiting at wait_for_diagnostics"
-    time.sleep(0.05)
+    lease_runs_out(node, after=hold)
     assert run_workflow(node, hardware) == "paused at attest"
     assert agent.started == [1]  # the one run, never started again
     assert steps(node).count("wait_for_diagnostics") == 1
@@ -205,7 +213,7 @@ def open_run(node: Node) -> IdleDiagnosticRun:
     return run
 
 
-def look(run: IdleDiagnosticRun, hardware) -> str:
+def look(run: IdleDiagnosticRun, hardware: Hardware) -> str:
     return idle_diagnostics.look_at_run(run.pk, clients=hardware.clients)
 
 
@@ -287,7 +295,8 @@ def test_a_run_preempted_while_the_agent_was_starting_it_is_stopped(available_no
 
     def placement_comes_and_provisioning_stops_the_run():
         reserve(available_node, alice)
-        node_workflows.stop_idle_diagnostics(node_workflows.Run(available_node, None, "test", FakeBMC([]), agent))
+        lease = Lease(node_id=available_node.pk, owner="test", token=1)  # stop_idle_diagnostics never reads it
+        node_workflows.stop_idle_diagnostics(node_workflows.Run(available_node, lease, "test", FakeBMC([]), agent))
 
     agent.on_start = placement_comes_and_provisioning_stops_the_run
     assert look(run, hardware) == "preempted"

@@ -5,7 +5,7 @@ flashed, patched and rebooted, read again, and recorded; anything else quarantin
 from __future__ import annotations
 
 import hashlib
-import time
+from datetime import timedelta
 
 import pytest
 
@@ -13,6 +13,7 @@ from fleet import selectors
 from fleet.models import AuditEvent, FirmwareBaseline, FirmwareBaselineComponent, Node
 from tests.support.factories import drive
 from tests.support.fake_hardware import FakeAgent, FakeBMC
+from tests.support.time_passing import lease_runs_out
 from workflows import node_workflows
 from workflows.agent import AgentCannot
 from workflows.clients import Clients
@@ -168,6 +169,12 @@ def checked(node: Node) -> dict | None:
     return selectors.firmware_checked_in_this_state(Node.objects.get(pk=node.pk))
 
 
+def checked_facts(node: Node) -> dict:
+    facts = checked(node)
+    assert facts is not None, "the firmware was not checked"
+    return facts
+
+
 REPAIR_STEPS = ["check_firmware", "finish_firmware_update", "recheck_firmware"]
 AFTER = ["check_inventory", "start_diagnostics", "wait_for_diagnostics", "attest"]
 
@@ -182,7 +189,7 @@ def test_a_node_that_runs_its_baseline_goes_straight_on_with_its_firmware_record
     assert inspect(node, bmc) == "paused at attest"
     assert steps(node) == ["boot_service_image", "wait_for_agent", "check_firmware", *AFTER]
     assert bmc.log == ["insert_media", "reset"]  # the service image's boot, and nothing written
-    facts = checked(node)
+    facts = checked_facts(node)
     assert facts["baseline"] == "h100" and facts["repaired"] == [] and facts["secure_boot"] == "Enabled"
     assert facts["components"]["GPU3 VBIOS"] == {"version": "96.00.99.00.01", "digest": sha("VBIOS", "96.00.99.00.01")}
     assert len(facts["components"]) == 11
@@ -193,7 +200,8 @@ def test_the_default_baseline_applies_where_no_class_has_one(node, bmc, baseline
     FirmwareBaseline.objects.filter(pk=baseline.pk).update(gpu_model="another GPU")
     assert selectors.firmware_baseline_for(node_id=node.pk) is None
     FirmwareBaseline.objects.filter(pk=baseline.pk).update(gpu_model="")
-    assert selectors.firmware_baseline_for(node_id=node.pk).name == "h100"
+    found = selectors.firmware_baseline_for(node_id=node.pk)
+    assert found is not None and found.name == "h100"
 
 
 def test_a_tampered_bmc_is_reflashed_read_again_and_recorded_as_repaired(node, bmc, baseline):
@@ -202,7 +210,7 @@ def test_a_tampered_bmc_is_reflashed_read_again_and_recorded_as_repaired(node, b
     assert steps(node) == ["boot_service_image", "wait_for_agent", *REPAIR_STEPS, *AFTER]
     flash = f"flash GF-BMC-1.4.2.bin onto {INVENTORY}/node-001-BMC"
     assert bmc.log == ["insert_media", "reset", flash]  # a BMC applies its own firmware: no reboot
-    facts = checked(node)
+    facts = checked_facts(node)
     assert facts["repaired"] == ["BMC"] and facts["components"]["BMC"]["version"] == "1.4.2"
     row = AuditEvent.objects.get(node=node, event="firmware_checked")
     assert row.reason == "matches baseline h100 after repairing BMC"
@@ -224,7 +232,7 @@ def test_bios_firmware_settings_and_secure_boot_are_repaired_through_a_reboot(no
         "insert_media",  # the service image again: the BIOS flash, settings and Secure Boot need a boot
         "reset",
     ]
-    assert checked(node)["repaired"] == ["BIOS", "BIOS attribute SriovEnable", "Secure Boot"]
+    assert checked_facts(node)["repaired"] == ["BIOS", "BIOS attribute SriovEnable", "Secure Boot"]
 
 
 def test_firmware_that_survives_its_reflash_quarantines_firmware_drift(node, bmc, baseline):
@@ -287,11 +295,12 @@ def test_a_long_reflash_parks_the_node_and_resumes_without_flashing_again(node, 
     bmc.tamper("BMC")
     bmc.task_polls = 2
     assert inspect(node, bmc) == "waiting at finish_firmware_update"
-    time.sleep(0.05)
+    hold = timedelta(seconds=settings.WORKFLOW_RECHECK_MAX_SECONDS)
+    lease_runs_out(node, after=hold)  # the hold expires: the reconciler would send the node again
     assert inspect(node, bmc) == "waiting at finish_firmware_update"
-    time.sleep(0.05)
+    lease_runs_out(node, after=hold)
     assert inspect(node, bmc) == "paused at attest"
     assert [line for line in bmc.log if line.startswith("flash")] == [
         f"flash GF-BMC-1.4.2.bin onto {INVENTORY}/node-001-BMC"
     ]
-    assert checked(node)["repaired"] == ["BMC"]
+    assert checked_facts(node)["repaired"] == ["BMC"]

@@ -3,7 +3,6 @@ webhooks' deliveries and this month's usage, through Django's test client on the
 
 import html
 import re
-import time
 from datetime import timedelta
 
 import hypothesis
@@ -22,6 +21,7 @@ from reservations.models import Quota, Reservation, Webhook, WebhookDelivery, We
 from reservations.placement import PlacementRefused
 from tests.support.factories import bring_up
 from tests.support.hostile import HOSTILE_TEXT
+from tests.support.time_passing import reservation_ages
 
 PAGE = "/my/reservations"
 H = timedelta(hours=1)
@@ -54,6 +54,13 @@ def form_block(text: str, name: str) -> str:
     found = re.search(rf'(<form [^>]*data-form="{name}">.*?</form>)', text, re.S)
     assert found, f"no {name} form on the page"
     return found.group(1)
+
+
+def group_of(pattern: str, text: str, flags: int = 0) -> str:
+    """The first group of `pattern` in `text`, which must be there."""
+    match = re.search(pattern, text, flags)
+    assert match, f"{pattern!r} is not on the page"
+    return match.group(1)
 
 
 def hidden_fields(block: str) -> dict[str, list[str]]:
@@ -128,6 +135,7 @@ def test_a_valid_reserve_creates_the_reservation_and_redirects_to_it_with_a_mess
     )
     reservation = Reservation.objects.get(tenant=alice)
     assert answer.status_code == 302 and answer["Location"] == f"{PAGE}#reservation-{reservation.pk}"
+    assert reservation.pod is not None and reservation.image is not None and reservation.ends_at is not None
     assert (reservation.node_count, reservation.pod.name, reservation.image.name) == (2, "p2", "rocky-9")
     assert list(reservation.ssh_keys.all()) == [key]
     assert reservation.user_data == "#!/bin/sh\necho hello\n"  # the browser's CRLF, as the script needs it
@@ -158,6 +166,7 @@ def test_a_reservation_without_an_image_boots_the_default_and_with_an_end_keeps_
     answer = alice_client.post(PAGE, {"node_count": "1", "ends_at": ends_at.strftime("%Y-%m-%dT%H:%M")})
     assert answer.status_code == 302
     reservation = Reservation.objects.get(tenant=alice)
+    assert reservation.image is not None
     assert (reservation.image.name, reservation.ends_at, reservation.pod) == ("ubuntu-24-04", ends_at, None)
 
 
@@ -166,6 +175,7 @@ def test_a_duration_counts_from_now_when_the_start_is_past(alice_client, alice, 
         alice_client.post(PAGE, {"node_count": "1", "starts_at": "2000-01-01T00:00", "hours": "2"}).status_code == 302
     )
     reservation = Reservation.objects.get(tenant=alice)
+    assert reservation.ends_at is not None
     assert abs(reservation.ends_at - reservation.starts_at - 2 * H) < timedelta(seconds=1)
     assert abs(reservation.starts_at - timezone.now()) < timedelta(seconds=5)
 
@@ -177,7 +187,7 @@ def test_a_refusal_shows_the_reason_and_an_offer_whose_button_books_exactly_it(
     answer = alice_client.post(PAGE, {"node_count": "8", "pod": "p1", "hours": "1", "rack_scale": "on"})
     assert answer.status_code == 409
     text = answer.content.decode()
-    refusal = re.search(r"<strong>Not reserved:</strong> (.*?)</p>", text).group(1)
+    refusal = group_of(r"<strong>Not reserved:</strong> (.*?)</p>", text)
     with pytest.raises(PlacementRefused) as service:
         reservations.create_reservation(
             tenant=alice, node_count=8, pod=Pod.objects.get(name="p1"), rack_scale=True, ends_at=bobs.ends_at, actor="t"
@@ -194,6 +204,7 @@ def test_a_refusal_shows_the_reason_and_an_offer_whose_button_books_exactly_it(
     answer = alice_client.post(PAGE, offer)
     assert answer.status_code == 302
     booked = Reservation.objects.get(tenant=alice)
+    assert booked.pod is not None and booked.ends_at is not None
     assert (booked.state, booked.pod.name, booked.node_count, booked.rack_scale) == ("pending", "p1", 8, True)
     assert [booked.starts_at.isoformat()] == offer["starts_at"] and [booked.ends_at.isoformat()] == offer["ends_at"]
     assert booked.starts_at == bobs.ends_at and abs(booked.ends_at - booked.starts_at - H) < timedelta(seconds=1)
@@ -204,6 +215,7 @@ def test_wait_queues_a_pending_reservation_at_the_earliest_time_it_fits(alice_cl
     answer = alice_client.post(PAGE, {"node_count": "8", "hours": "1", "wait": "on"})
     assert answer.status_code == 302
     queued = Reservation.objects.get(tenant=alice)
+    assert queued.pod is not None
     assert (queued.state, queued.pod.name, queued.starts_at) == ("pending", "p1", bobs.ends_at)
     assert queued.reason.startswith("queued")
     assert f"Reservation {queued.pk}: 8 node(s) in p1" in page(alice_client)
@@ -299,6 +311,7 @@ def test_no_posted_form_is_a_server_error(alice, available_fleet, catalogue, dja
 def test_extend_grow_shrink_and_release_from_the_row(alice_client, alice, available_fleet):
     mine = reserve(alice, 1, "p2")
     end = mine.ends_at
+    assert end is not None
     text = page(alice_client)
     for name in ["extend", "node-count", "release"]:
         assert f'action="{PAGE}/{mine.pk}/{name}"' in form_block(text, name)
@@ -327,6 +340,7 @@ def test_extend_grow_shrink_and_release_from_the_row(alice_client, alice, availa
 
 def test_an_extension_into_another_booking_shows_the_latest_end_it_can_have(alice_client, alice, bob, available_fleet):
     mine = reserve(alice, 4, "p2")
+    assert mine.ends_at is not None
     theirs = reserve(bob, 4, "p2", starts_at=mine.ends_at + H)
     answer = alice_client.post(f"{PAGE}/{mine.pk}/extend", {"hours": "2"})
     assert answer.status_code == 409
@@ -363,7 +377,7 @@ def test_a_change_refused_says_why_in_the_rows_form(
         prefix = "extend" if path == "extend" else "nodes"
         assert says in errors_of(text, f"r{mine.pk}-{prefix}-{field}")
     else:
-        assert says in html.unescape(re.search(r'<div class="errors" role="alert">(.*?)</div>', text, re.S).group(1))
+        assert says in html.unescape(group_of(r'<div class="errors" role="alert">(.*?)</div>', text, re.S))
     unchanged = Reservation.objects.get(pk=mine.pk)
     assert (unchanged.ends_at, unchanged.node_count) == (mine.ends_at, 2)
 
@@ -453,7 +467,7 @@ def test_every_post_needs_the_csrf_token(alice, django_user_model, available_fle
     mine = reserve(alice, 1, "p2")
     for path in every_post(mine.pk):
         assert browser.post(path, {"node_count": "1", "hours": "1"}).status_code == 403, path
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page(browser)).group(1)
+    token = group_of(r'name="csrfmiddlewaretoken" value="([^"]+)"', page(browser))
     answer = browser.post(f"{PAGE}/{mine.pk}/release", {"csrfmiddlewaretoken": token})
     assert answer.status_code == 302 and Reservation.objects.get(pk=mine.pk).state == "released"
 
@@ -478,7 +492,7 @@ def test_the_webhooks_deliveries_are_listed_and_one_is_sent_again(alice_client, 
     text = page(alice_client)
     assert f'data-webhook="{hook.pk}"' in text and "https://alice.example/hook" in text
     assert "whsec_x" not in text
-    row = re.search(rf'<tr data-delivery="{delivery.pk}">(.*?)</tr>', text, re.S).group(1)
+    row = group_of(rf'<tr data-delivery="{delivery.pk}">(.*?)</tr>', text, re.S)
     cells = [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td>(.*?)</td>", row, re.S)]
     assert cells[:4] == ["reservation.released", "failed", "6", "503"]
     assert cells[4] == f"{delivery.created_at:%Y-%m-%d %H:%M:%S}"
@@ -493,11 +507,11 @@ def test_the_webhooks_deliveries_are_listed_and_one_is_sent_again(alice_client, 
 def test_usage_this_month_is_shown_per_reservation_with_the_total(alice_client, alice, available_fleet):
     mine = reserve(alice, 2, "p2")
     bring_up(mine)
-    time.sleep(1.2)
+    reservation_ages(mine, by=timedelta(seconds=10))
     text = page(alice_client)
-    row = re.search(rf'<tr data-usage="{mine.pk}">(.*?)</tr>', text, re.S).group(1)
+    row = group_of(rf'<tr data-usage="{mine.pk}">(.*?)</tr>', text, re.S)
     active, degraded, replacement = (int(s) for s in re.findall(r'data-seconds="(\d+)"', row))
-    assert active >= 2 and degraded == replacement == 0  # two nodes up for 1.2 s
-    total = re.search(r'<tr data-usage="total">(.*?)</tr>', text, re.S).group(1)
+    assert 20 <= active < 30 and degraded == replacement == 0  # two nodes up for 10 s (and the moments the test took)
+    total = group_of(r'<tr data-usage="total">(.*?)</tr>', text, re.S)
     assert [int(s) for s in re.findall(r'data-seconds="(\d+)"', total)] == [active, degraded, replacement]
     assert f"Node-hours from {timezone.now():%Y-%m}-01 00:00 to" in text
