@@ -13,7 +13,6 @@ import http.server
 import ipaddress
 import re
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import asyncssh
 import pytest
 
 from tests.support.bmcsim import Bmcsim, start_bmcsim
+from tests.support.loopback import serving
 from workflows.config_drive import NoCloudConfig
 
 MEDIA = "/redfish/v1/Managers/{node}/VirtualMedia/{slot}"
@@ -57,15 +57,10 @@ class MediaServer:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def serve(self, path: str, body: bytes) -> str:
         self.files[path] = body
         return self.url + path
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class Tenant:
@@ -90,8 +85,8 @@ class Tenant:
 @pytest.fixture(scope="module")
 def media_server() -> Iterator[MediaServer]:
     server = MediaServer()
-    yield server
-    server.close()
+    with serving(server.server):
+        yield server
 
 
 @pytest.fixture(scope="module")

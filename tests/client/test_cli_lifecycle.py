@@ -25,6 +25,7 @@ from reservations import services
 from reservations.models import Quota, Reservation, Tenant
 from tests.client.conftest import GPUFLEET
 from tests.support.factories import drive
+from tests.support.loopback import serving
 from tests.support.ports import free_port
 
 
@@ -279,12 +280,8 @@ class Failing(BaseHTTPRequestHandler):
 
 def test_a_server_error_exits_4(acme):
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
-        completed = acme.run("capacity", env={"GPUFLEET_URL": f"http://127.0.0.1:{proxy.server_address[1]}"})
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
+    with serving(proxy) as url:
+        completed = acme.run("capacity", env={"GPUFLEET_URL": url})
     assert completed.returncode == 4
     assert completed.stderr == "gpufleet: 502 Bad Gateway (502)\n"
 

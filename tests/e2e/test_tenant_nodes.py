@@ -5,8 +5,8 @@ release. And a node that boots the wrong bytes is wiped and replaced, with no op
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
+from collections.abc import Iterator
 from io import StringIO
 
 import asyncssh
@@ -20,6 +20,7 @@ from fleet.models import AuditEvent, ConfigDrive, Node
 from reservations.models import Reservation
 from tests.support.api import post, tenant_client
 from tests.support.factories import tenant_token
+from tests.support.loopback import serving
 from tests.support.ports import free_port
 from tests.support.processes import wait_for
 from tests.support.webhooks import Receiver
@@ -220,12 +221,19 @@ def test_a_tenant_reinstalls_a_node_with_another_image_its_drives_erased_first(b
     assert acme.post(f"/v1/reservations/{reservation}/nodes/{name}/reinstall").status_code == 409  # not active now
 
 
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    with serving(server):
+        yield server
+
+
 @pytest.mark.parametrize("control_plane", [PLANE], indirect=True)
-def test_a_reported_node_is_replaced_within_seconds_and_quarantined_with_the_tenants_words(bmcsim, control_plane):
+def test_a_reported_node_is_replaced_within_seconds_and_quarantined_with_the_tenants_words(
+    bmcsim, control_plane, receiver
+):
     start(bmcsim, control_plane)
     acme = Tenant("acme")
-    receiver = Receiver()
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
     events = ["reservation.degraded", "reservation.healed", "node.quarantined"]
     hook = acme.post("/v1/webhooks", {"url": receiver.url, "events": events}).json()
     reservation = acme.post("/v1/reservations", {"node_count": 2, "pod": "p1"}).json()["id"]
@@ -251,4 +259,3 @@ def test_a_reported_node_is_replaced_within_seconds_and_quarantined_with_the_ten
         headers, body = receiver.received.get(timeout=30)
         told.append(Verifier(hook["secret"]).verify(body, headers)["type"])
     assert sorted(told) == sorted(events)
-    receiver.shutdown()

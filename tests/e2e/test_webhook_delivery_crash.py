@@ -27,6 +27,7 @@ from standardwebhooks import Webhook as Verifier
 from fleet.models import Node
 from tests.support.bmcsim import start_bmcsim
 from tests.support.factories import make_available, tenant_token
+from tests.support.loopback import serving
 from tests.support.processes import wait_for
 from workflows.webhooks import TIMEOUT_SECONDS
 
@@ -61,6 +62,10 @@ class HoldingReceiver(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/hooks"
+
+    def server_close(self) -> None:
+        self.release.set()  # the request still held is let go: its connection closes with the server
+        super().server_close()
 
 
 class HoldingHandler(BaseHTTPRequestHandler):
@@ -127,10 +132,9 @@ def test_a_delivery_interrupted_by_a_killed_worker_is_sent_again_with_the_same_i
     processes = [*workers.values(), control_plane.start_beat()]
     web = control_plane.start_web()
     receiver = HoldingReceiver()
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
     acme = requests.Session()
     acme.headers["Authorization"] = f"Token {tenant_token('acme')}"
-    try:
+    with serving(receiver):
         made = acme.post(f"{web}/v1/webhooks", json={"url": receiver.url, "events": ["reservation.released"]})
         assert made.status_code == 201, made.text
         hook = made.json()
@@ -188,7 +192,3 @@ def test_a_delivery_interrupted_by_a_killed_worker_is_sent_again_with_the_same_i
         (delivery,) = acme.get(path).json()["results"]
         assert delivery["id"] == pending["id"] and delivery["message_id"] == headers["webhook-id"]
         assert delivery["last_status"] == 204 and delivery["delivered_at"]
-    finally:
-        receiver.release.set()
-        receiver.shutdown()
-        receiver.server_close()

@@ -1,7 +1,6 @@
 """manage.py seed_fleet: the default topology, bmcsim-style inventories, idempotence, clear errors."""
 
 import json
-import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TypedDict
@@ -12,6 +11,7 @@ from django.core.management import CommandError, call_command
 from core.topology import agent_token, bmc_password, default_layout
 from fleet.inventory import CSV_COLUMNS
 from fleet.models import GPU, AuditEvent, FabricDomain, FabricLevel, Node, Pod, Rack
+from tests.support.loopback import serving
 
 
 def seed(*args) -> str:
@@ -47,6 +47,7 @@ def test_seeding_twice_changes_nothing(db):
     assert Node.objects.count() == 50 and AuditEvent.objects.count() == 50
 
 
+@pytest.mark.scale
 def test_a_big_fleet_is_enrolled_in_batches(db):
     assert "10000 enrolled" in seed("--topology", "default", "--nodes", "10000")
     assert Node.objects.count() == 10000 and GPU.objects.count() == 80000
@@ -76,10 +77,8 @@ def inventory_server():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}", answer
-    server.shutdown()
-    server.server_close()
+    with serving(server) as url:
+        yield url, answer
 
 
 def inventory(**overrides) -> dict:

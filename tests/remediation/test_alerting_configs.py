@@ -11,7 +11,6 @@ import queue
 import re
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +21,7 @@ import requests
 from remediation.rules import ALERTS, XID_ALERTS, XIDS, Alert, Step, decide, parse_webhook, xids_of
 from tests.support import REPO_ROOT
 from tests.support.bmcsim import Bmcsim, start_bmcsim
+from tests.support.loopback import serving
 from tests.support.ports import free_port
 from tests.support.processes import Process, start_alertmanager, start_prometheus, tool
 
@@ -181,7 +181,6 @@ def pipeline(tmp_path) -> Iterator[tuple[str, Recorder]]:
         for node in ("node-001", "node-002")
     ]
     recorder = Recorder(targets)
-    threading.Thread(target=recorder.serve_forever, daemon=True).start()
 
     # Same folder layout as the repository, so relative paths in the configs resolve as they do there.
     shutil.copytree(PROMETHEUS_DIR / "rules", tmp_path / "deploy" / "prometheus" / "rules")
@@ -199,31 +198,30 @@ def pipeline(tmp_path) -> Iterator[tuple[str, Recorder]]:
     (tmp_path / "var" / "webhook-token").write_text(TOKEN + "\n")
 
     processes: list[Bmcsim | Process] = []
-    try:
-        processes.append(start_bmcsim(tmp_path / "bmcsim", nodes=2, port=bmcsim_port))
-        processes.append(
-            start_alertmanager(alertmanager_config, tmp_path / "alertmanager", alertmanager_port, tmp_path)
-        )
-        processes.append(start_prometheus(prometheus_config, tmp_path / "prometheus", prometheus_port, tmp_path))
-        prometheus_url = f"http://127.0.0.1:{prometheus_port}"
-
-        def both_agents_up() -> bool:
-            answer = requests.get(
-                f"{prometheus_url}/api/v1/query", params={"query": 'up{job="node-agents"}'}, timeout=2
+    with serving(recorder):
+        try:
+            processes.append(start_bmcsim(tmp_path / "bmcsim", nodes=2, port=bmcsim_port))
+            processes.append(
+                start_alertmanager(alertmanager_config, tmp_path / "alertmanager", alertmanager_port, tmp_path)
             )
-            results = answer.json()["data"]["result"]
-            return sorted((r["metric"]["node"], r["value"][1]) for r in results) == [
-                ("node-001", "1"),
-                ("node-002", "1"),
-            ]
+            processes.append(start_prometheus(prometheus_config, tmp_path / "prometheus", prometheus_port, tmp_path))
+            prometheus_url = f"http://127.0.0.1:{prometheus_port}"
 
-        wait_until(both_agents_up, 30, "Prometheus to scrape both agents through http_sd")
-        yield bmcsim_url, recorder
-    finally:
-        for process in reversed(processes):
-            process.stop()
-        recorder.shutdown()
-        recorder.server_close()
+            def both_agents_up() -> bool:
+                answer = requests.get(
+                    f"{prometheus_url}/api/v1/query", params={"query": 'up{job="node-agents"}'}, timeout=2
+                )
+                results = answer.json()["data"]["result"]
+                return sorted((r["metric"]["node"], r["value"][1]) for r in results) == [
+                    ("node-001", "1"),
+                    ("node-002", "1"),
+                ]
+
+            wait_until(both_agents_up, 30, "Prometheus to scrape both agents through http_sd")
+            yield bmcsim_url, recorder
+        finally:
+            for process in reversed(processes):
+                process.stop()
 
 
 def inject_xid(bmcsim_url: str, node: str, gpu: int, xid: int) -> None:
@@ -233,6 +231,7 @@ def inject_xid(bmcsim_url: str, node: str, gpu: int, xid: int) -> None:
     assert answer.status_code in (200, 201), answer.text
 
 
+@pytest.mark.e2e
 def test_xid_79_through_prometheus_and_alertmanager_reaches_the_webhook_and_reboots(pipeline):
     bmcsim_url, recorder = pipeline
     inject_xid(bmcsim_url, "node-002", 1, 43)  # informational: must not be sent
@@ -262,6 +261,7 @@ def test_xid_79_through_prometheus_and_alertmanager_reaches_the_webhook_and_rebo
             assert isinstance(other, Alert) and other.labels.get("xid") != "43"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("kind", "alert_name"), [("ecc_dbe", "GPUUncorrectableECC"), ("row_remap_failure", "GPURowRemapFailure")]
 )

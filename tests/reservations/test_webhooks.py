@@ -9,7 +9,6 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import threading
 from datetime import timedelta
 
 import pytest
@@ -23,6 +22,7 @@ from reservations.models import Reservation, WebhookDelivery
 from reservations.webhooks import reason_for_tenant
 from tests.support.api import post
 from tests.support.factories import drive
+from tests.support.loopback import serving
 from tests.support.webhooks import Receiver
 from workflows import webhooks as sender
 
@@ -33,10 +33,8 @@ EVENTS = ["reservation.active", "reservation.degraded", "reservation.healed", "n
 def receiver(settings):
     settings.WEBHOOK_ALLOWED_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"),)
     server = Receiver()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(server):
+        yield server
 
 
 def bring_up(reservation_id: int) -> None:

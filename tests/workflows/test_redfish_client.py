@@ -5,7 +5,6 @@ import ipaddress
 import json
 import subprocess
 import sys
-import threading
 import time
 from functools import partial
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +16,7 @@ import requests
 from core.topology import bmc_password
 from fleet import firmware
 from tests.support.bmcsim import start_bmcsim
+from tests.support.loopback import serving
 from tests.support.ports import free_port
 from tests.support.processes import wait_for
 from workflows.redfish import BMCAccess, BMCPermanentError, BMCTransientError, RedfishClient
@@ -84,10 +84,8 @@ def image_url(tmp_path):
     """An image server on loopback: sushy-tools fetches what it is told to insert."""
     (tmp_path / "tenant.iso").write_bytes(b"\0" * 4096)
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/tenant.iso"
-    server.shutdown()
-    server.server_close()
+    with serving(server) as url:
+        yield f"{url}/tenant.iso"
 
 
 def test_virtual_media_with_sushy_tools(sushy_client, image_url):
@@ -214,14 +212,10 @@ def test_503_retry_after_is_honoured():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        client = RedfishClient(BMCAccess("n", f"http://127.0.0.1:{server.server_port}", "s", "u", "p"), backoff=0.01)
+    with serving(server) as url:
+        client = RedfishClient(BMCAccess("n", url, "s", "u", "p"), backoff=0.01)
         assert client.power_state() == "On"
         assert seen[1] - seen[0] >= 0.9
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize(
@@ -246,14 +240,10 @@ def test_a_bmc_answering_garbage_gives_a_clear_error_naming_node_and_call(status
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        client = RedfishClient(BMCAccess("node-042", f"http://127.0.0.1:{server.server_port}", "s", "u", "p"))
+    with serving(server) as url:
+        client = RedfishClient(BMCAccess("node-042", url, "s", "u", "p"))
         with pytest.raises(error, match=r"^node-042: GET /redfish/v1/Systems/s: "):
             client.power_state()
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # -- the BMC's credentials go to the BMC alone ------------------------------------------------
@@ -285,20 +275,14 @@ class FakeServer:
 
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.http.server_port}"
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.http.shutdown()
-        self.http.server_close()
 
 
 @pytest.fixture
 def servers():
     """A BMC, and a server elsewhere that must never hear from the client."""
     bmc, elsewhere = FakeServer(), FakeServer({"/stolen": (200, {}, {"TaskState": "Completed"})})
-    yield bmc, elsewhere
-    bmc.close()
-    elsewhere.close()
+    with serving(bmc.http), serving(elsewhere.http):
+        yield bmc, elsewhere
 
 
 def bmc_client(url: str, **kwargs) -> RedfishClient:
