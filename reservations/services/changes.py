@@ -92,8 +92,8 @@ def _move_end(reservation: Reservation, tenant: Tenant, ends_at: datetime) -> st
     quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
     end = changed_end(starts_at=reservation.starts_at, wanted=ends_at, now=timezone.now(), limits=booking_limits(quota))
     held = live_allocations().filter(reservation=reservation)
-    assert reservation.ends_at is not None  # booking gives every reservation an end (periods.booking_period)
-    if quota is not None and end > reservation.ends_at:  # the nodes held now, held for longer
+    # An open-ended reservation (from before every booking had an end) is given one: never longer.
+    if quota is not None and reservation.ends_at is not None and end > reservation.ends_at:  # held for longer
         check_quota(quota, tenant, held.count(), pod_of(held), reservation.ends_at, end)
     try:
         with transaction.atomic():
@@ -107,7 +107,7 @@ def _move_end(reservation: Reservation, tenant: Tenant, ends_at: datetime) -> st
             raise
         raise EndRefused("a booking of one of its nodes was made at the same moment; try again") from error
     Reservation.objects.filter(pk=reservation.pk).update(ends_at=end)
-    change = f"ends_at {reservation.ends_at.isoformat()} -> {end.isoformat()}"
+    change = f"ends_at {reservation.ends_at.isoformat() if reservation.ends_at else 'open'} -> {end.isoformat()}"
     reservation.ends_at = end
     return change
 

@@ -8,11 +8,12 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.db.models import F, Func, Value
 from django.utils import timezone
 
 from fleet.models import Pod
 from reservations import services
-from reservations.models import Reservation, ReservationEvent, Tenant
+from reservations.models import Quota, Reservation, ReservationEvent, Tenant
 from reservations.placement import PlacementRefused
 from reservations.selectors import live_allocations
 from tests.support.concurrency import at_once
@@ -125,3 +126,27 @@ def test_extensions_and_new_bookings_racing_for_one_window_never_overlap():
     at_once(*(functools.partial(extend, r) for r in held), *(functools.partial(book, t) for t in tenants[3:]))
     assert overlaps() == 0
     assert len(outcomes) == 6
+
+
+def open_ended(reservation: Reservation) -> Reservation:
+    """The reservation as one booked before every booking had an end: no end, holds without one."""
+    Reservation.objects.filter(pk=reservation.pk).update(ends_at=None)
+    live_allocations().filter(reservation=reservation).update(
+        period=Func(Func(F("period"), function="lower"), Value(None), function="tstzrange")
+    )
+    return Reservation.objects.get(pk=reservation.pk)
+
+
+def test_an_open_ended_reservation_from_before_booking_limits_is_given_an_end(acme, available_fleet):
+    tenant = Tenant.objects.get(name="acme")
+    Quota.objects.create(tenant=tenant, nodes=4, node_hours_per_month=10_000)
+    now = timezone.now()
+    mine = open_ended(reserve(tenant, 2, "p2", ends_at=now + 2 * H))
+    answer = acme.patch(f"/v1/reservations/{mine.pk}", {"node_count": 3}, format="json")
+    assert answer.status_code == 403
+    assert "an open-ended reservation cannot be counted against it: give it an end first" in answer.json()["detail"]
+    answer = patch(acme, mine.pk, {"ends_at": iso(now + 5 * H)})
+    assert answer.status_code == 200, answer.content
+    assert {a.period.upper for a in live_allocations().filter(reservation=mine)} == {now + 5 * H}
+    (changed,) = ReservationEvent.objects.filter(reservation=mine, event="changed")
+    assert changed.detail == f"ends_at open -> {(now + 5 * H).isoformat()}"
