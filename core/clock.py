@@ -1,8 +1,9 @@
 """The one clock services and reconcilers read "now" from: the database's, the clock that wrote
 the timestamps they compare it with (every db_default=Now(), every update to Now()).
 
-A pass that takes `now` reads this when it is given none; a test gives it a later one instead of
-sleeping (docs/development.md, "One clock").
+A pass that takes `now` uses the database's clock when it is given none (in its queries' own
+statements where it can, `in_query`); a test gives it a later one instead of sleeping
+(docs/development.md, "One clock").
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import connection
+from django.db.models.functions import Now
 
 
 def now() -> datetime:
@@ -22,3 +24,9 @@ def now() -> datetime:
     assert row is not None, "a SELECT of one value returns one row"
     at: datetime = row[0]
     return at
+
+
+def in_query(now: datetime | None) -> datetime | Now:
+    """What a query compares with: `now`, or (None) the database's Now(), read in that same
+    statement rather than in a round trip of its own first."""
+    return Now() if now is None else now

@@ -55,7 +55,7 @@ def start_due_reservations(*, actor: str = "system:reconciler", now: datetime | 
     """Provision the held nodes of pending reservations whose period has begun by `now` (None:
     core.clock's)."""
     started = 0
-    due = Reservation.objects.filter(state=ReservationState.PENDING, starts_at__lte=now or clock.now())
+    due = Reservation.objects.filter(state=ReservationState.PENDING, starts_at__lte=clock.in_query(now))
     for reservation in _in_batches(due):
         if Reservation.objects.filter(pk=reservation.pk, state=ReservationState.PENDING).update(
             state=ReservationState.PROVISIONING
@@ -77,7 +77,7 @@ def provision_held_nodes(*, actor: str = "system:reconciler", now: datetime | No
         live_allocations()
         .filter(
             reservation__state__in=[ReservationState.PROVISIONING, ReservationState.DEGRADED],
-            period__startswith__lte=now or clock.now(),
+            period__startswith__lte=clock.in_query(now),
             node__state__in=[lifecycle.State.AVAILABLE, *OUT_OF_SERVICE],
         )
         .exclude(node__reservation_id=F("reservation_id"))
@@ -136,7 +136,7 @@ def heal_under_allocated(*, actor: str = "system:reconciler", now: datetime | No
         Reservation.objects.filter(
             state__in=[ReservationState.PENDING, ReservationState.PROVISIONING, ReservationState.DEGRADED]
         )
-        .exclude(ends_at__lte=now or clock.now())
+        .exclude(ends_at__lte=clock.in_query(now))
         .annotate(
             held=_count_per_reservation(live_allocations()),
             held_pod=Subquery(first_held.values("node__rack__pod__name")[:1]),
@@ -210,11 +210,11 @@ def notify_ending_reservations(*, actor: str = "system:reconciler", now: datetim
     (None: core.clock's): once per end (an end that moves is told again), marked with a
     compare-and-set so two passes tell once."""
     notice = timedelta(minutes=settings.RESERVATION_ENDING_NOTICE_MINUTES)
-    now = now or clock.now()
+    at = clock.in_query(now)
     ending = Reservation.objects.filter(
         state__in=[ReservationState.PROVISIONING, ReservationState.ACTIVE, ReservationState.DEGRADED],
-        ends_at__lte=now + notice,
-        ends_at__gt=now,
+        ends_at__lte=at + notice,
+        ends_at__gt=at,
     ).exclude(ending_notice_for=F("ends_at"))
     told = 0
     for reservation in _in_batches(ending):
@@ -236,7 +236,7 @@ def notify_ending_reservations(*, actor: str = "system:reconciler", now: datetim
 def expire_reservations(*, actor: str = "system:expiry", now: datetime | None = None) -> int:
     """Release live reservations whose period has ended by `now` (None: core.clock's)."""
     ended = 0
-    for reservation in _in_batches(Reservation.objects.filter(state__in=LIVE_STATES, ends_at__lte=now or clock.now())):
+    for reservation in _in_batches(Reservation.objects.filter(state__in=LIVE_STATES, ends_at__lte=clock.in_query(now))):
         release_reservation(reservation_id=reservation.pk, actor=actor, reason="period ended")
         ended += 1
     return ended
@@ -245,6 +245,6 @@ def expire_reservations(*, actor: str = "system:expiry", now: datetime | None = 
 def forget_expired_idempotency_keys(*, now: datetime | None = None) -> int:
     """Drop the answers kept for idempotency keys older than their lifetime at `now` (None:
     core.clock's)."""
-    expired = IdempotencyKey.objects.filter(created_at__lte=(now or clock.now()) - IDEMPOTENCY_KEY_LIFETIME)
+    expired = IdempotencyKey.objects.filter(created_at__lte=clock.in_query(now) - IDEMPOTENCY_KEY_LIFETIME)
     deleted, _ = expired.delete()
     return deleted
