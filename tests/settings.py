@@ -21,3 +21,6 @@ DATABASES["default"]["TEST"] = {"NAME": os.environ.get("GPUFLEET_TEST_DATABASE",
 CACHES["default"] |= {"LOCATION": REDIS_URL, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}  # noqa: F405
 # Users' passwords hashed quickly (tests/support/passwords.py); any other hash is still checked.
 PASSWORD_HASHERS = ["tests.support.passwords.QuickPBKDF2PasswordHasher", *global_settings.PASSWORD_HASHERS]
+# PostgreSQL, with a flush after each committing test that deletes the rows it wrote rather than
+# truncating every table (tests/support/quick_flush).
+DATABASES["default"]["ENGINE"] = "tests.support.quick_flush"  # noqa: F405
