@@ -2,6 +2,9 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
+# Compiled modules (and pytest's rewritten tests) are kept between runs: every test process, and
+# every bmcsim, agent and CLI process the tests start, would otherwise compile them all again.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: prerequisites setup database demo test check lint bench soak
 
@@ -57,13 +60,14 @@ test: setup
 	$(VENV)/bin/pytest tests/e2e tests/test_soak.py
 
 # The inner loop: ruff, the layers, the types, and every test of none of the slow kinds that pytest.ini
-# declares (end-to-end, browser, validators, fuzzing, scale, soak); `make test` runs those too.
+# declares (end-to-end, browser, validators, fuzzing, scale, soak), each property test on a tenth of
+# its examples (tests/support/examples.py); `make test` runs the slow kinds too, and every example.
 SLOW_KINDS := e2e or browser or validators or fuzzing or scale or soak
 check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -n 2 -m "not ($(SLOW_KINDS))"
+	GPUFLEET_TEST_EXAMPLES_PERCENT=10 $(VENV)/bin/pytest -n 2 -m "not ($(SLOW_KINDS))"
 
 lint: setup
 	$(VENV)/bin/ruff check .
