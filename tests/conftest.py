@@ -10,13 +10,18 @@ from django.conf import settings
 
 from fleet.models import Node
 from reservations.models import Reservation, Tenant
+from tests.support.examples import examples
 from tests.support.factories import drive, enrol_default_fleet, make_available
 from tests.support.test_database import copy_of_migrated_database, drop_copy
 
 # No example has a deadline, and slow generation is no failure: these machines are shared and
 # noisy, and a test that fails for the time it took is a timed assertion (bench/ measures speed).
+# Hypothesis's hundred examples, or the inner loop's share of them (tests/support/examples.py).
 hypothesis.settings.register_profile(
-    "shared-machines", deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+    "shared-machines",
+    deadline=None,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow],
+    max_examples=examples(100),
 )
 hypothesis.settings.load_profile("shared-machines")
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from reservations.models import Tenant
 from tests.support.api import post, tenant_client
+from tests.support.examples import examples
 from tests.support.factories import enrol_default_fleet, make_available, xid_under_a_tenant
 from tests.support.hostile import HOSTILE_TEXT
 from tests.support.urls import patterns
@@ -137,7 +138,7 @@ def sweep_and_fuzz(client: Client, urlconf: str, known: dict[str, str]) -> None:
                     failures.append(get(client, path, []))
         assert "\n".join(f for f in failures if f) == ""
 
-        @hypothesis.settings(max_examples=150, deadline=None, database=None)
+        @hypothesis.settings(max_examples=examples(150), deadline=None, database=None)
         @hypothesis.given(st.sampled_from(ours) | st.sampled_from(every), QUERY, st.data())
         def request_any(route, query, data):
             path = path_for(route, lambda name: data.draw(st.just(known.get(name, "1")) | HOSTILE_TEXT))

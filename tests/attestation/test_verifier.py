@@ -32,6 +32,7 @@ from bmcsim.state import NodeState
 from bmcsim.store import Store
 from core.topology import NodeSpec, default_layout
 from tests.support import REPO_ROOT
+from tests.support.examples import examples
 
 DEFAULT_POLICY = REPO_ROOT / "attestation" / "policies" / "default.toml"
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
@@ -509,7 +510,7 @@ def pristine(world) -> dict:
     return world.collect()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data())
 def test_random_mutations_never_affirm_and_never_raise(world, pristine, data):
     document = data.draw(mutated(pristine))
@@ -527,7 +528,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     document=st.fixed_dictionaries(
         {

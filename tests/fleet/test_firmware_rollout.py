@@ -50,6 +50,7 @@ from fleet.rollout_rules import (
 from reservations import services as reservations
 from reservations.models import Reservation
 from reservations.placement import PlacementRefused
+from tests.support.examples import examples
 from tests.support.factories import drive, enrol_default_fleet, make_available
 from workflows import tasks
 
@@ -213,7 +214,7 @@ def idle(n: RolloutNode) -> bool:
     )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(fleets(), LIMITS)
 def test_a_batch_takes_idle_nodes_only_as_many_as_the_caps_allow_and_waits_for_the_last(nodes, limits):
     batch = next_batch(nodes, limits)
@@ -227,7 +228,7 @@ def test_a_batch_takes_idle_nodes_only_as_many_as_the_caps_allow_and_waits_for_t
         assert not left or len(batch) == limits.batch_size or all(per_pod[n.pod] == limits.per_pod_cap for n in left)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     fleets(states=(State.AVAILABLE, State.ACTIVE, State.QUARANTINED), statuses=(NodeStatus.PENDING,)), LIMITS, st.data()
 )

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from fleet.models import Node
 from remediation import rules, services
 from remediation.models import Remediation
+from tests.support.examples import examples
 from tests.support.factories import alert, drive, payload
 from tests.support.invariants import check_all
 
@@ -39,7 +40,7 @@ def strike(node: Node, xid: int, n: int) -> Remediation:
 
 @pytest.mark.django_db
 @hypothesis.settings(
-    max_examples=60, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
+    max_examples=examples(60), deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
 )
 @hypothesis.given(operations)
 def test_any_sequence_acts_within_the_cap_and_a_returned_node_struck_again_counts_again(

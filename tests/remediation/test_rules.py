@@ -31,6 +31,7 @@ from remediation.rules import (
     repeat_offense,
     xids_of,
 )
+from tests.support.examples import examples
 
 # Captured from prometheus-alertmanager 0.25 posting to a webhook receiver with this project's config.
 REAL_PAYLOAD = json.loads(
@@ -437,7 +438,7 @@ def check_parse(payload: object) -> None:
             assert isinstance(parsed, RefusedAlert) and parsed.reason
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(json_values)
 def test_any_json_value_parses_or_raises_payload_error(payload):
     check_parse(payload)
@@ -465,13 +466,13 @@ ALERT_PATHS = [
 ]
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.sampled_from(ALERT_PATHS), json_values | st.just(DELETE))
 def test_a_real_payload_with_any_field_changed_parses_or_raises_payload_error(path, value):
     check_parse(set_path(REAL_PAYLOAD, path, value))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.text(max_size=20), st.text(max_size=20), max_size=6))
 def test_any_labels_parse_or_raise_payload_error(labels):
     check_parse(set_path(REAL_PAYLOAD, ("alerts", 0, "labels"), labels))

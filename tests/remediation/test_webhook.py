@@ -14,6 +14,7 @@ from fleet.models import AuditEvent, Node
 from remediation.models import Remediation
 from reservations.models import Reservation
 from tests.remediation.test_rules import DELETE, REAL_PAYLOAD, set_path
+from tests.support.examples import examples
 from tests.support.factories import alert, drive, enrol_default_fleet, make_available, payload
 from tests.support.hostile import HOSTILE_TEXT
 
@@ -272,7 +273,7 @@ def test_a_batch_with_nothing_refused_answers_200_and_an_empty_refusal_list(avai
 
 # Any label values, through the real view: each alert is acted on or refused, never a 5xx.
 @hypothesis.settings(
-    max_examples=60, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
+    max_examples=examples(60), deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
 )
 @hypothesis.given(
     labels=st.dictionaries(st.sampled_from(["alertname", "node", "gpu", "xid", "severity"]), HOSTILE_TEXT),

@@ -15,6 +15,7 @@ from reservations.models import Reservation, ReservationState, Tenant
 from reservations.offers import Busy, earliest_offer
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place
 from tests.support.api import post
+from tests.support.examples import examples
 from tests.support.factories import drive
 
 H = timedelta(hours=1)
@@ -121,7 +122,7 @@ def _fits(request, racks, holds, start, duration) -> bool:
     return True
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(fleets_and_holds())
 def test_an_offer_is_placeable_and_nothing_earlier_is(case):
     racks, holds, request, duration = case

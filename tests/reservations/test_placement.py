@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from core.topology import default_layout
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place
+from tests.support.examples import examples
 from tests.support.placement_baselines import count_whole_free_racks, first_fit, random_fit
 
 
@@ -436,7 +437,7 @@ def feasible(racks: list[RackCapacity], request: PlacementRequest) -> bool:
 
 
 @pytest.mark.parametrize("strategy", [place, first_fit, random_fit(0)], ids=["best-fit", "first-fit", "random"])
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=fleets_and_requests())
 def test_every_strategy_places_validly_and_refuses_only_when_nothing_fits(strategy, case):
     racks, request = case
@@ -449,7 +450,7 @@ def test_every_strategy_places_validly_and_refuses_only_when_nothing_fits(strate
         assert_valid(request, racks, chosen)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=fleets_and_requests(), seed=st.integers(0, 2**32))
 def test_placement_is_deterministic_and_ignores_the_order_of_its_input(case, seed):
     racks, request = case
@@ -465,7 +466,7 @@ def test_placement_is_deterministic_and_ignores_the_order_of_its_input(case, see
         assert refused.reason == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=fleets_and_requests())
 def test_best_fit_breaks_the_fewest_whole_racks_any_placement_could(case):
     racks, request = case
@@ -481,7 +482,7 @@ def test_best_fit_breaks_the_fewest_whole_racks_any_placement_could(case):
         assert whole_touched == fewest_whole_racks_broken_possible(racks, request)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=fleets_and_requests())
 def test_from_the_same_state_best_fit_keeps_at_least_as_many_whole_racks_as_first_fit_and_random(case):
     racks, request = case
@@ -510,7 +511,7 @@ def shape(racks: list[RackCapacity], request: PlacementRequest, chosen: list[str
     return rack_of[chosen[0]].pod, sorted(touched)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=fleets_and_requests())
 def test_a_recent_pass_only_breaks_ties_between_equal_racks_and_nodes(case):
     racks, request = case
@@ -542,7 +543,7 @@ def one_pod_of_equal_racks_and_arrivals(draw):
     return racks, arrivals
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=one_pod_of_equal_racks_and_arrivals())
 def test_over_arrivals_in_one_pod_of_equal_racks_best_fit_keeps_as_many_whole_racks_as_first_fit(case):
     """The sequence claim where it holds: each strategy leaves at most one partly used rack, so
@@ -607,4 +608,4 @@ class ArrivalsAndDepartures(RuleBasedStateMachine):
 
 
 TestArrivalsAndDepartures = ArrivalsAndDepartures.TestCase
-TestArrivalsAndDepartures.settings = settings(max_examples=80, stateful_step_count=30, deadline=None)
+TestArrivalsAndDepartures.settings = settings(max_examples=examples(80), stateful_step_count=30, deadline=None)

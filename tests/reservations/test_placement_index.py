@@ -18,6 +18,7 @@ from core.topology import NVLINK_DOMAIN, POD
 from reservations.free_capacity import FreeCapacity, RackState
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place, place_in
 from tests.support import placement_reference as reference
+from tests.support.examples import examples
 
 SWITCH_LEVELS = ("spine_group", "leaf")
 MODELS = ("H100", "B200")
@@ -97,7 +98,7 @@ def index_of(racks: list[RackCapacity]) -> FreeCapacity:
 
 
 @pytest.mark.fuzzing
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(case=fabrics_and_requests())
 def test_placement_over_the_index_chooses_what_the_walk_of_every_rack_chose(case):
     racks, request = case
@@ -107,7 +108,7 @@ def test_placement_over_the_index_chooses_what_the_walk_of_every_rack_chose(case
 
 
 @pytest.mark.fuzzing
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(case=fabrics_and_requests(), seed=st.integers(0, 2**32))
 def test_placement_over_the_index_ignores_the_order_of_its_input(case, seed):
     racks, request = case
@@ -147,7 +148,7 @@ def described(capacity: FreeCapacity) -> dict:
 
 
 @pytest.mark.fuzzing
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     racks=fabrics(),
     deltas=st.lists(

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from core.topology import NVLINK_DOMAIN, POD, default_layout
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, give_back, place
+from tests.support.examples import examples
 from tests.support.placement_baselines import count_domains, first_fit, most_free_first, random_fit
 
 
@@ -297,7 +298,7 @@ def fewest_spanned(racks: list[RackCapacity], request: PlacementRequest, depth: 
 @pytest.mark.parametrize(
     "strategy", [place, first_fit, most_free_first, random_fit(0)], ids=["best-fit", "first-fit", "most-free", "random"]
 )
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(case=fabrics_and_requests())
 def test_every_strategy_stays_in_the_required_domain_keeps_whole_domains_whole_and_refuses_only_what_cannot_fit(
     strategy, case
@@ -313,7 +314,7 @@ def test_every_strategy_stays_in_the_required_domain_keeps_whole_domains_whole_a
         assert_valid(request, racks, chosen)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(case=fabrics_and_requests())
 def test_the_preferred_level_or_else_the_deepest_switch_level_spans_the_fewest_domains_possible(case):
     racks, request = case
@@ -328,7 +329,7 @@ def test_the_preferred_level_or_else_the_deepest_switch_level_spans_the_fewest_d
     assert spanned == fewest_spanned(racks, request, depth)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=fabrics_and_requests(), seed=st.integers(0, 2**32))
 def test_fabric_placement_is_deterministic_and_ignores_the_order_of_its_input(case, seed):
     racks, request = case
@@ -357,7 +358,7 @@ def release(racks: list[RackCapacity], freed: Iterable[str]) -> list[RackCapacit
     return [replace(r, free=tuple(n for n in r.nodes if n in freed)) for r in racks]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     racks=fabrics(),
     trace=st.lists(st.tuples(st.integers(1, 8), st.booleans(), st.integers(0, 100)), max_size=12),

@@ -20,6 +20,7 @@ from reservations.selectors import live_allocations, node_hours_booked
 from reservations.usage import calendar_month
 from tests.support.api import post
 from tests.support.concurrency import at_once
+from tests.support.examples import examples
 from tests.support.factories import enrol_default_fleet, make_available
 
 H = timedelta(hours=1)
@@ -125,7 +126,7 @@ def quota_races(draw):
 
 
 @pytest.mark.django_db(transaction=True)
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=quota_races())
 def test_no_mix_of_concurrent_creates_growths_and_extensions_passes_the_quota(case):
     quota_limits, asks = case

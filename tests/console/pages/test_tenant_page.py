@@ -19,6 +19,7 @@ from fleet.models import AddressPool, Image, Node, Pod
 from reservations import services as reservations
 from reservations.models import Quota, Reservation, Webhook, WebhookDelivery, WebhookEvent
 from reservations.placement import PlacementRefused
+from tests.support.examples import examples
 from tests.support.factories import bring_up
 from tests.support.hostile import HOSTILE_TEXT
 from tests.support.time_passing import reservation_ages
@@ -295,7 +296,7 @@ def test_no_posted_form_is_a_server_error(alice, available_fleet, catalogue, dja
         f"{PAGE}/{mine.pk}/node-count": ["node_count"],
     }
 
-    @hypothesis.settings(max_examples=120, deadline=None, database=None)
+    @hypothesis.settings(max_examples=examples(120), deadline=None, database=None)
     @hypothesis.given(st.sampled_from(sorted(forms)), st.data())
     def post_any(path, data):
         fields = data.draw(st.dictionaries(st.sampled_from(forms[path]), VALUES | st.lists(VALUES, max_size=3)))
