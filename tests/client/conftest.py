@@ -1,14 +1,18 @@
 """The tenants' CLI against a real control plane: pytest-django's live server (the project's
-URLconf, /v1 included) on the test database, a tenant's token, and the CLI run as a tenant runs
-it, in a process of its own, or in process through main(argv)."""
+URLconf, /v1 included) on the test database, a tenant's token, and the CLI's main(argv) run in
+the tenant's environment, in this process, or the installed console script in a process of its own
+where a test needs one (one that is still running, or the script itself)."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 from gpufleet_client.cli import main
@@ -18,37 +22,46 @@ from tests.support.factories import tenant_token
 GPUFLEET = Path(sys.executable).parent / "gpufleet"  # the console script `pip install -e ./client` puts there
 
 
+# What the CLI reads from its environment (gpufleet_client/config.py).
+CLI_VARIABLES = ("GPUFLEET_URL", "GPUFLEET_TOKEN", "XDG_CONFIG_HOME", "HOME")
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What one command left: its exit status and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 @dataclass
 class Tenant:
     """How a tenant calls the CLI: its environment (server, token, an empty config directory)."""
 
     env: dict[str, str]
 
-    def run(self, *args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
-        """`gpufleet ARGS` as a subprocess, the console script installed in the virtualenv."""
-        assert GPUFLEET.exists(), f"{GPUFLEET} is missing: pip install -e ./client (make setup does)"
-        return subprocess.run(
-            [str(GPUFLEET), *args],
-            env={**self.env, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=60,
-            **kwargs,
-        )
+    def run(self, *args: str, env: dict[str, str] | None = None) -> Completed:
+        """`gpufleet ARGS`: the console script's main(ARGS) in this process, in the tenant's
+        environment (with `env` over it), what it prints captured. A process of its own would cost
+        a third of a second a command; test_client_package.py runs the installed script."""
+        environment = {**self.env, **(env or {})}
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with patch.dict(os.environ), redirect_stdout(stdout), redirect_stderr(stderr):
+            for name in CLI_VARIABLES:
+                if name in environment:
+                    os.environ[name] = environment[name]
+                else:
+                    os.environ.pop(name, None)
+            status = main(list(args))
+        return Completed(status, stdout.getvalue(), stderr.getvalue())
 
     def popen(self, *args: str) -> subprocess.Popen:
+        """`gpufleet ARGS` still running, the console script installed in the virtualenv."""
+        assert GPUFLEET.exists(), f"{GPUFLEET} is missing: pip install -e ./client (make setup does)"
         return subprocess.Popen(
             [str(GPUFLEET), *args], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-
-    def main(self, *args: str, monkeypatch: pytest.MonkeyPatch) -> int:
-        """`main(ARGS)` in this process, with the tenant's environment."""
-        for name in ("GPUFLEET_URL", "GPUFLEET_TOKEN", "XDG_CONFIG_HOME", "HOME"):
-            if name in self.env:
-                monkeypatch.setenv(name, self.env[name])
-            else:
-                monkeypatch.delenv(name, raising=False)
-        return main(list(args))
 
 
 def tenant_environment(tmp_path: Path, url: str, token: str | None) -> dict[str, str]:

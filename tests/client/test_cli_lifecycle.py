@@ -203,15 +203,15 @@ def test_an_unknown_reservation_exits_3(acme, globex, available_fleet, broker):
     assert globex.run("show", str(Reservation.objects.get().pk)).returncode == 3
 
 
-def test_no_token_exits_2_saying_where_to_put_one(anonymous, monkeypatch, capsys):
+def test_no_token_exits_2_saying_where_to_put_one(anonymous):
     completed = anonymous.run("list")
     assert completed.returncode == 2
     assert "no API token: set GPUFLEET_TOKEN, or put token = " in completed.stderr
     assert anonymous.env["XDG_CONFIG_HOME"] + "/gpufleet/config.toml" in completed.stderr
     assert "Traceback" not in completed.stderr
 
-    assert anonymous.main("quota", monkeypatch=monkeypatch) == 2
-    assert "no API token" in capsys.readouterr().err
+    quota = anonymous.run("quota")
+    assert quota.returncode == 2 and "no API token" in quota.stderr
 
 
 def test_capacity_needs_no_token(anonymous, available_fleet):
@@ -433,11 +433,14 @@ def test_python_m_gpufleet_client_is_the_same_command(acme, available_fleet):
     assert [pod["name"] for pod in json.loads(completed.stdout)["pods"]] == ["p1", "p2"]
 
 
-def test_main_in_process_returns_the_exit_status(acme, available_fleet, broker, monkeypatch, capsys):
-    assert acme.main("reserve", "--nodes", "1", "--pod", "p2", "--json", monkeypatch=monkeypatch) == 0
-    created = json.loads(capsys.readouterr().out)
-    assert acme.main("show", str(created["id"]), monkeypatch=monkeypatch) == 0
-    assert capsys.readouterr().out.splitlines()[0].split() == ["id", str(created["id"])]
-    assert acme.main("show", "999999", monkeypatch=monkeypatch) == 3
-    assert capsys.readouterr().err == "gpufleet: No Reservation matches the given query. (404)\n"
-    assert acme.main("reserve", "--nodes", "0", monkeypatch=monkeypatch) == 2
+def test_main_in_process_returns_the_exit_status(acme, available_fleet, broker):
+    reserved = acme.run("reserve", "--nodes", "1", "--pod", "p2", "--json")
+    assert reserved.returncode == 0
+    created = json.loads(reserved.stdout)
+    shown = acme.run("show", str(created["id"]))
+    assert shown.returncode == 0
+    assert shown.stdout.splitlines()[0].split() == ["id", str(created["id"])]
+    unknown = acme.run("show", "999999")
+    assert unknown.returncode == 3
+    assert unknown.stderr == "gpufleet: No Reservation matches the given query. (404)\n"
+    assert acme.run("reserve", "--nodes", "0").returncode == 2
