@@ -88,7 +88,7 @@ def test_whole_leaves_are_taken_whole(acme, leaf_fleet):
         ({"gpu_model": "x" * 129}, "gpu_model"),
     ],
 )
-def test_bad_levels_and_selectors_are_400_naming_the_field(acme, leaf_fleet, body, field):
+def test_bad_levels_and_selectors_are_400_naming_the_field(acme, fleet, body, field):
     answer = reserve(acme, **body)
     assert answer.status_code == 400, answer.content
     assert answer.json()["detail"].startswith(f"{field}: "), answer.json()

@@ -173,7 +173,7 @@ def test_concurrent_reservations_never_double_book():
     at_once(*(functools.partial(client, tenant) for tenant in tenants))
 
     assert len(outcomes) == 20
-    assert sum(kind == "placed" for kind, _ in outcomes) == 4  # p2 has 4 nodes
+    assert sum(kind == "placed" for kind, _ in outcomes) == 4, outcomes  # p2 has 4 nodes
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM reservations_allocation a JOIN reservations_allocation b"
