@@ -7,7 +7,7 @@ in the same transaction.
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from fleet import leases, lifecycle
@@ -143,10 +143,21 @@ def _follow_through(
     )
 
 
+# Both in one statement: QuerySet.delete() would cost two round trips and its collector's checks,
+# about a quarter of a transition's time, on every transition that leaves a node not serving.
+FORGET_TENANT_NETWORK = (
+    f"WITH address AS (DELETE FROM {NodeAddress._meta.db_table} WHERE node_id = %(node)s)"
+    f" DELETE FROM {ConfigDrive._meta.db_table} WHERE node_id = %(node)s"
+)
+
+
 def _forget_tenant_network(node_id: int) -> None:
-    """A node that stops serving gives back its address and its config drive (whose URL then 404s)."""
-    NodeAddress.objects.filter(node_id=node_id).delete()
-    ConfigDrive.objects.filter(node_id=node_id).delete()
+    """A node that stops serving gives back its address and its config drive (whose URL then 404s).
+    Every transition to a state that does not serve does so, not only one from a serving state: a
+    worker whose lease ended with the tenancy may still have written either after it ended, and
+    the next tenant must not be given the last one's config drive."""
+    with connection.cursor() as cursor:
+        cursor.execute(FORGET_TENANT_NETWORK, {"node": node_id})
 
 
 def start_inspections(*, actor: str, limit: int) -> int:
