@@ -56,7 +56,7 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -n 2 --ignore=tests/e2e --ignore=tests/test_soak.py
+	$(VENV)/bin/pytest -n 2 --dist worksteal --ignore=tests/e2e --ignore=tests/test_soak.py
 	$(VENV)/bin/pytest tests/e2e tests/test_soak.py
 
 # The inner loop: ruff, the layers, the types, and every test of none of the slow kinds that pytest.ini
@@ -67,7 +67,7 @@ check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	GPUFLEET_TEST_EXAMPLES_PERCENT=10 $(VENV)/bin/pytest -n 2 -m "not ($(SLOW_KINDS))"
+	GPUFLEET_TEST_EXAMPLES_PERCENT=10 $(VENV)/bin/pytest -n 2 --dist worksteal -m "not ($(SLOW_KINDS))"
 
 lint: setup
 	$(VENV)/bin/ruff check .

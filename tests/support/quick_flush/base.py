@@ -4,12 +4,17 @@ pytest-django empties the database after every test that commits (transactional_
 with Django's flush, one TRUNCATE of every table: about 0.4 s on these machines, however few rows
 the test wrote, as PostgreSQL makes every table's files anew. Deleting the few rows there are takes
 milliseconds. Every foreign key is deferred to the commit, so the order of the deletes does not
-matter; the append-only tables refuse DELETE (their triggers), so those are truncated.
+matter; the append-only tables refuse DELETE (their triggers), so those are truncated. The content
+types and permissions stay: migrating wrote them, and the post_migrate that follows every flush
+would only write them back.
 """
 
 from __future__ import annotations
 
 from django.db.backends.postgresql import base, operations
+
+# What the migrations wrote and no test changes.
+KEPT = frozenset({"django_content_type", "auth_permission"})
 
 # Bits of pg_trigger.tgtype: a row trigger (1), before the change (2), on DELETE (8).
 ROW_BEFORE_DELETE = 1 | 2 | 8
@@ -46,7 +51,7 @@ class DatabaseOperations(operations.DatabaseOperations):
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
         if not tables or reset_sequences:
             return super().sql_flush(style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
-        names = ", ".join("'" + table.replace("'", "''") + "'" for table in tables)
+        names = ", ".join("'" + table.replace("'", "''") + "'" for table in tables if table not in KEPT)
         return [EMPTY_TABLES_WITH_ROWS % {"tables": f"ARRAY[{names}]::text[]", "row_before_delete": ROW_BEFORE_DELETE}]
 
 
