@@ -5,10 +5,10 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from attestation.policy import PolicyError, load_policy
 from attestation.verifier import UnusableAnchor, load_trust_anchor
+from core import clock
 
 
 class TrustAnchorRole(models.TextChoices):
@@ -32,7 +32,7 @@ class TrustAnchor(models.Model):
 
     def clean(self):
         try:
-            load_trust_anchor(self.role, self.pem, valid_at=timezone.now())
+            load_trust_anchor(self.role, self.pem, valid_at=clock.now())
         except UnusableAnchor as error:
             raise ValidationError({"pem": str(error)}) from error
 

@@ -17,11 +17,12 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from attestation import ear, reference, verifier
 from attestation.models import AttestationPolicy, AttestationResult, ReferenceValue, TrustAnchor, TrustAnchorRole
 from attestation.policy import Policy, load_policy_file
+from core import clock
 
 log = logging.getLogger(__name__)
 VERIFIER_ID = "gpu-fleet/attestation.verifier"
@@ -61,7 +62,7 @@ def signing_keys() -> list[tuple[str, Ed25519PrivateKey]]:
     path = Path(spec)
     if not path.exists() and spec == str(settings.DEFAULT_SIGNING_KEY_DIR):
         path.mkdir(parents=True, exist_ok=True)
-        kid, _ = ear.generate_signing_key(path / f"{timezone.now():%Y-%m-%dT%H%M%S}.pem")
+        kid, _ = ear.generate_signing_key(path / f"{clock.now():%Y-%m-%dT%H%M%S}.pem")
         log.warning("generated a development result-signing key %s in %s", kid, path)
     try:
         return _signing_keys_as_of(spec, ear.signing_key_files_version(spec))
@@ -120,8 +121,9 @@ def policy_for(gpu_models: Collection[str]) -> Policy:
 
 
 def appraise(*, node: NodeToAppraise, evidence: object, nonce: bytes, now: datetime | None = None) -> Appraisal:
-    """Verify the evidence and sign the verdict. Raises NotConfigured; never passes what it cannot check."""
-    now = now or timezone.now()
+    """Verify the evidence and sign the verdict as of `now` (None: core.clock's). Raises
+    NotConfigured; never passes what it cannot check."""
+    now = now or clock.now()
     policy = policy_for(node.gpu_models)
     verdict = verifier.verify(
         evidence=evidence,
@@ -178,7 +180,7 @@ def retire_releases(releases: Collection[str]) -> int:
     next attestation, release_retired. Returns how many releases were in service before."""
     rows = ReferenceValue.objects.filter(release__in=releases, retired_at__isnull=True)
     retiring = set(rows.values_list("release", flat=True))
-    rows.update(retired_at=timezone.now())
+    rows.update(retired_at=Now())
     return len(retiring)
 
 
@@ -210,7 +212,7 @@ def import_trust_anchors(roots: dict) -> list[str]:
     verifier.TrustedRoots.from_pem(
         manufacturer_ca=roots.get(TrustAnchorRole.MANUFACTURER_CA),
         gpu_vendor_root=roots.get(TrustAnchorRole.GPU_VENDOR_ROOT),
-        valid_at=timezone.now(),
+        valid_at=clock.now(),
     )  # refuses every anchor no chain could end at before a row changes
     for role in TrustAnchorRole.values:
         TrustAnchor.objects.update_or_create(role=role, defaults={"pem": roots[role]})

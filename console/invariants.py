@@ -16,7 +16,6 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from fleet.lifecycle import Event, State
 from fleet.models import AuditEvent, AuditOnlyEvent, Node
@@ -155,7 +154,7 @@ def stuck_without_a_lease() -> Iterator[Violation]:
     }
     unleased = Q(lease_owner="") | Q(lease_expires_at__lte=Now())
     for state, seconds in deadlines.items():
-        late = Node.objects.filter(unleased, state=state, state_since__lt=timezone.now() - timedelta(seconds=seconds))
+        late = Node.objects.filter(unleased, state=state, state_since__lt=Now() - timedelta(seconds=seconds))
         for name, since in late.values_list("name", "state_since"):
             yield Violation("stuck", f"{name} has been {state} since {since:%Y-%m-%d %H:%M:%S} with no worker on it")
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 from django.conf import settings
 from django.db.models import Exists, F, JSONField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from core.topology import NVLINK_DOMAIN, POD
 from fleet import diagnostics, fabric, fabric_health, firmware, lifecycle, rollout_rules
@@ -198,8 +197,8 @@ def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes], *, lasting: timed
         "state",
         "links_down",
         "troubled_since",
+        Now(),  # the database's clock (core.clock), which stamped troubled_since, in the same statement
     )
-    now = timezone.now()
     readings = [
         fabric_health.SwitchReading(
             name=name,
@@ -210,6 +209,6 @@ def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes], *, lasting: timed
             links_down=frozenset(links_down),
             troubled_since=since,
         ).as_of(now, lasting)
-        for name, kind, pod, level, domain, health, state, links_down, since in rows
+        for name, kind, pod, level, domain, health, state, links_down, since, now in rows
     ]
     return fabric_health.cut_off(readings, racks)

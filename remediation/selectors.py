@@ -13,6 +13,7 @@ from datetime import date, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.expressions import Combinable
 from django.db.models.functions import Coalesce, TruncDate
 
 from fleet.models import GPU, Node
@@ -68,8 +69,9 @@ def remediations_acted_on(node: Node, now: datetime) -> int:
     ).count()
 
 
-def incidents_since(since: datetime) -> list[IncidentTimes]:
-    """The incidents received since `since`, with no replacement time: see the module's docstring.
+def incidents_since(since: datetime | Combinable) -> list[IncidentTimes]:
+    """The incidents received since `since` (a time, or one the database works out in the query),
+    with no replacement time: see the module's docstring.
 
     The fault is the alert's firing time, or its receipt when the timeline lacks it. The GPU
     model is the failing GPU's, or the node's first GPU's when the alert named no GPU."""
@@ -106,8 +108,8 @@ def nodes_per_gpu_model() -> dict[str, int]:
     return dict(GPU.objects.values_list("model").annotate(nodes=Count("node", distinct=True)).order_by())
 
 
-def counts_by_step_and_status(since: datetime) -> dict[tuple[str, str], int]:
-    """Remediations received since `since`, by rung taken ("" for none) and outcome."""
+def counts_by_step_and_status(since: datetime | Combinable) -> dict[tuple[str, str], int]:
+    """Remediations received since `since` (as for incidents_since), by rung taken ("" for none) and outcome."""
     rows = _enforced().filter(at__gte=since).values_list("step", "status").annotate(n=Count("id")).order_by()
     return {(step, status): count for step, status, count in rows}
 

@@ -11,8 +11,8 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, Q
 from django.db.models.functions import Now
-from django.utils import timezone
 
+from core import clock
 from core.due_work import take_due
 from core.parsing import InvalidInput
 from fleet import lifecycle
@@ -119,7 +119,7 @@ def event_log_unread(*, cursor_id: int, failure: str) -> None:
 
 def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
     decision = rules.decide(alert, shadow=frozenset(settings.REMEDIATION_SHADOW_RULES))
-    received_at = timezone.now()
+    received_at = clock.now()  # once: the timeline's rows and the decisions of this receipt share it
     try:
         with transaction.atomic():
             # The node's row lock comes first, here as wherever a ladder moves: one decision per
@@ -146,7 +146,7 @@ def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
             firing_at = _parse_time(alert.starts_at) or received_at
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.ALERT_FIRING, at=firing_at)
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.WEBHOOK_RECEIVED, at=received_at)
-            _act_on(remediation, decision, node, firing_at)
+            _act_on(remediation, decision, node, firing_at, now=received_at)
             remediation.save(update_fields=["status", "reason", "step", "recheck_due_at", *_COUNTED])
             if node is not None:
                 _hold_while_repairing(node.pk)
@@ -159,20 +159,22 @@ def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
     return remediation, True
 
 
-def _act_on(remediation: Remediation, decision: rules.Decision, node: Node | None, firing_at: datetime) -> None:
+def _act_on(
+    remediation: Remediation, decision: rules.Decision, node: Node | None, firing_at: datetime, *, now: datetime
+) -> None:
     if node is None:
         if decision.step is not None:
             remediation.reason = f"{decision.reason}; no enrolled node {decision.node!r}"
         return
     if decision.step is None:
         if decision.ladder.notify_tenant and decision.mode is rules.Mode.ENFORCE:
-            _tell_tenant(remediation, node, step=None, acts_at=None)
+            _tell_tenant(remediation, node, step=None, acts_at=None, now=now)
         return
     remediation.step = decision.step.value
     if decision.mode is rules.Mode.SHADOW:
         remediation.reason = f"shadow: would {decision.step.value.replace('_', ' ')}; {decision.reason}"
         IncidentEvent.objects.create(
-            remediation=remediation, step=IncidentStep.SHADOW, at=timezone.now(), detail=decision.step.value
+            remediation=remediation, step=IncidentStep.SHADOW, at=now, detail=decision.step.value
         )
         return
     if (other := _same_occurrence_acted_on(remediation, node, firing_at)) is not None:
@@ -192,7 +194,7 @@ def _act_on(remediation: Remediation, decision: rules.Decision, node: Node | Non
         remediation.step = ""
         remediation.reason = f"{decision.reason}; {node.name} is already being repaired (remediation {under_way})"
         return
-    _climb(remediation, decision.step, node)
+    _climb(remediation, decision.step, node, now=now)
 
 
 def _same_occurrence_acted_on(remediation: Remediation, node: Node, firing_at: datetime) -> Remediation | None:
@@ -231,7 +233,7 @@ def _began(at: datetime, before: timedelta, after: timedelta) -> Q:
     return Q(timeline__step=IncidentStep.ALERT_FIRING, timeline__at__range=(at - before, at + after))
 
 
-def _climb(remediation: Remediation, step: rules.Step, node: Node) -> None:
+def _climb(remediation: Remediation, step: rules.Step, node: Node, *, now: datetime) -> None:
     """Make `step` the remediation's current rung: quarantine now, or a repair that a worker
     starts when it is due (at once, or when the tenant's drain time is up)."""
     remediation.step = step.value
@@ -240,25 +242,26 @@ def _climb(remediation: Remediation, step: rules.Step, node: Node) -> None:
     remediation.forced_at = None
     if step is rules.Step.QUARANTINE:
         remediation.recheck_due_at = None
-        _quarantine_within_cap(remediation, node)
+        _quarantine_within_cap(remediation, node, now=now)
         return
     # A ladder already counted climbs on: its rungs are one incident.
     if remediation.counted_from is None and (over := _count_against_cap(remediation, node)):
-        _suppress(remediation, node, over)
+        _suppress(remediation, node, over, now=now)
         return
-    now = timezone.now()
     ladder = rules.LADDERS[remediation.action]
     acts_at = now
     if node.reservation_id is not None and ladder.notify_tenant:
         if step in rules.NODE_STEPS:
             acts_at = now + ladder.drain
-        _tell_tenant(remediation, node, step=step, acts_at=acts_at)
+        _tell_tenant(remediation, node, step=step, acts_at=acts_at, now=now)
     remediation.status = RemediationStatus.PENDING
     # The reconciler has a worker start the rung once due (take_due_repairs).
     remediation.recheck_due_at = acts_at
 
 
-def _tell_tenant(remediation: Remediation, node: Node, *, step: rules.Step | None, acts_at: datetime | None) -> None:
+def _tell_tenant(
+    remediation: Remediation, node: Node, *, step: rules.Step | None, acts_at: datetime | None, now: datetime
+) -> None:
     if node.reservation_id is None:
         return
     node_remediation_planned.send(
@@ -271,9 +274,7 @@ def _tell_tenant(remediation: Remediation, node: Node, *, step: rules.Step | Non
         acts_at=acts_at,
     )
     when = f"{step.value} at {acts_at.isoformat()}" if step and acts_at else "told, nothing done"
-    IncidentEvent.objects.create(
-        remediation=remediation, step=IncidentStep.TENANT_NOTIFIED, at=timezone.now(), detail=when
-    )
+    IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.TENANT_NOTIFIED, at=now, detail=when)
 
 
 def take_due_repairs(*, limit: int) -> list[int]:
@@ -287,20 +288,14 @@ def take_due_repairs(*, limit: int) -> list[int]:
     )
 
 
-def _database_clock() -> datetime:
-    """PostgreSQL's clock now, not the transaction's start: one clock for every process's spans."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT clock_timestamp()")
-        return cursor.fetchone()[0]
-
-
 def _count_against_cap(remediation: Remediation, node: Node) -> str | None:
     """Count the remediation as a new incident against the blast-radius cap
     (remediation/blast_radius.py), or say why the cap refuses it. Takes the cap's advisory lock,
     so the count and the act that follows share one locked transaction."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CAP_LOCK])
-    now = _database_clock()
+    # Read under the lock, not the service's earlier `now`: each count starts after the one before it.
+    now = clock.now()
     cap = selectors.blast_radius_cap()
     counted = selectors.cap_incidents(since=now - cap.window)
     if over := blast_radius.refusal(cap, counted, pod=node.rack.pod.name, at=now):
@@ -309,30 +304,31 @@ def _count_against_cap(remediation: Remediation, node: Node) -> str | None:
     return None
 
 
-def _suppress(remediation: Remediation, node: Node, over: str) -> None:
+def _suppress(remediation: Remediation, node: Node, over: str, *, now: datetime) -> None:
     remediation.status = RemediationStatus.SUPPRESSED
     remediation.recheck_due_at = None
     remediation.reason = f"{remediation.reason}; suppressed: {over}"
-    IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.SUPPRESSED, at=timezone.now(), detail=over)
+    IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.SUPPRESSED, at=now, detail=over)
     log.warning("suppressed %s on %s: %s", remediation.alert, node.name, over)
 
 
-def _quarantine_within_cap(remediation: Remediation, node: Node) -> None:
+def _quarantine_within_cap(remediation: Remediation, node: Node, *, now: datetime) -> None:
     """Quarantine as a new incident unless the cap is reached, or as the last rung of a ladder
     already counted; either way the incident ends here. A quarantine that found nothing to do
     (the node moved on) counts only if rungs before it acted."""
     new_incident = remediation.counted_from is None
     if new_incident and (over := _count_against_cap(remediation, node)):
-        _suppress(remediation, node, over)
+        _suppress(remediation, node, over, now=now)
         return
-    _quarantine(remediation, node, actor=AUTOMATIC_ACTOR)
+    _quarantine(remediation, node, actor=AUTOMATIC_ACTOR, now=now)
     if new_incident and remediation.status != RemediationStatus.APPLIED:
         remediation.counted_from = None
     else:
-        remediation.counted_until = _database_clock()
+        # Read again, not `now`: the span ends after counted_from, which the cap read later than `now`.
+        remediation.counted_until = clock.now()
 
 
-def _quarantine(remediation: Remediation, node: Node, *, actor: str) -> None:
+def _quarantine(remediation: Remediation, node: Node, *, actor: str, now: datetime) -> None:
     try:
         transition(
             node_id=node.pk,
@@ -347,7 +343,7 @@ def _quarantine(remediation: Remediation, node: Node, *, actor: str) -> None:
         remediation.reason = f"{remediation.reason}; nothing to do: {error}"
         return
     remediation.status = RemediationStatus.APPLIED
-    IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.QUARANTINED, at=timezone.now())
+    IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.QUARANTINED, at=now)
 
 
 def apply_suppressed(*, remediation_id: int, operator: str) -> Remediation:
@@ -357,24 +353,25 @@ def apply_suppressed(*, remediation_id: int, operator: str) -> Remediation:
         remediation = Remediation.objects.select_for_update(of=("self",)).select_related("node").get(pk=remediation_id)
         if remediation.status != RemediationStatus.SUPPRESSED or remediation.node is None:
             return remediation
-        _quarantine(remediation, remediation.node, actor=operator)
+        _quarantine(remediation, remediation.node, actor=operator, now=clock.now())
         remediation.decided_by = operator
         remediation.save(update_fields=["status", "reason", "decided_by"])
     return remediation
 
 
-def step_started(*, remediation_id: int, reset_before: str = "") -> bool:
-    """The rung was acted on (the agent took the reset, the BMC the restart): look at it again in
-    REMEDIATION_RESET_POLL_SECONDS. False if another worker started it first (compare-and-set on
-    the start), or the repair has ended."""
+def step_started(*, remediation_id: int, reset_before: str = "", now: datetime | None = None) -> bool:
+    """The rung was acted on (the agent took the reset, the BMC the restart) at `now` (None:
+    core.clock's): look at it again in REMEDIATION_RESET_POLL_SECONDS. False if another worker
+    started it first (compare-and-set on the start), or the repair has ended."""
     remediation = Remediation.objects.filter(
         pk=remediation_id, status=RemediationStatus.PENDING, step_started_at__isnull=True
     )
     step = remediation.values_list("step", flat=True).first()
-    started = remediation.update(step_started_at=Now(), recheck_due_at=Now() + _poll(), reset_before=reset_before)
+    at = now or clock.now()
+    started = remediation.update(step_started_at=at, recheck_due_at=at + _poll(), reset_before=reset_before)
     if started:
         assert step is not None  # the row the update matched was read above
-        IncidentEvent.objects.create(remediation_id=remediation_id, step=step, at=timezone.now())
+        IncidentEvent.objects.create(remediation_id=remediation_id, step=step, at=at)
         if step in rules.NODE_STEPS:
             # The node's own audit trail shows who restarted it and why, beside its tenants' power actions.
             node = Node.objects.get(remediations__pk=remediation_id)
@@ -390,13 +387,15 @@ def step_running(*, remediation_id: int) -> None:
     )
 
 
-def reboot_forced(*, remediation_id: int, grace: float) -> None:
-    """The OS ignored the graceful restart for `grace` seconds and the BMC was told to force it."""
-    if Remediation.objects.filter(pk=remediation_id, forced_at__isnull=True).update(forced_at=Now()):
+def reboot_forced(*, remediation_id: int, grace: float, now: datetime | None = None) -> None:
+    """The OS ignored the graceful restart for `grace` seconds and the BMC was told to force it at
+    `now` (None: core.clock's)."""
+    at = now or clock.now()
+    if Remediation.objects.filter(pk=remediation_id, forced_at__isnull=True).update(forced_at=at):
         IncidentEvent.objects.create(
             remediation_id=remediation_id,
             step=IncidentStep.REBOOT_FORCED,
-            at=timezone.now(),
+            at=at,
             detail=f"no restart within {grace:g}s",
         )
 
@@ -405,15 +404,16 @@ def _poll() -> timedelta:
     return timedelta(seconds=settings.REMEDIATION_RESET_POLL_SECONDS)
 
 
-def step_overdue(remediation: Remediation) -> bool:
-    """The rung began longer ago than its timeout: REMEDIATION_RESET_TIMEOUT_SECONDS for a GPU
-    reset, REMEDIATION_REBOOT_TIMEOUT_SECONDS for a rung that restarts the node."""
+def step_overdue(remediation: Remediation, *, now: datetime | None = None) -> bool:
+    """The rung began longer ago than its timeout at `now` (None: core.clock's):
+    REMEDIATION_RESET_TIMEOUT_SECONDS for a GPU reset, REMEDIATION_REBOOT_TIMEOUT_SECONDS for a
+    rung that restarts the node."""
     started = remediation.step_started_at
     if remediation.step == RemediationStep.GPU_RESET:
         timeout = settings.REMEDIATION_RESET_TIMEOUT_SECONDS
     else:
         timeout = settings.REMEDIATION_REBOOT_TIMEOUT_SECONDS
-    return started is not None and timezone.now() - started > timedelta(seconds=timeout)
+    return started is not None and (now or clock.now()) - started > timedelta(seconds=timeout)
 
 
 def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remediation:
@@ -433,16 +433,17 @@ def step_finished(*, remediation_id: int, healthy: bool, why: str = "") -> Remed
         )
         decision = rules.after_step(current, healthy=healthy, why=why)
         remediation.reason = decision.reason
+        now = clock.now()  # once the locks are held: the rung's end, its timeline row, the next rung's start
         if decision.step is None:
             remediation.status = RemediationStatus.REPAIRED
             remediation.recheck_due_at = None
-            remediation.counted_until = _database_clock()
-            IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.REPAIRED, at=timezone.now())
+            remediation.counted_until = now
+            IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.REPAIRED, at=now)
         else:
             IncidentEvent.objects.create(
-                remediation=remediation, step=IncidentStep.ESCALATED, at=timezone.now(), detail=decision.step.value
+                remediation=remediation, step=IncidentStep.ESCALATED, at=now, detail=decision.step.value
             )
-            _climb(remediation, decision.step, node)
+            _climb(remediation, decision.step, node, now=now)
         remediation.save(
             update_fields=[
                 *("status", "reason", "step", "recheck_due_at", "step_started_at", "reset_before", "forced_at"),
@@ -478,7 +479,7 @@ def node_moved_on(*, remediation_id: int) -> Remediation:
             node = remediation.node
             assert node is not None  # a pending ladder is counted, and only a node's is (Remediation.Meta)
             remediation.reason = f"{remediation.reason}; {node.name} is {node.state}: left as it is"
-            remediation.counted_until = _database_clock()
+            remediation.counted_until = clock.now()
             remediation.save(update_fields=["status", "recheck_due_at", "reason", "counted_until"])
             _hold_while_repairing(node.pk)
     return remediation

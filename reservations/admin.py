@@ -11,9 +11,9 @@ from datetime import timedelta
 
 from django.contrib import admin, messages
 from django.http import HttpResponse
-from django.utils import timezone
 from rest_framework.authtoken.models import Token, TokenProxy
 
+from core import clock
 from core.admin_permissions import has_permission
 from reservations import selectors, services, usage
 from reservations.models import (
@@ -94,7 +94,7 @@ class TenantAdmin(admin.ModelAdmin):
         permissions=["export_usage"],
     )
     def export_usage_csv(self, request, queryset):
-        now = timezone.now()
+        now = clock.now()
         this_month = usage.calendar_month(now)
         window = usage.Span(usage.calendar_month(this_month.start - timedelta(days=1)).start, now)
         answer = HttpResponse(content_type="text/csv")
@@ -103,7 +103,7 @@ class TenantAdmin(admin.ModelAdmin):
         rows.writerow(["tenant", "month", "reservation", *usage.KINDS])
         for tenant in queryset.order_by("name"):
             for month in usage.months(window):
-                figures = selectors.usage_of(tenant, month.start, month.end)
+                figures = selectors.usage_of(tenant, month.start, month.end, now=now)
                 for row in figures["results"]:
                     rows.writerow([tenant.name, f"{month.start:%Y-%m}", row["reservation"], *map(row.get, usage.KINDS)])
                 rows.writerow([tenant.name, f"{month.start:%Y-%m}", "total", *map(figures["total"].get, usage.KINDS)])

@@ -17,8 +17,9 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
+from django.db.models.functions import Now
 
+from core import clock
 from core.errors import FieldRefused, NotFound
 from fleet.bmc_access import DEFAULT_PORTS, resolve
 from reservations.models import Reservation, Tenant, Webhook, WebhookDelivery, WebhookEvent
@@ -71,19 +72,20 @@ def delete_webhook(*, tenant: Tenant, webhook_id: int) -> None:
 def notify(reservation: Reservation, event: WebhookEvent, **data) -> int:
     """Queue `event` for every webhook of the reservation's tenant that subscribed to it, in the
     caller's transaction; how many deliveries were queued."""
+    webhooks = list(Webhook.objects.filter(tenant_id=reservation.tenant_id, events__contains=[event.value]))
+    if not webhooks:
+        return 0  # nobody listens: not even the clock is read
     payload = {
         "type": event.value,
-        "timestamp": timezone.now().isoformat(),
+        "timestamp": clock.now().isoformat(),
         "data": {"reservation": reservation.pk, **data},
     }
-    deliveries = [
+    WebhookDelivery.objects.bulk_create(
         WebhookDelivery(webhook=webhook, message_id=f"msg_{uuid.uuid4().hex}", event=event.value, payload=payload)
-        for webhook in Webhook.objects.filter(tenant_id=reservation.tenant_id, events__contains=[event.value])
-    ]
-    if deliveries:
-        WebhookDelivery.objects.bulk_create(deliveries)
-        webhook_deliveries_due.send(sender=Webhook)
-    return len(deliveries)
+        for webhook in webhooks
+    )
+    webhook_deliveries_due.send(sender=Webhook)
+    return len(webhooks)
 
 
 def reason_for_tenant(quarantine_reason: str) -> str:
@@ -103,7 +105,7 @@ def redeliver(*, tenant: Tenant, webhook_id: int, delivery_id: int) -> WebhookDe
         raise NotFound(f"no delivery {delivery_id} of webhook {webhook_id}")
     with transaction.atomic():
         WebhookDelivery.objects.filter(pk=delivery.pk).update(
-            state=WebhookDelivery.State.PENDING, attempts=0, next_attempt_at=timezone.now(), last_error=""
+            state=WebhookDelivery.State.PENDING, attempts=0, next_attempt_at=Now(), last_error=""
         )
         webhook_deliveries_due.send(sender=Webhook)
     delivery.refresh_from_db()

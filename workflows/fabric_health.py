@@ -17,8 +17,8 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.utils import timezone
 
+from core import clock
 from fleet import fabric_health
 from fleet.models import FabricSwitch
 from reservations.services import let_go_of_cut_off_nodes
@@ -89,7 +89,7 @@ def _id_of(path: str) -> str:
 
 def _record(outcome: dict[str, Reading | str]) -> None:
     """Write what the sweep found, in one statement: a reading, or the failure beside the last reading."""
-    now = timezone.now()
+    now = clock.now()  # the clock that later reads of troubled_since compare with
     rows = list(FabricSwitch.objects.filter(name__in=outcome))
     for row in rows:
         result = outcome[row.name]

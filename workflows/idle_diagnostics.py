@@ -19,8 +19,8 @@ import contextlib
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.utils import timezone
 
+from core import clock
 from fleet import diagnostics, lifecycle, services
 from fleet.models import IdleDiagnosticRun, IdleDiagnosticStatus
 from workflows.agent import AgentError, AgentUnavailable
@@ -130,4 +130,6 @@ def _timeout() -> str:
 
 
 def _overdue(run: IdleDiagnosticRun) -> bool:
-    return timezone.now() - run.created_at > timedelta(seconds=settings.DIAGNOSTICS_TIMEOUT)
+    """Open longer than DIAGNOSTICS_TIMEOUT by the database's clock, which stamped created_at
+    (core.clock): read once the agent has answered, at most once a look."""
+    return clock.now() - run.created_at > timedelta(seconds=settings.DIAGNOSTICS_TIMEOUT)

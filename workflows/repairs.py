@@ -8,11 +8,11 @@ the outcome to remediation.services, which keeps the node in service or climbs t
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.utils import timezone
 
+from core import clock
 from fleet.models import Node, NodeState
 from remediation import services
 from remediation.models import Remediation, RemediationStatus, RemediationStep
@@ -80,12 +80,13 @@ def _look_at_restart(remediation: Remediation, node: Node) -> str:
             bmc.reset(RESET_GRACEFUL_RESTART if reboot else RESET_POWER_CYCLE)
             services.step_started(remediation_id=remediation.pk, reset_before=before)
             return f"{remediation.step} asked"
-        if services.step_overdue(remediation):
+        now = clock.now()  # once per look: the timeout, then the grace before a forced restart
+        if services.step_overdue(remediation, now=now):
             why = f"{node.name} not back with the GPU healthy within {settings.REMEDIATION_REBOOT_TIMEOUT_SECONDS:g}s"
             return services.step_finished(remediation_id=remediation.pk, healthy=False, why=why).status
         reset_at = bmc.last_reset_time()
         if reset_at is not None and reset_at == remediation.reset_before:
-            _force_if_ignored(remediation, bmc)
+            _force_if_ignored(remediation, bmc, now=now)
             services.step_running(remediation_id=remediation.pk)
             return "waiting for the reset"
     except RedfishError as error:
@@ -96,15 +97,15 @@ def _look_at_restart(remediation: Remediation, node: Node) -> str:
     return _health_after_restart(remediation, node)
 
 
-def _force_if_ignored(remediation: Remediation, bmc: BMC) -> None:
+def _force_if_ignored(remediation: Remediation, bmc: BMC, *, now: datetime) -> None:
     """A hung OS ignores a graceful restart: after the tenants' grace, the BMC forces it, once."""
     assert remediation.step_started_at is not None  # called once the rung has started
     grace = settings.TENANT_REBOOT_GRACE_SECONDS
-    waited = timezone.now() - remediation.step_started_at
+    waited = now - remediation.step_started_at
     ignored = waited > timedelta(seconds=grace)
     if remediation.step == RemediationStep.REBOOT and remediation.forced_at is None and ignored:
         bmc.reset(RESET_FORCE_RESTART)
-        services.reboot_forced(remediation_id=remediation.pk, grace=grace)
+        services.reboot_forced(remediation_id=remediation.pk, grace=grace, now=now)
 
 
 def _health_after_restart(remediation: Remediation, node: Node) -> str:

@@ -20,9 +20,9 @@ import requests
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
-from django.utils import timezone
 from standardwebhooks import Webhook as Signer
 
+from core import clock
 from reservations.models import WebhookDelivery
 from reservations.webhooks import WebhookRefused, check_target
 
@@ -66,7 +66,7 @@ def _claim() -> WebhookDelivery | None:
 
 def _send(delivery: WebhookDelivery) -> str:
     body = json.dumps(delivery.payload, separators=(",", ":"))
-    sent_at = timezone.now()
+    sent_at = clock.now()
     status, error = None, ""
     try:
         check_target(delivery.webhook.url)  # again: the name may resolve elsewhere since it was checked

@@ -12,8 +12,8 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.utils import timezone
 
+from core import clock
 from core.parsing import InvalidInput, parse_int
 from fleet.models import Image, Pod
 from fleet.selectors import fabric_levels, gpu_models
@@ -90,6 +90,8 @@ class ReserveForm(PageForm):
 
     def __init__(self, *args, tenant: Tenant, **kwargs):
         super().__init__(*args, **kwargs)
+        # core.clock's time if a duration needed it: the booking goes by the same reading.
+        self.now: datetime | None = None
         self.pods = {pod.name: pod for pod in Pod.objects.order_by("name")}
         self.images = {image.name: image for image in Image.objects.order_by("name")}
         self.keys = {str(key.pk): key for key in SSHKey.objects.filter(tenant=tenant).order_by("name")}
@@ -129,7 +131,7 @@ class ReserveForm(PageForm):
         if ends_at is not None and hours is not None:
             self.add_error("hours", "give an end or a duration, not both")
         elif hours is not None:
-            now = timezone.now()  # a start that is missing or past means now, as for the service
+            self.now = now = clock.now()  # a start that is missing or past means now, as for the service
             try:
                 data["ends_at"] = ends_at = max(starts_at or now, now) + timedelta(hours=hours)
             except OverflowError:
@@ -153,6 +155,7 @@ class ReserveForm(PageForm):
             "ssh_keys": [self.keys[pk] for pk in data["ssh_keys"]],
             "user_data": data["user_data"],
             "wait": data["wait"],
+            "now": self.now,
         }
 
     def refuse(self, field: str, reason: str) -> None:

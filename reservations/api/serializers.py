@@ -1,10 +1,10 @@
 from datetime import timedelta
 from typing import cast
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core import clock
 from core.api import StrictBooleanField, StrictInputSerializer, StrictIntegerField
 from core.topology import NVLINK_DOMAIN, POD
 from core.validation import Invalid
@@ -404,14 +404,15 @@ class UsageRequestSerializer(FromFieldMixin, StrictInputSerializer):
     to = serializers.DateTimeField(required=False, help_text="Default and at most: now.")
 
     def validate(self, attrs):
-        now = timezone.now()
+        now = clock.now()
         start = attrs.get("from") or usage.calendar_month(now).start
         end = min(attrs.get("to") or now, now)
         if start >= end:
             raise serializers.ValidationError({"from": ["must be before to (and before now)"]})
         if end - start > timedelta(days=USAGE_WINDOW_DAYS):
             raise serializers.ValidationError({"from": [f"at most {USAGE_WINDOW_DAYS} days before to"]})
-        return {"start": start, "end": end}
+        # usage_of's arguments: `now` with them, so that the request reads the clock once.
+        return {"start": start, "end": end, "now": now}
 
 
 class UsageFiguresSerializer(serializers.Serializer):

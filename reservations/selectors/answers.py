@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
-from django.utils import timezone
 
+from core import clock
 from fleet.models import Node
 from reservations import usage
 from reservations.models import Quota, Reservation, ReservationState, Tenant
@@ -82,11 +82,11 @@ def _placed_or_read(
     return found
 
 
-def quota_of(tenant: Tenant) -> dict:
-    """The tenant's limits and what it holds now: GET /v1/quota."""
+def quota_of(tenant: Tenant, *, now: datetime | None = None) -> dict:
+    """The tenant's limits and what it holds at `now` (None: core.clock's): GET /v1/quota."""
     quota = Quota.objects.filter(tenant=tenant).first()
     limits = booking_limits(quota)
-    now = timezone.now()
+    now = now or clock.now()
     held = nodes_held(tenant, now, now + INSTANT)
     return {
         "limits": {

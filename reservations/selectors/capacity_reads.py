@@ -9,7 +9,6 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 from core.kept import Kept
 from fleet import fabric
@@ -18,7 +17,7 @@ from fleet.models import Node
 from reservations.models import Allocation
 from reservations.offers import Busy
 from reservations.periods import START_GRACE
-from reservations.selectors.holds import IN_SERVICE_STATES, INSTANT, booking_limits, not_free, period
+from reservations.selectors.holds import IN_SERVICE_STATES, INSTANT, booking_limits, not_free_for, period
 from reservations.selectors.placement_reads import nodes_cut_off, topology
 
 
@@ -64,7 +63,7 @@ _kept_capacity: Kept[list[dict]] = Kept()  # at (capacity version, topology vers
 _CAPACITY_VERSIONS = "SELECT s.last_value, t.version FROM reservations_capacity_version_seq s, fleet_topology_version t"
 
 
-def capacity_by_pod() -> list[dict]:
+def capacity_by_pod(*, now: datetime | None = None) -> list[dict]:
     """Per pod: nodes, nodes free now, nodes free now and for as long as a reservation without
     ends_at lasts (no later booking holds them), racks whose every node is free now, and its
     fabric domains as a tree down to its racks, with their nodes and those free now. A node an
@@ -81,23 +80,26 @@ def capacity_by_pod() -> list[dict]:
     Inside a transaction the answer is counted afresh, neither kept nor taken from the kept one:
     it may hold the transaction's own uncommitted changes, which a rollback takes back while the
     version they moved stays.
+
+    Counted at `now` (None: the database's clock): a kept answer stands for a later `now` as for
+    the clock moving, until the maximum age.
     """
     if not connection.get_autocommit():
-        return _count_capacity()
+        return _count_capacity(now)
     with connection.cursor() as cursor:
         cursor.execute(_CAPACITY_VERSIONS)
         versions = cursor.fetchone()
-    return _kept_capacity.get(versions, _count_capacity, max_age=settings.CAPACITY_MAX_AGE_SECONDS)
+    return _kept_capacity.get(versions, lambda: _count_capacity(now), max_age=settings.CAPACITY_MAX_AGE_SECONDS)
 
 
-def _count_capacity() -> list[dict]:
-    """capacity_by_pod's answer, from the allocations, nodes and switches as they are."""
-    now = timezone.now()
+def _count_capacity(now: datetime | None) -> list[dict]:
+    """capacity_by_pod's answer, from the allocations, nodes and switches as they are at `now`
+    (None: the database's Now(), in the queries themselves: a count costs no round trip for it)."""
     fleet = topology()
     # Counts only: no rack's free nodes are listed, as placement needs them.
     cut_off = nodes_cut_off(fleet).keys()
-    busy_now = {*not_free(starts_at=now, ends_at=now + INSTANT), *cut_off}
-    busy_open_ended = {*not_free(starts_at=now, ends_at=now + booking_limits().max_duration), *cut_off}
+    busy_now = {*not_free_for(INSTANT, now=now), *cut_off}
+    busy_open_ended = {*not_free_for(booking_limits().max_duration, now=now), *cut_off}
     pods: dict[str, dict] = {}
     loads = []
     for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True):

@@ -10,12 +10,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.fields import DateTimeRangeField
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Func, Q, QuerySet
 from django.db.models.functions import Now
-from django.utils import timezone
 from psycopg.types.range import Range
 
+from core import clock
 from fleet.lifecycle import State
 from fleet.models import Node
 from fleet.selectors import recently_passed_long_diagnostics
@@ -77,21 +78,34 @@ def node_hours_booked(tenant: Tenant, month: usage.Span) -> float:
         return float(cursor.fetchone()[0]) / 3600
 
 
-def not_free(*, starts_at: datetime, ends_at: datetime | None) -> list[int]:
-    """Ids of the nodes that are not free for the period (see rack_capacity), some maybe twice."""
-    return ids_of(*not_free_sources(starts_at=starts_at, ends_at=ends_at))
+def not_free_for(lasting: timedelta, *, now: datetime | None = None) -> list[int]:
+    """Ids of the nodes that are not free from `now` for `lasting` (see rack_capacity), some maybe
+    twice; None: from the database's Now(), in the query itself."""
+    start = clock.in_query(now)
+    held = Func(start, start + lasting, function="tstzrange", output_field=DateTimeRangeField())
+    taken = Allocation.objects.filter(period__overlap=held).order_by()
+    return ids_of(taken.values_list("node_id"), _unusable(started=True).values_list("id"))
 
 
-def not_free_sources(*, starts_at: datetime, ends_at: datetime | None) -> tuple[QuerySet, QuerySet]:
+def not_free_sources(
+    *, starts_at: datetime, ends_at: datetime | None, now: datetime | None = None
+) -> tuple[QuerySet, QuerySet]:
+    """The queries of the ids of the nodes not free for the period; one that has started by `now`
+    (None: core.clock's) needs nodes available then."""
     # Unordered: the models' default orderings would join and sort thousands of rows for nothing.
     taken = Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).order_by()
-    # The states named, not excluded, so that node_state_idx finds the few such nodes.
-    if starts_at <= timezone.now():
-        # A node a remediation ladder is repairing waits for the ladder's verdict.
-        unusable = Node.objects.filter(Q(state__in=NOT_AVAILABLE_STATES) | Q(under_repair=True)).order_by()
-    else:
-        unusable = Node.objects.filter(state__in=OUT_OF_SERVICE_STATES).order_by()
+    unusable = _unusable(started=starts_at <= (now or clock.now()))
     return taken.values_list("node_id"), unusable.values_list("id")
+
+
+def _unusable(*, started: bool) -> QuerySet:
+    """The nodes that cannot serve a period that has started (not available) or a later one (out
+    of service)."""
+    # The states named, not excluded, so that node_state_idx finds the few such nodes.
+    if started:
+        # A node a remediation ladder is repairing waits for the ladder's verdict.
+        return Node.objects.filter(Q(state__in=NOT_AVAILABLE_STATES) | Q(under_repair=True)).order_by()
+    return Node.objects.filter(state__in=OUT_OF_SERVICE_STATES).order_by()
 
 
 def ids_of(*querysets: QuerySet) -> list[int]:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.utils import timezone
 
+from core import clock
 from core.kept import Kept
 from fleet.fabric_health import RackNodes
 from fleet.models import GPU, Node
@@ -81,17 +81,18 @@ def _read_topology(version: int) -> Topology:
     )
 
 
-def rack_capacity(*, starts_at: datetime, ends_at: datetime | None) -> list[RackCapacity]:
+def rack_capacity(*, starts_at: datetime, ends_at: datetime | None, now: datetime | None = None) -> list[RackCapacity]:
     """Every rack with its nodes, those free for the period, and those with a recent long
     diagnostics pass (which placement prefers among equal choices).
 
     Free: no allocation overlaps the period, the node can serve then (available if the period
-    starts now, in service (not quarantined, in maintenance or still unenrolled) if later), and no
+    starts by `now` (None: core.clock's), in service (not quarantined, in maintenance or still
+    unenrolled) if later), and no
     unhealthy switch cuts it off from the fabric now (nodes_cut_off). Only the racks that hold a
     node that is not free, or a recently tested one, are looked at node by node.
     """
     fleet = topology()
-    not_free, tested_ids = _not_free_and_tested(starts_at=starts_at, ends_at=ends_at, fleet=fleet)
+    not_free, tested_ids = _not_free_and_tested(starts_at=starts_at, ends_at=ends_at, fleet=fleet, now=now)
     blocked, tested = _by_rack(fleet, not_free), _by_rack(fleet, tested_ids)
     racks = []
     for i, rack in enumerate(fleet.racks):
@@ -127,17 +128,17 @@ _kept_free_lock = threading.Lock()  # one period at a time: the index is the pro
 
 @contextmanager
 def free_capacity(
-    *, starts_at: datetime, ends_at: datetime | None, fleet: Topology | None = None
+    *, starts_at: datetime, ends_at: datetime | None, fleet: Topology | None = None, now: datetime | None = None
 ) -> Iterator[FreeCapacity]:
     """The process's index of free capacity (reservations/free_capacity.py) as it is for the
-    period, free as rack_capacity says, held for the caller alone until the block ends.
+    period, free as rack_capacity says (at `now`), held for the caller alone until the block ends.
 
     Built from the topology once per version; each call applies only the difference between the
     nodes not free for this period (one array query, the cut-off nodes, the recently tested) and
     those it applied last, so a request costs what changed since the last one, not the fleet.
     """
     fleet = fleet or topology()
-    not_free, tested = _not_free_and_tested(starts_at=starts_at, ends_at=ends_at, fleet=fleet)
+    not_free, tested = _not_free_and_tested(starts_at=starts_at, ends_at=ends_at, fleet=fleet, now=now)
     with _kept_free_lock:
         kept = _kept_free.get(fleet.version, lambda: _fresh_index(fleet))
         names = kept.names
@@ -175,8 +176,8 @@ def _fresh_index(fleet: Topology) -> _KeptFree:
 def warm_placement() -> None:
     """Read the topology and build the index of free capacity before a request needs them: at
     100,000 nodes that takes seconds, which a web process's first tenants would wait for."""
-    now = timezone.now()
-    with free_capacity(starts_at=now, ends_at=now + INSTANT):
+    now = clock.now()
+    with free_capacity(starts_at=now, ends_at=now + INSTANT, now=now):
         pass
 
 
@@ -205,9 +206,10 @@ def _by_rack(fleet: Topology, node_ids: Iterable[int]) -> dict[int, set[int]]:
 
 
 def _not_free_and_tested(
-    *, starts_at: datetime, ends_at: datetime | None, fleet: Topology
+    *, starts_at: datetime, ends_at: datetime | None, fleet: Topology, now: datetime | None
 ) -> tuple[set[int], set[int]]:
     """The ids of the nodes not free for the period (not_free's, and those a switch cuts off), and
     of those with a recent long diagnostics pass: what placement's free capacity is read from."""
-    not_free, tested = ids_of_each(not_free_sources(starts_at=starts_at, ends_at=ends_at), [tested_source()])
+    sources = not_free_sources(starts_at=starts_at, ends_at=ends_at, now=now)
+    not_free, tested = ids_of_each(sources, [tested_source()])
     return {*not_free, *nodes_cut_off(fleet)}, set(tested)

@@ -6,9 +6,9 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db.models import F, Q
-from django.utils import timezone
 from psycopg.types.range import Range
 
+from core import clock
 from fleet.lifecycle import State
 from fleet.models import AuditEvent
 from reservations import usage
@@ -16,10 +16,11 @@ from reservations.models import Allocation, ReservationEvent, ReservationEventKi
 from reservations.selectors.holds import period
 
 
-def usage_of(tenant: Tenant, start: datetime, end: datetime) -> dict:
+def usage_of(tenant: Tenant, start: datetime, end: datetime, *, now: datetime | None = None) -> dict:
     """GET /v1/usage: the tenant's node-seconds per reservation between `start` and `end` (see
-    reservations/usage.py), their total, and the totals per calendar month."""
-    end = min(end, timezone.now())  # nothing is used in the future
+    reservations/usage.py), their total, and the totals per calendar month; until `now` at the
+    latest (None: core.clock's)."""
+    end = min(end, now or clock.now())  # nothing is used in the future
     window = usage.Span(start, end)
     holds = (
         Allocation.objects.filter(reservation__tenant=tenant, period__overlap=period(start, end))

@@ -8,8 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from django.utils import timezone
-
+from core import clock
 from core.topology import NVLINK_DOMAIN, POD
 from fleet.models import Image, Pod
 from reservations.models import Quota, Reservation, ReservationEventKind, ReservationState, SSHKey, Tenant
@@ -40,6 +39,7 @@ def create_reservation(
     user_data: str = "",
     wait: bool = False,
     actor: str,
+    now: datetime | None = None,
 ) -> Reservation:
     """Place and hold the nodes, or raise PlacementRefused with the reason and the earliest period
     in which the request fits (its `offer`, None if none within the booking horizon); nothing is
@@ -48,11 +48,13 @@ def create_reservation(
     The period follows reservations/periods.py (PeriodRefused names the field): no `ends_at`
     means the tenant's maximum duration, and is allowed only for a reservation starting now.
     The nodes boot `image`, or the catalogue's default, with the tenant's `ssh_keys` and
-    `user_data` (the caller checked that the keys are the tenant's).
+    `user_data` (the caller checked that the keys are the tenant's). The period, the placement and
+    whether it has started are all decided at one `now` (None: core.clock's, read once).
     """
+    now = now or clock.now()
     quota = Quota.objects.filter(tenant=tenant).first()
     limits = booking_limits(quota)
-    starts_at, ends_at = booking_period(starts_at=starts_at, ends_at=ends_at, now=timezone.now(), limits=limits)
+    starts_at, ends_at = booking_period(starts_at=starts_at, ends_at=ends_at, now=now, limits=limits)
     booking = _Booking(
         tenant=tenant,
         quota=quota,
@@ -69,6 +71,7 @@ def create_reservation(
         ssh_keys=list(ssh_keys),
         user_data=user_data,
         actor=actor,
+        now=now,
     )
     try:
         return booking.place(starts_at=starts_at, ends_at=ends_at, pod=pod)
@@ -108,6 +111,7 @@ class _Booking:
     ssh_keys: list[SSHKey]
     user_data: str
     actor: str
+    now: datetime  # the one clock reading the booking is decided at
 
     def place(self, *, starts_at: datetime, ends_at: datetime, pod: Pod | None, queued: bool = False) -> Reservation:
         def attempt(lost_races: int) -> Reservation:
@@ -115,7 +119,7 @@ class _Booking:
             # ones cannot each fit alone. Tenants without one are not held up, nor asked again.
             quota = self.quota and Quota.objects.select_for_update().filter(pk=self.quota.pk).first()
             wanted = replace(self.request, pod=pod.name if pod else None)
-            placement = choose(wanted, starts_at=starts_at, ends_at=ends_at)
+            placement = choose(wanted, starts_at=starts_at, ends_at=ends_at, now=self.now)
             if quota is not None:
                 check_quota(quota, self.tenant, len(placement.node_ids), placement.pod, starts_at, ends_at)
             reservation = Reservation.objects.create(
@@ -131,7 +135,7 @@ class _Booking:
                 placed_in=placement.domain,
                 starts_at=starts_at,
                 ends_at=ends_at,
-                state=ReservationState.PROVISIONING if starts_at <= timezone.now() else ReservationState.PENDING,
+                state=ReservationState.PROVISIONING if starts_at <= self.now else ReservationState.PENDING,
                 reason=f"{QUEUED} for the earliest period in which it fits" if queued else "",
                 placement=placement.description,
                 image=self.image,
@@ -153,7 +157,7 @@ def _earliest_offer(booking: _Booking, starts_at: datetime, ends_at: datetime, p
     """The first period as long as the one asked for, starting within the booking horizon, in
     which the request fits: read from the holds of the whole horizon at once."""
     duration = ends_at - starts_at
-    latest_start = timezone.now() + limits.horizon
+    latest_start = booking.now + limits.horizon
     racks, busy = capacity_over_time(earliest=starts_at, until=latest_start + duration, pod=pod)
     request = replace(booking.request, pod=pod)
     return earliest_offer(request, racks, busy, earliest=starts_at, latest_start=latest_start, duration=duration)

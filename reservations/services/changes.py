@@ -8,8 +8,8 @@ from datetime import datetime
 
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F, Func, Value
-from django.utils import timezone
 
+from core import clock
 from core.errors import Conflict, FieldRefused
 from core.topology import NVLINK_DOMAIN
 from fleet import lifecycle
@@ -60,6 +60,7 @@ def change_reservation(
     ends_at: datetime | None = None,
     node_count: int | None = None,
     release_nodes: list[str] | None = None,
+    now: datetime | None = None,
 ) -> Reservation:
     """Extend or shorten a live reservation, grow it or give nodes back, all or nothing.
 
@@ -68,19 +69,21 @@ def change_reservation(
     have (PeriodRefused for an end the limits refuse). Growing places the new nodes in the same
     pod, next to the ones held (whole racks, for rack_scale), under the tenant's quota. Giving
     back releases the named nodes, or those placement chooses to leave whole racks free.
+    Both the new end and the new nodes' holds are judged at `now` (None: core.clock's, read once).
     """
     with transaction.atomic():
         reservation = Reservation.objects.select_for_update().get(pk=reservation_id, tenant=tenant)
         if reservation.state not in LIVE_STATES:
             raise EndRefused(f"reservation {reservation.pk} is {reservation.state}: it cannot change")
+        now = now or clock.now()
         changes = []
         if ends_at is not None:
-            changes.append(_move_end(reservation, tenant, ends_at))
+            changes.append(_move_end(reservation, tenant, ends_at, now))
         wanted = node_count if node_count is not None else reservation.node_count - len(release_nodes or [])
         if release_nodes and wanted != reservation.node_count - len(set(release_nodes)):
             raise ChangeRefused("node_count", "must be the node count less the nodes released, or left out")
         if wanted > reservation.node_count:
-            changes.append(_grow(reservation, tenant, wanted - reservation.node_count, actor))
+            changes.append(_grow(reservation, tenant, wanted - reservation.node_count, actor, now))
         elif wanted < reservation.node_count:
             changes.append(_give_back(reservation, reservation.node_count - wanted, release_nodes, actor))
         if changes:
@@ -88,9 +91,9 @@ def change_reservation(
     return settle_reservation(reservation_id=reservation_id, actor=actor)
 
 
-def _move_end(reservation: Reservation, tenant: Tenant, ends_at: datetime) -> str:
+def _move_end(reservation: Reservation, tenant: Tenant, ends_at: datetime, now: datetime) -> str:
     quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
-    end = changed_end(starts_at=reservation.starts_at, wanted=ends_at, now=timezone.now(), limits=booking_limits(quota))
+    end = changed_end(starts_at=reservation.starts_at, wanted=ends_at, now=now, limits=booking_limits(quota))
     held = live_allocations().filter(reservation=reservation)
     # An open-ended reservation (from before every booking had an end) is given one: never longer.
     if quota is not None and reservation.ends_at is not None and end > reservation.ends_at:  # held for longer
@@ -112,18 +115,16 @@ def _move_end(reservation: Reservation, tenant: Tenant, ends_at: datetime) -> st
     return change
 
 
-def _grow(reservation: Reservation, tenant: Tenant, more: int, actor: str) -> str:
+def _grow(reservation: Reservation, tenant: Tenant, more: int, actor: str, now: datetime) -> str:
     """Hold `more` nodes for the rest of the reservation, in its pod, next to the ones it holds."""
     held = live_allocations().filter(reservation=reservation)
     wanted = request_of(reservation, more, near=frozenset(held.values_list("node__rack__name", flat=True)))
 
     def attempt(lost_races: int) -> Placement:
         quota = Quota.objects.select_for_update().filter(tenant=tenant).first()
-        placement = choose(wanted, starts_at=reservation.starts_at, ends_at=reservation.ends_at)
+        placement = choose(wanted, starts_at=reservation.starts_at, ends_at=reservation.ends_at, now=now)
         if quota is not None:
-            check_quota(
-                quota, tenant, more, placement.pod, max(reservation.starts_at, timezone.now()), reservation.ends_at
-            )
+            check_quota(quota, tenant, more, placement.pod, max(reservation.starts_at, now), reservation.ends_at)
         hold(reservation, placement, actor=actor)
         return placement
 

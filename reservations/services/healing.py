@@ -27,8 +27,11 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer", now: 
     """
     with transaction.atomic():
         reservation = Reservation.objects.select_for_update().get(pk=reservation_id)
+        if reservation.state not in LIVE_STATES:
+            return reservation
+        now = now or clock.now()
         # A period that has ended needs no replacement: expiry releases it.
-        if reservation.state not in LIVE_STATES or _ended(reservation, now):
+        if reservation.ends_at is not None and reservation.ends_at <= now:
             return reservation
         held = live_allocations().filter(reservation=reservation)
         missing = reservation.node_count - held.count()
@@ -37,7 +40,7 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer", now: 
             wanted = request_of(reservation, missing, rack_scale=False, whole=None)
 
             def replacements(lost_races: int) -> list[str]:
-                placement = choose(wanted, starts_at=reservation.starts_at, ends_at=reservation.ends_at)
+                placement = choose(wanted, starts_at=reservation.starts_at, ends_at=reservation.ends_at, now=now)
                 hold(reservation, placement, actor=actor)
                 return list(placement.node_ids)
 
@@ -51,10 +54,6 @@ def heal_reservation(*, reservation_id: int, actor: str = "system:healer", now: 
             else:
                 record_event(reservation, ReservationEventKind.REPLACEMENT_PLACED, actor, ", ".join(chosen))
     return settle_reservation(reservation_id=reservation_id, actor=actor)
-
-
-def _ended(reservation: Reservation, now: datetime | None) -> bool:
-    return reservation.ends_at is not None and reservation.ends_at <= (now or clock.now())
 
 
 def settle_reservation(*, reservation_id: int, actor: str = "system:reconciler") -> Reservation:

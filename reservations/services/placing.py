@@ -13,9 +13,9 @@ import tenacity
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F, Func
 from django.db.models.functions import Greatest, Now
-from django.utils import timezone
 from psycopg.types.range import Range
 
+from core import clock
 from core.errors import Forbidden
 from fleet import lifecycle
 from fleet.services import transition
@@ -66,14 +66,19 @@ class Placement:
     description: str  # where they are, in words
     pod: str  # placement never spans pods
     domain: str  # the domain of the request's required level that holds them
+    placed_at: datetime  # the `now` it was placed at: hold's "has it started" compares with it
 
 
-def choose(request: PlacementRequest, *, starts_at: datetime, ends_at: datetime | None) -> Placement:
-    """Place the request on the capacity free for the period; PlacementRefused if it does not fit."""
+def choose(
+    request: PlacementRequest, *, starts_at: datetime, ends_at: datetime | None, now: datetime | None = None
+) -> Placement:
+    """Place the request on the capacity free for the period as it is at `now` (None: core.clock's);
+    PlacementRefused if it does not fit."""
+    now = now or clock.now()
     # A replacement is held from now on: the node may have served someone else before.
-    starts_at = max(starts_at, timezone.now())
+    starts_at = max(starts_at, now)
     fleet = topology()
-    with free_capacity(starts_at=starts_at, ends_at=ends_at, fleet=fleet) as capacity:
+    with free_capacity(starts_at=starts_at, ends_at=ends_at, fleet=fleet, now=now) as capacity:
         chosen = place_in(request, capacity)
     rack = fleet.racks[fleet.rack_of[fleet.node_ids[chosen[0]]]]
     return Placement(
@@ -82,6 +87,7 @@ def choose(request: PlacementRequest, *, starts_at: datetime, ends_at: datetime 
         description=describe(chosen, fleet),
         pod=rack.pod,
         domain=rack.domain_at(request.required) or "",
+        placed_at=now,
     )
 
 
@@ -108,7 +114,8 @@ def pod_of(allocations) -> str | None:
 
 
 def hold(reservation: Reservation, placement: Placement, *, actor: str) -> None:
-    """Hold the placed nodes for the reservation, and provision them if it has started.
+    """Hold the placed nodes for the reservation, and provision them if it has started by the
+    `now` it was placed at.
 
     Runs inside with_retries' transaction, which a LostPlacementRace rolls back: raised when a
     concurrent placement took a chosen node first.
@@ -126,7 +133,7 @@ def hold(reservation: Reservation, placement: Placement, *, actor: str) -> None:
         if is_deadlock(error):
             raise LostPlacementRace from error
         raise
-    if reservation.starts_at <= timezone.now():
+    if reservation.starts_at <= placement.placed_at:
         for node_id in placement.node_ids.values():
             try:
                 transition(

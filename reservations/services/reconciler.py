@@ -163,7 +163,7 @@ def heal_under_allocated(*, actor: str = "system:reconciler", now: datetime | No
 
 def _free_now_per_pod(now: datetime) -> Counter[str]:
     free: Counter[str] = Counter()
-    for rack in rack_capacity(starts_at=now, ends_at=now + INSTANT):
+    for rack in rack_capacity(starts_at=now, ends_at=now + INSTANT, now=now):
         free[rack.pod] += len(rack.free)
     return free
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
+from core import clock
 from core.errors import TooMany
 from fleet import lifecycle
 from fleet.models import AuditEvent, Node
@@ -25,15 +25,16 @@ def serving_node(*, reservation_id: int, tenant: Tenant, name: str) -> Node | No
     return Node.objects.filter(name=name, reservation_id=reservation_id, reservation__tenant=tenant).first()
 
 
-def report_node(*, node: Node, tenant: Tenant, description: str) -> None:
+def report_node(*, node: Node, tenant: Tenant, description: str, now: datetime | None = None) -> None:
     """ "This node is broken": it leaves the reservation, quarantined with the tenant's words for an
     operator, and a replacement is placed at once (reservations/handlers.py). At most
-    TENANT_REPORTS_PER_DAY a day per tenant, counted under the tenant's row lock."""
+    TENANT_REPORTS_PER_DAY in the day before `now` (None: core.clock's) per tenant, counted under
+    the tenant's row lock."""
     actor = f"tenant:{tenant.name}"
     with transaction.atomic():
         Tenant.objects.select_for_update().get(pk=tenant.pk)
         today = AuditEvent.objects.filter(
-            event=lifecycle.Event.TENANT_REPORT, actor=actor, at__gte=timezone.now() - timedelta(days=1)
+            event=lifecycle.Event.TENANT_REPORT, actor=actor, at__gte=clock.in_query(now) - timedelta(days=1)
         ).count()
         if today >= settings.TENANT_REPORTS_PER_DAY:
             raise ReportRefused(

@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from core import clock
 from fleet.models import AuditEvent, Node
 from remediation import rules, services
 from remediation.models import Remediation
@@ -77,6 +78,18 @@ def test_a_repair_lost_with_a_redis_flush_is_sent_again_by_the_reconciler(broker
     time_passes_until_the_repair_is_due()
     assert tasks.reconcile_remediations() == {"repairs_looked_at": 0}
     assert services.step_finished(remediation_id=pending.pk, healthy=True).status == "applied"  # done once
+
+
+def test_a_reset_is_overdue_once_the_now_it_is_given_is_past_its_timeout(available_fleet, settings):
+    settings.REMEDIATION_RESET_TIMEOUT_SECONDS = 60
+    (pending,) = receive(reset_gpu_alert(available_fleet[0]))
+    started_at = clock.now()
+    assert services.step_started(remediation_id=pending.pk, now=started_at)
+    remediation = Remediation.objects.get(pk=pending.pk)
+    assert remediation.step_started_at == remediation.timeline.get(step="gpu_reset").at == started_at
+    assert not services.step_overdue(remediation)  # by the database's clock it has only just begun
+    assert not services.step_overdue(remediation, now=started_at + timedelta(seconds=60))
+    assert services.step_overdue(remediation, now=started_at + timedelta(seconds=61))  # no minute slept
 
 
 def test_the_third_remediation_of_a_node_in_a_week_quarantines_it_as_a_repeat_offender(available_fleet, settings):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from types import SimpleNamespace
 
 import pytest
 from django.db import connection, transaction
@@ -19,7 +18,6 @@ from fleet.fabric_health import CRITICAL
 from fleet.models import FabricSwitch, Node, Pod
 from reservations import selectors, services
 from reservations.models import Tenant
-from reservations.selectors import capacity_reads
 from tests.support.factories import drive, enrol_default_fleet, make_available
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +39,11 @@ def capacity() -> dict[str, tuple[int, int]]:
     """Per pod: available and free_open_ended."""
     answer = APIClient().get("/v1/capacity")
     assert answer.status_code == 200
-    return {pod["name"]: (pod["available"], pod["free_open_ended"]) for pod in answer.json()["pods"]}
+    return counted(answer.json()["pods"])
+
+
+def counted(pods: list[dict]) -> dict[str, tuple[int, int]]:
+    return {pod["name"]: (pod["available"], pod["free_open_ended"]) for pod in pods}
 
 
 def reserve(tenant: Tenant, count: int, pod: str, **period):
@@ -90,16 +92,17 @@ def test_the_answer_follows_every_change_at_once(acme):
     assert capacity()["p1"] == (0, 0)
 
 
-def test_the_clock_moves_the_answer_within_the_maximum_age(acme, settings, monkeypatch):
+def test_the_clock_moves_the_answer_within_the_maximum_age(acme, settings):
     starts = timezone.now() + timedelta(hours=1)
     reserve(acme, 2, "p2", starts_at=starts, ends_at=starts + timedelta(hours=1))
     assert capacity()["p2"] == (4, 2)
 
-    # The hold starts: no row changes, only the clock (as capacity_by_pod reads it).
-    monkeypatch.setattr(capacity_reads, "timezone", SimpleNamespace(now=lambda: starts + timedelta(minutes=1)))
-    assert capacity()["p2"] == (4, 2)  # the kept answer, younger than the maximum age
+    # The hold starts: no row changes, only the clock (a later `now`, as capacity_by_pod reads it).
+    started = starts + timedelta(minutes=1)
+    # The kept answer, younger than the maximum age:
+    assert counted(selectors.capacity_by_pod(now=started))["p2"] == (4, 2)
     settings.CAPACITY_MAX_AGE_SECONDS = 0
-    assert capacity()["p2"] == (2, 2)
+    assert counted(selectors.capacity_by_pod(now=started))["p2"] == (2, 2)
 
 
 def test_an_answer_seen_inside_a_transaction_that_rolls_back_is_not_kept(acme):

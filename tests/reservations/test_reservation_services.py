@@ -148,6 +148,22 @@ def test_provisioning_starts_at_starts_at(alice, available_fleet):
     assert Node.objects.filter(reservation=reservation, state="provisioning").count() == 2
 
 
+def test_a_booking_given_now_decides_by_it_whether_it_has_started(alice, available_fleet):
+    starts_at = timezone.now() + timedelta(hours=1)
+    period = {"starts_at": starts_at, "ends_at": starts_at + timedelta(hours=1)}
+    assert reserve(alice, 1, **period).state == "pending"
+    started = reserve(alice, 1, **period, now=starts_at)  # booked as its period begins
+    assert started.state == "provisioning"
+    assert Node.objects.filter(reservation=started, state="provisioning").count() == 1  # hold saw it started
+
+
+def test_a_booking_given_now_without_a_start_is_held_from_that_now(alice, available_fleet):
+    later = timezone.now() + timedelta(hours=1)
+    reservation = reserve(alice, 2, now=later)
+    assert reservation.starts_at == later and reservation.state == "provisioning"
+    assert {allocation.period.lower for allocation in Allocation.objects.filter(reservation=reservation)} == {later}
+
+
 def test_an_ended_period_releases_the_reservation(alice, available_fleet):
     reservation = bring_up(reserve(alice, 1, ends_at=timezone.now() + timedelta(hours=1)))
     assert reservation.ends_at is not None

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from attestation import services as attestation_services
 from attestation import verifier
+from core import clock
 from fleet import diagnostics, firmware, selectors, services
 from fleet.lifecycle import Event, State
 from fleet.models import GPU, AuditEvent, Node
@@ -223,13 +225,16 @@ def to_appraise(node: Node) -> attestation_services.NodeToAppraise:
 
 def attest(run: Run) -> None:
     """Evidence bound to a fresh nonce, verified, signed, stored, and acted on in one transaction."""
-    nonce = verifier.new_nonce(timezone.now())
+    issued_at, issued = clock.now(), time.monotonic()
+    nonce = verifier.new_nonce(issued_at)
     try:
         evidence = run.agent.evidence(nonce)
     except AgentError as error:  # an agent that refuses to attest fails attestation: fail closed
         evidence = {"refused": str(error)}
+    # One clock read for the step: the appraisal's now is the nonce's issue plus the agent's time, timed here.
+    now = issued_at + timedelta(seconds=time.monotonic() - issued)
     try:
-        appraisal = attestation_services.appraise(node=to_appraise(run.node), evidence=evidence, nonce=nonce)
+        appraisal = attestation_services.appraise(node=to_appraise(run.node), evidence=evidence, nonce=nonce, now=now)
     except attestation_services.NotConfigured as missing:
         raise NotYet(f"attestation: {missing}") from missing
     event = Event.ATTESTATION_PASSED if appraisal.verdict.affirming else Event.ATTESTATION_FAILED

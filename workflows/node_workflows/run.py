@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from fleet import leases, lifecycle
 from fleet.leases import Lease, LeaseLost, record_discarded_result
@@ -108,15 +108,18 @@ class Run:
         """Poll `done` until it is true, heartbeating. The wait counts from when its step began,
         across visits: StepFailed once `timeout` seconds have passed since then, Waiting once it
         has outlasted the hold (checked again after a quarter of the time waited so far)."""
-        began = None
+        # The step's start, perhaps in another visit, is in the database's clock (core.clock): read
+        # once with that clock's now, it becomes a time on this process's monotonic clock.
+        step_began: float | None = None
         while True:
             self.heartbeat()  # first: a worker that was stalled must not touch the machine again
             if done():
                 return
-            if began is None:  # read only for a wait that did not end at once
-                began = Node.objects.values_list("step_since", flat=True).get(pk=self.node.pk)
+            if step_began is None:  # read only for a wait that did not end at once
+                began, now = Node.objects.values_list("step_since", Now()).get(pk=self.node.pk)
                 assert began is not None  # a step is under way, and Node.Meta keeps its start with it
-            waited = (timezone.now() - began).total_seconds()
+                step_began = time.monotonic() - (now - began).total_seconds()
+            waited = time.monotonic() - step_began
             if waited >= timeout:
                 raise StepFailed(f"timed out after {timeout:g}s waiting for {what}")
             if waited >= settings.WORKFLOW_HOLD_SECONDS:

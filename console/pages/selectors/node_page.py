@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.utils import timezone
-
 from attestation.models import AttestationResult
 from console.pages.disclosure import Disclosure
 from console.pages.selectors.remediations import RemediationRow, remediation_row
+from core import clock
 from fleet.models import GPU, Node
 from remediation import rules
 from remediation import selectors as remediation_selectors
@@ -43,7 +42,9 @@ class NodePage:
     timeline_limit: int = NODE_TIMELINE_LIMIT
 
 
-def node_page(name: str, *, disclosure: Disclosure) -> NodePage | None:
+def node_page(name: str, *, disclosure: Disclosure, now: datetime | None = None) -> NodePage | None:
+    """The node's page, with the remediations within the repeat-offender window before `now`
+    (None: core.clock's)."""
     node = Node.objects.select_related("rack__pod", "tenant").filter(name=name).first()
     if node is None:
         return None
@@ -68,5 +69,5 @@ def node_page(name: str, *, disclosure: Disclosure) -> NodePage | None:
         remediations=[
             remediation_row(remediation, disclosure) for remediation in node.remediations.order_by("-at", "-id")[:10]
         ],
-        remediated_recently=remediation_selectors.remediations_acted_on(node, timezone.now()),
+        remediated_recently=remediation_selectors.remediations_acted_on(node, now or clock.now()),
     )

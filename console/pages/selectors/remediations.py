@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from console.pages.disclosure import Disclosure
 from console.pages.selectors.incidents import ACTED_ON, automatic_remediations, replacement, replacement_history
+from core import clock
 from remediation import reliability
 from remediation import selectors as remediation_selectors
 from remediation.models import Remediation, RemediationMode
@@ -84,8 +85,9 @@ def shadow_decisions(limit: int = REMEDIATION_LIMIT, *, disclosure: Disclosure) 
     return [remediation_row(remediation, disclosure) for remediation in found[:limit]]
 
 
-def shadow_tallies() -> list[ShadowTally]:
-    since = timezone.now() - RELIABILITY_WINDOW
+def shadow_tallies(*, now: datetime | None = None) -> list[ShadowTally]:
+    """What shadow ladders would have done in the window that ends at `now` (None: core.clock's)."""
+    since = clock.in_query(now) - RELIABILITY_WINDOW
     found = (
         Remediation.objects.filter(mode=RemediationMode.SHADOW, at__gte=since)
         .exclude(step="")
@@ -117,14 +119,15 @@ def _with_replacement(
     return replace(incident, replacement_up_at=active.at) if active else incident
 
 
-def remediation_reliability() -> Reliability:
-    """MTTR, MTBI and the counts by rung and outcome of the remediations received in the window.
+def remediation_reliability(*, now: datetime | None = None) -> Reliability:
+    """MTTR, MTBI and the counts by rung and outcome of the remediations received in the window
+    that ends at `now` (None: core.clock's).
     It names nodes and GPU models only, which every viewer may see: it takes no disclosure.
 
     Here rather than in remediation/selectors.py: a quarantine under a tenant ends when the
     replacement is up, which the reservation's history tells (as on the incidents page)."""
     window = RELIABILITY_WINDOW
-    since = timezone.now() - window
+    since = clock.in_query(now) - window  # the database's Now() in each query: no round trip of its own
     found = remediation_selectors.incidents_since(since)
     history = replacement_history({i.reservation for i in found if i.reservation and i.quarantined_at})
     found = [_with_replacement(incident, history) for incident in found]
@@ -137,9 +140,12 @@ def remediation_reliability() -> Reliability:
     )
 
 
-def remediations_per_day() -> list[reliability.DayCounts]:
-    """The remediations the page lists, per day by outcome (in ACTED_ON's order), over the CHART_DAYS days to today."""
-    first_day = timezone.localdate() - timedelta(days=CHART_DAYS - 1)
+def remediations_per_day(*, now: datetime | None = None) -> list[reliability.DayCounts]:
+    """The remediations the page lists, per day by outcome (in ACTED_ON's order), over the CHART_DAYS
+    days to the day of `now` in the current time zone (None: this process's today)."""
+    # The chart's calendar, not a comparison with a row's time: the page has no round trip to spare
+    # for the database's clock, and a day drawn a second early or late is no error.
+    first_day = timezone.localdate(now) - timedelta(days=CHART_DAYS - 1)
     since = datetime.combine(first_day, time.min, tzinfo=timezone.get_current_timezone())
     counts = remediation_selectors.counts_per_day(since, ACTED_ON)
     return reliability.per_day(counts, ACTED_ON, first_day, CHART_DAYS)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Prefetch
-from django.utils import timezone
 
+from core import clock
 from fleet.models import Node
 from reservations.models import LIVE_STATES, Reservation, Tenant, Webhook, WebhookDelivery
 from reservations.selectors import capacity_by_pod, quota_of, reservation_machines, reservation_nodes, usage_of
@@ -41,14 +41,15 @@ def tenant_reservations(tenant: Tenant) -> list[dict]:
     ]
 
 
-def tenant_page(tenant: Tenant) -> dict:
-    """Everything the tenant's page shows besides its forms."""
+def tenant_page(tenant: Tenant, *, now: datetime | None = None) -> dict:
+    """Everything the tenant's page shows besides its forms, as of `now` (None: core.clock's, read once)."""
+    now = now or clock.now()
     return {
         "reservations": tenant_reservations(tenant),
-        "capacity": capacity_by_pod(),
-        "quota": quota_of(tenant),
+        "capacity": capacity_by_pod(now=now),
+        "quota": quota_of(tenant, now=now),
         "webhooks": tenant_webhooks(tenant),
-        "usage": usage_this_month(tenant),
+        "usage": usage_this_month(tenant, now),
     }
 
 
@@ -79,10 +80,11 @@ class Usage:
 
 
 def usage_this_month(tenant: Tenant, now: datetime | None = None) -> Usage:
-    """The tenant's node-seconds per reservation from the first of this month (UTC) until now."""
-    end = now or timezone.now()
+    """The tenant's node-seconds per reservation from the first of this month (UTC) until `now`
+    (None: core.clock's)."""
+    end = now or clock.now()
     start = calendar_month(end).start
-    usage = usage_of(tenant, start, end)
+    usage = usage_of(tenant, start, end, now=end)
 
     def row(reservation, seconds) -> UsageRow:
         return UsageRow(reservation=reservation, seconds={kind: seconds[kind] for kind in USAGE_KINDS})
