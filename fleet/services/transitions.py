@@ -7,6 +7,8 @@ in the same transaction.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
@@ -24,12 +26,12 @@ class ConcurrentTransition(lifecycle.TransitionRefused):
 
 
 def _state_fields(
-    node: Node, new_state: lifecycle.State, event: lifecycle.Event, reason: str, reservation
+    node: Node, new_state: lifecycle.State, event: lifecycle.Event, reason: str, reservation, *, now: datetime
 ) -> dict[str, object]:
     fields: dict[str, object] = {"state": new_state.value}
     if new_state != node.state:
         # A new state starts afresh: no step yet, and whatever lease was held is over.
-        fields.update(state_since=Now(), step="", step_since=None, lease_owner="", lease_expires_at=None)
+        fields.update(state_since=now, step="", step_since=None, lease_owner="", lease_expires_at=None)
     if new_state not in lifecycle.SERVING_STATES:
         fields.update(reservation=None, ssh_host_key_fingerprint="", reinstall_image=None)
     if event is lifecycle.Event.REINSTALL_REQUESTED:
@@ -91,7 +93,8 @@ def _apply(
     event = lifecycle.Event(event)
     applied = False
     with transaction.atomic():
-        node = Node.objects.get(pk=node_id)
+        # The database's clock read with the node: the new state's start, without a round trip of its own.
+        node = Node.objects.annotate(read_at=Now()).get(pk=node_id)
         try:
             new_state = lifecycle.next_state(node.state, event)
         except lifecycle.IllegalTransition:
@@ -103,11 +106,15 @@ def _apply(
             target = Node.objects.filter(pk=node_id, state=node.state)
             if lease is not None:
                 target = leases.fenced(target, lease)
-            applied = target.update(**_state_fields(node, new_state, event, reason, reservation)) == 1
+            fields = _state_fields(node, new_state, event, reason, reservation, now=node.read_at)
+            applied = target.update(**fields) == 1
             if applied:
                 _follow_through(node, new_state, event, actor=actor, reason=reason, detail=detail)
     if applied:
-        return Node.objects.get(pk=node_id)
+        # The node as written, without reading it back: the compare-and-set wrote exactly these.
+        for name, value in fields.items():
+            setattr(node, name, value)
+        return node
     if lease is not None:
         leases.record_discarded_result(lease=lease, attempted=event.value, actor=actor)
         return None
