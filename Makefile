@@ -60,9 +60,9 @@ test: setup
 	$(VENV)/bin/pytest tests/e2e tests/test_soak.py
 
 # The inner loop: ruff, the layers, the types, and every test of none of the slow kinds that pytest.ini
-# declares (end-to-end, browser, validators, fuzzing, scale, soak), each property test on a tenth of
+# declares (end-to-end, browser, validators, fuzzing, scale, timing, soak), each property test on a tenth of
 # its examples (tests/support/examples.py); `make test` runs the slow kinds too, and every example.
-SLOW_KINDS := e2e or browser or validators or fuzzing or scale or soak
+SLOW_KINDS := e2e or browser or validators or fuzzing or scale or timing or soak
 check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports

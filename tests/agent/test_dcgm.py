@@ -389,6 +389,7 @@ def test_a_cancel_ends_the_run_at_once_and_stops_dcgmi(dcgmi, runs, tmp_path):
     assert again.state == RUNNING and finished(diagnostics).state == SUCCEEDED
 
 
+@pytest.mark.timing
 def test_a_dcgmi_that_ignores_sigterm_is_killed_after_the_grace_and_no_run_starts_meanwhile(dcgmi, runs, tmp_path):
     diagnostics = runs(dcgmi(seconds=60, ignore_sigterm=True), cancel_grace_s=1.0)
     diagnostics.start(4)

@@ -298,6 +298,7 @@ def kmsg_xid(sequence: int, xid: int) -> str:
     return f"3,{sequence},{sequence * 1000},-;NVRM: Xid (PCI:0000:18:00): {xid}, pid='<unknown>', name=<unknown>\n"
 
 
+@pytest.mark.timing
 def test_the_agent_program_reports_a_new_xid_from_its_kernel_log_and_not_those_logged_before_it_started(
     tmp_path, receiver
 ):

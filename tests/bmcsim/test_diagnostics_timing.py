@@ -14,6 +14,8 @@ from tests.support.processes import wait_for
 SCALE = 0.001
 NODE = "node-001"
 
+pytestmark = pytest.mark.timing
+
 
 @pytest.fixture(scope="module")
 def running_clock(tmp_path_factory):

@@ -300,6 +300,7 @@ def test_a_topology_file_shapes_the_fabric(deep_fabric):
     assert len(deep_fabric.get(SWITCHES).json()["Members"]) == len(inventory["switches"]) == 4 * 2 + 6
 
 
+@pytest.mark.timing
 def test_a_flapping_port_goes_down_and_up_every_period_of_simulated_time(deep_fabric):
     flap = {"switch": "p2-leaf3", "kind": "port_flap", "port": "node-040", "period_s": 20}
     started_at = deep_fabric.post("/bmcsim/v1/faults", json=flap).json()["started_at"]

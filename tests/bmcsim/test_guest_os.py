@@ -373,6 +373,7 @@ def test_tenant_nodes_get_their_sshd_back_when_bmcsim_restarts(tmp_path, media_s
         sim.stop()
 
 
+@pytest.mark.timing
 def test_at_a_time_scale_the_console_and_sshd_follow_the_boot(tmp_path, media_server):
     sim = start_bmcsim(tmp_path / "data", nodes=1, scale="0.2")  # power on 0.4 s, then the OS boots in 1.6 s
     tenant = Tenant("tenant-g", "127.61.0.9")

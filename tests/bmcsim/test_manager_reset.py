@@ -46,6 +46,7 @@ def test_at_time_scale_0_the_bmc_is_back_at_once(bmcsim, factory_reset):
     assert r.status_code == 403
 
 
+@pytest.mark.timing
 def test_a_reset_bmc_answers_503_for_a_while_and_the_host_runs_on(tmp_path):
     sim = start_bmcsim(tmp_path / "data", nodes=2, scale=str(SCALE))
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.support.bmcsim import start_bmcsim
 
 
@@ -96,6 +98,7 @@ def test_state_and_keys_survive_a_restart(tmp_path):
         sim.stop()
 
 
+@pytest.mark.timing
 def test_a_change_is_on_disk_soon_after_it_is_made(tmp_path):
     data = tmp_path / "data"
     sim = start_bmcsim(data, nodes=2)

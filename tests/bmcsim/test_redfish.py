@@ -179,6 +179,7 @@ def test_bmc_error_fault_makes_that_bmc_answer_500(bmcsim):
     assert bmcsim.get("/redfish/v1/Systems/node-002").status_code == 200
 
 
+@pytest.mark.timing
 def test_bmc_timeout_fault_hangs_that_bmc_until_cleared(bmcsim):
     bmcsim.post("/bmcsim/v1/faults", json={"node": "node-002", "kind": "bmc_timeout"})
     with pytest.raises(requests.Timeout):

@@ -22,6 +22,7 @@ def wait_for(predicate, timeout: float = 5.0) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.timing
 def test_power_boot_erase_and_wipe_take_scaled_time(tmp_path):
     sim = start_bmcsim(tmp_path / "data", nodes=1, scale=str(SCALE))
     try:

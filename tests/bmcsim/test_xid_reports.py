@@ -31,6 +31,7 @@ def reporting_fleet(tmp_path_factory, receiver):
     sim.stop()
 
 
+@pytest.mark.timing
 def test_an_injected_xid_reaches_the_control_plane_within_about_a_second(reporting_fleet, receiver):
     sim = reporting_fleet
     time.sleep(0.5)  # the reporter's first reading, the baseline, is long taken
@@ -51,6 +52,7 @@ def test_an_injected_xid_reaches_the_control_plane_within_about_a_second(reporti
     assert len(receiver.received) == 2  # once each, and no other node's
 
 
+@pytest.mark.timing
 def test_a_node_powered_off_reports_nothing_until_it_is_back_on(reporting_fleet, receiver):
     sim, node = reporting_fleet, "node-002"
     sim.reset(node, "ForceOff")

@@ -59,7 +59,7 @@ def sushy_client(sushy_emulator):
     client.close()
 
 
-@pytest.mark.e2e  # sushy-tools' fake driver applies a power change 1 to 11 s after it is asked
+@pytest.mark.timing  # sushy-tools' fake driver applies a power change 1 to 11 s after it is asked
 def test_power_off_and_on_with_sushy_tools(sushy_client):
     sushy_client.reset("ForceOff")
     wait_for("power off", lambda: sushy_client.power_state() == "Off", timeout=30, interval=0.5)
