@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from attestation import ear, reference, verifier
 from attestation.models import AttestationPolicy, AttestationResult, ReferenceValue, TrustAnchor, TrustAnchorRole
@@ -62,7 +63,8 @@ def signing_keys() -> list[tuple[str, Ed25519PrivateKey]]:
     path = Path(spec)
     if not path.exists() and spec == str(settings.DEFAULT_SIGNING_KEY_DIR):
         path.mkdir(parents=True, exist_ok=True)
-        kid, _ = ear.generate_signing_key(path / f"{clock.now():%Y-%m-%dT%H%M%S}.pem")
+        # A file's name, compared with nothing the database wrote: the process's clock will do.
+        kid, _ = ear.generate_signing_key(path / f"{timezone.now():%Y-%m-%dT%H%M%S}.pem")
         log.warning("generated a development result-signing key %s in %s", kid, path)
     try:
         return _signing_keys_as_of(spec, ear.signing_key_files_version(spec))

@@ -20,9 +20,9 @@ import requests
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
+from django.utils import timezone
 from standardwebhooks import Webhook as Signer
 
-from core import clock
 from reservations.models import WebhookDelivery
 from reservations.webhooks import WebhookRefused, check_target
 
@@ -66,7 +66,8 @@ def _claim() -> WebhookDelivery | None:
 
 def _send(delivery: WebhookDelivery) -> str:
     body = json.dumps(delivery.payload, separators=(",", ":"))
-    sent_at = clock.now()
+    # The process's clock, not the database's: the receiver checks the signature's time against its own.
+    sent_at = timezone.now()
     status, error = None, ""
     try:
         check_target(delivery.webhook.url)  # again: the name may resolve elsewhere since it was checked
