@@ -99,6 +99,17 @@ DATABASES = {
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = environment.integer(
     "DATABASE_CONNECT_TIMEOUT", 5, minimum=1
 )
+# Every connection gives up on a statement, a lock wait and an idle open transaction after these
+# (0 turns one off): one stuck lock must not stop the reconcilers' single process for ever.
+DB_STATEMENT_TIMEOUT_MS = environment.integer("GPUFLEET_DB_STATEMENT_TIMEOUT_MS", 30_000, minimum=0)
+DB_LOCK_TIMEOUT_MS = environment.integer("GPUFLEET_DB_LOCK_TIMEOUT_MS", 10_000, minimum=0)
+DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = environment.integer(
+    "GPUFLEET_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000, minimum=0
+)
+DATABASES["default"]["OPTIONS"]["options"] = (
+    f"-c statement_timeout={DB_STATEMENT_TIMEOUT_MS} -c lock_timeout={DB_LOCK_TIMEOUT_MS}"
+    f" -c idle_in_transaction_session_timeout={DB_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = environment.text("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -327,6 +338,14 @@ TENANT_POWER_ACTIONS_PER_HOUR = environment.integer("GPUFLEET_TENANT_POWER_ACTIO
 TENANT_REBOOT_GRACE_SECONDS = environment.number("GPUFLEET_TENANT_REBOOT_GRACE_SECONDS", 120)
 # Tenants' webhooks go to public addresses only, and to these networks (comma-separated CIDRs).
 WEBHOOK_ALLOWED_NETWORKS = list(environment.networks("GPUFLEET_WEBHOOK_ALLOWED_NETWORKS"))
+# Every outbound HTTP call (webhooks, BMCs, agents, the fabric's manager, image checks) ends
+# within this many seconds however its answer trickles in, and reads at most this many bytes of it.
+OUTBOUND_DEADLINE_SECONDS = environment.number("GPUFLEET_OUTBOUND_DEADLINE_SECONDS", 30, positive=True)
+OUTBOUND_MAX_BODY_BYTES = environment.integer("GPUFLEET_OUTBOUND_MAX_BODY_BYTES", 8 * 1024 * 1024, minimum=1024)
+# Faults a tenant's own node says of itself during its tenancy (agent XID reports, SEL entries its
+# OS can write, reports of a broken node) that the tenant may spend in the cap's window: they never
+# spend the fleet-wide or per-pod cap that protects other tenants.
+TENANT_FAULT_BUDGET = environment.integer("GPUFLEET_TENANT_FAULT_BUDGET", 3, minimum=0)
 # Before a reservation's end, its tenant is told this many minutes ahead (reservation.ending).
 # A worker that claimed a tenant's webhook delivery and died: how long until another sends it.
 WEBHOOK_SEND_LEASE_SECONDS = environment.number("GPUFLEET_WEBHOOK_SEND_LEASE_SECONDS", 60, positive=True)
