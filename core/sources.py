@@ -2,8 +2,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-import requests
+from django.conf import settings
 from django.core.management.base import CommandError
+
+from core import outbound
+
+
+def read_url(url: str) -> Any:
+    """The JSON document at an operator's http(s) URL, read through core/outbound.py (within the
+    deadline and the body cap, no redirect followed). Any address: the operator chose it.
+    Raises OutboundError (also for an answer other than 200), or ValueError if it is not JSON."""
+    answer = outbound.request(
+        "GET",
+        url,
+        check=outbound.any_address,
+        deadline=settings.OUTBOUND_DEADLINE_SECONDS,
+        max_body_bytes=settings.OUTBOUND_MAX_BODY_BYTES,
+        headers={"Accept": "application/json"},
+    )
+    if answer.status_code != 200:
+        raise outbound.OutboundError(f"answered {answer.status_code}")
+    return answer.json()
 
 
 def read_json(source: str) -> Any:
@@ -11,9 +30,9 @@ def read_json(source: str) -> Any:
     The document is untrusted, of any shape: its reader checks it."""
     try:
         if source.startswith(("http://", "https://")):
-            answer = requests.get(source, timeout=30)
-            answer.raise_for_status()
-            return answer.json()
+            return read_url(source)
         return json.loads(Path(source).read_text(encoding="utf-8"))
-    except (OSError, ValueError, requests.RequestException) as error:
+    except outbound.OutboundError as error:
+        raise CommandError(f"cannot read JSON from {source}: {error.reason}") from error
+    except (OSError, ValueError) as error:
         raise CommandError(f"cannot read JSON from {source}: {error}") from error

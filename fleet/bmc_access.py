@@ -48,6 +48,15 @@ def resolve(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6
     return addresses
 
 
+def refusal_outside_bmc_networks(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why a worker may not call `address` with a BMC's credentials (core.outbound's check), or None."""
+    if address.version == 6 and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    if any(address in network for network in settings.BMC_NETWORKS):
+        return None
+    return "which is outside the BMC networks (GPUFLEET_BMC_NETWORKS)"
+
+
 def check_bmc_host(host: str, port: int) -> None:
     """Refuse the host unless every address it resolves to is in GPUFLEET_BMC_NETWORKS."""
     try:

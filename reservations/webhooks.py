@@ -5,7 +5,9 @@ it (an outbox: a process that dies after the commit loses nothing, and a rolled-
 tells no one); workflows/webhooks.py sends them, signed as Standard Webhooks says, and retries.
 
 A tenant names the URL, so the control plane must not be turned against its own networks: a
-webhook's host must resolve only to public addresses, or to GPUFLEET_WEBHOOK_ALLOWED_NETWORKS.
+webhook's host must resolve only to public addresses (core.outbound.special_purpose names every
+range that is not one), or to GPUFLEET_WEBHOOK_ALLOWED_NETWORKS. The sender checks again, and
+connects to exactly the address it checked.
 """
 
 from __future__ import annotations
@@ -13,15 +15,13 @@ from __future__ import annotations
 import base64
 import secrets
 import uuid
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
-from core import clock
+from core import clock, outbound
 from core.errors import FieldRefused, NotFound
-from fleet.bmc_access import DEFAULT_PORTS, resolve
 from reservations.models import Reservation, Tenant, Webhook, WebhookDelivery, WebhookEvent
 from reservations.signals import webhook_deliveries_due
 
@@ -36,20 +36,17 @@ class WebhookRefused(FieldRefused):
         super().__init__("url", reason)
 
 
+def allowed_address() -> outbound.AddressCheck:
+    """Where a tenant's webhook may go: public addresses, and GPUFLEET_WEBHOOK_ALLOWED_NETWORKS."""
+    return outbound.public_only(settings.WEBHOOK_ALLOWED_NETWORKS)
+
+
 def check_target(url: str) -> None:
     """Refuse a URL that is not plain http(s) to a host whose every address the control plane may reach."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise WebhookRefused("the URL must be http or https, with a host")
-    if parts.username is not None or parts.password is not None:
-        raise WebhookRefused("the URL may not hold credentials: the signature authenticates the control plane")
     try:
-        found = resolve(parts.hostname, parts.port or DEFAULT_PORTS[parts.scheme])
-    except (OSError, UnicodeError, ValueError) as error:
-        raise WebhookRefused(f"{parts.hostname} does not resolve ({error})") from None
-    for address in found:
-        if not address.is_global and not any(address in net for net in settings.WEBHOOK_ALLOWED_NETWORKS):
-            raise WebhookRefused(f"{parts.hostname} resolves to {address}, which is not a public address")
+        outbound.resolve_checked(url, allowed_address())
+    except outbound.OutboundError as refused:
+        raise WebhookRefused(refused.reason) from None
 
 
 def create_webhook(*, tenant: Tenant, url: str, events: list[str]) -> Webhook:

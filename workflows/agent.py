@@ -1,6 +1,8 @@
 """A client for a node's in-band agent (inventory, GPU memory wipe and reset, diagnostics, attestation evidence).
 
-Every call carries the node's agent token; the agent answers 401 without it.
+Every call carries the node's agent token; the agent answers 401 without it. Every call goes
+through core/outbound.py to an address on the BMC networks (fleet/bmc_access.py): it ends at its
+deadline however slowly the agent answers, and reads at most GPUFLEET_OUTBOUND_MAX_BODY_BYTES.
 
 The agent answers only while its node is on and booted: until then it is unavailable, which
 the workflows wait out, within their timeouts.
@@ -8,10 +10,14 @@ the workflows wait out, within their timeouts.
 
 from __future__ import annotations
 
+import json as _json
 import time
 
-import requests
+from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
+
+from core import outbound
+from fleet.bmc_access import refusal_outside_bmc_networks
 
 
 class AgentUnavailable(Exception):
@@ -27,27 +33,47 @@ class AgentCannot(AgentError):
 
 
 class AgentClient:
-    def __init__(self, node: str, agent_url: str, token: str, *, timeout: float = 10.0):
+    def __init__(
+        self, node: str, agent_url: str, token: str, *, timeout: float | None = None, max_body_bytes: int | None = None
+    ):
         self.node = node
         self.base = agent_url.rstrip("/")
-        self.timeout = timeout
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {token}"
+        self.timeout = timeout or settings.OUTBOUND_DEADLINE_SECONDS  # each call's, from connection to last byte
+        self.max_body_bytes = max_body_bytes or settings.OUTBOUND_MAX_BODY_BYTES
+        self.headers = {"Authorization": f"Bearer {token}"}
         self.calls = 0
         self.seconds = 0.0
 
     def close(self) -> None:
-        self.session.close()
+        """Nothing to let go: each call has a connection of its own, closed when it ends."""
 
-    def _call(self, method: str, path: str, **kwargs) -> dict:
-        self.calls += 1
+    def _request(self, method: str, path: str, json: dict | None = None) -> outbound.Answer:
+        """One call; AgentUnavailable if it got no answer in time, AgentError if the answer is refused."""
+        headers = dict(self.headers)
+        if json is not None:
+            headers["Content-Type"] = "application/json"
         began = time.perf_counter()
         try:
-            response = self.session.request(method, f"{self.base}/{path}", timeout=self.timeout, **kwargs)
-        except (requests.ConnectionError, requests.Timeout) as error:
-            raise AgentUnavailable(f"{self.node}: agent {path}: {type(error).__name__}") from error
+            return outbound.request(
+                method,
+                f"{self.base}/{path}",
+                check=refusal_outside_bmc_networks,
+                deadline=self.timeout,
+                max_body_bytes=self.max_body_bytes,
+                headers=headers,
+                body=None if json is None else _json.dumps(json).encode(),
+            )
+        except outbound.OutboundUnreachable as error:
+            name = "Timeout" if isinstance(error, outbound.DeadlinePassed) else "ConnectionError"
+            raise AgentUnavailable(f"{self.node}: agent {path}: {name}") from None
+        except outbound.OutboundError as error:
+            raise AgentError(f"{self.node}: agent {path}: {error.reason}") from None
         finally:
             self.seconds += time.perf_counter() - began
+
+    def _call(self, method: str, path: str, json: dict | None = None) -> dict:
+        self.calls += 1
+        response = self._request(method, path, json)
         if response.status_code == 501:  # it will not answer otherwise later: no point waiting
             raise AgentCannot(f"{self.node}: agent {path}: {response.text[:200]}")
         if response.status_code == 503 or response.status_code >= 500:
@@ -80,10 +106,7 @@ class AgentClient:
         """What the agent's gpu_agent_gpu_healthy says of one GPU, or with None of every GPU
         (False if it says nothing)."""
         self.calls += 1
-        try:
-            response = self.session.get(f"{self.base}/metrics", timeout=self.timeout)
-        except (requests.ConnectionError, requests.Timeout) as error:
-            raise AgentUnavailable(f"{self.node}: agent metrics: {type(error).__name__}") from error
+        response = self._request("GET", "metrics")
         if response.status_code != 200:
             raise AgentUnavailable(f"{self.node}: agent metrics: {response.status_code}")
         readings = [

@@ -6,6 +6,10 @@ A worker claims one due delivery at a time by moving its next attempt a lease ah
 workers never send one at once, one that dies mid-send leaves it due again, and a slow receiver
 cannot outlast the lease of deliveries still waiting behind it), sends outside any transaction,
 then records the outcome. Only the status is read: the receiver's body is never downloaded.
+The send goes through core/outbound.py: the host is checked again and the connection goes to
+exactly the address that was checked, the whole call ends at GPUFLEET_OUTBOUND_DEADLINE_SECONDS,
+and a redirect is an answer that is not 2xx. The `webhooks` queue has workers of its own, so a
+receiver that drips its answer holds none of the workers that provision, wipe and repair nodes.
 A receiver that does not answer 2xx is tried again on the schedule below, then the delivery is
 failed; the tenant sees each attempt's status.
 """
@@ -16,20 +20,19 @@ import json
 import logging
 from datetime import timedelta
 
-import requests
 from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 from standardwebhooks import Webhook as Signer
 
+from core import outbound
 from reservations.models import WebhookDelivery
-from reservations.webhooks import WebhookRefused, check_target
+from reservations.webhooks import allowed_address
 
 log = logging.getLogger(__name__)
 # Seconds before each retry, after the first attempt (Standard Webhooks' suggested schedule, shortened).
 RETRY_AFTER = (5, 30, 300, 1800, 7200, 18000)
-TIMEOUT_SECONDS = 5  # to connect, and for each read of the answer's headers
 BATCH = 50
 D = WebhookDelivery.State
 
@@ -70,28 +73,26 @@ def _send(delivery: WebhookDelivery) -> str:
     sent_at = timezone.now()
     status, error = None, ""
     try:
-        check_target(delivery.webhook.url)  # again: the name may resolve elsewhere since it was checked
         headers = {
             "Content-Type": "application/json",
             "webhook-id": delivery.message_id,
             "webhook-timestamp": str(int(sent_at.timestamp())),
             "webhook-signature": Signer(delivery.webhook.secret).sign(delivery.message_id, sent_at, body),
         }
-        with requests.post(
-            delivery.webhook.url,
-            data=body.encode(),
+        status = outbound.request(
+            "POST",
+            delivery.webhook.url,  # checked again: the name may resolve elsewhere since it was created
+            check=allowed_address(),
+            deadline=settings.OUTBOUND_DEADLINE_SECONDS,
+            max_body_bytes=settings.OUTBOUND_MAX_BODY_BYTES,
             headers=headers,
-            timeout=TIMEOUT_SECONDS,
-            allow_redirects=False,
-            stream=True,  # the status is all we need: a receiver's body, however big, is not read
-        ) as answer:
-            status = answer.status_code
+            body=body.encode(),
+            read_body=False,  # the status is all we need: a receiver's body, however big, is not read
+        ).status_code
         if not 200 <= status < 300:
             error = f"answered {status}"
-    except WebhookRefused as refused:
-        error = refused.reason
-    except requests.RequestException as failure:
-        error = f"{type(failure).__name__}: {failure}"[:500]
+    except outbound.OutboundError as failure:
+        error = failure.reason[:500]
     attempts = delivery.attempts + 1
     if not error:
         fields, result = {"state": D.DELIVERED, "delivered_at": Now()}, "delivered"

@@ -29,10 +29,11 @@ from tests.support.bmcsim import start_bmcsim
 from tests.support.factories import make_available, tenant_token
 from tests.support.loopback import serving
 from tests.support.processes import wait_for
-from workflows.webhooks import TIMEOUT_SECONDS
 
 SEND_LEASE = timedelta(seconds=10)
+TIMEOUT_SECONDS = 5  # each send's deadline
 PLANE = {
+    "GPUFLEET_OUTBOUND_DEADLINE_SECONDS": str(TIMEOUT_SECONDS),
     "GPUFLEET_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
     "GPUFLEET_WEBHOOK_SEND_LEASE_SECONDS": str(SEND_LEASE.total_seconds()),
 }

@@ -189,13 +189,22 @@ def run_schemathesis(wsgi: str, tmp_path: Path, *options: str, **env: str) -> su
 CELERY_WORKER = [sys.executable, "-m", "celery", "-A", "gpufleet", "worker"]
 
 
-def start_worker(name: str, env: dict, log_dir: Path, concurrency: int | None = None, loglevel="INFO") -> Process:
+def start_worker(
+    name: str,
+    env: dict,
+    log_dir: Path,
+    concurrency: int | None = None,
+    loglevel="INFO",
+    queues: str = "celery,webhooks",
+) -> Process:
     """A Celery worker: one task at a time (--pool solo), unless `concurrency` asks for that
     many child processes. Solo says --concurrency 1 too: its prefetch is concurrency times the
     multiplier, and a message prefetched by a worker that is then killed waits unacked while its
-    node's waiting mark keeps the reconciler from sending it again."""
+    node's waiting mark keeps the reconciler from sending it again. It works the node workers'
+    queue and the webhooks' (the Procfile gives the webhooks workers of their own), unless
+    `queues` says which."""
     pool = ["--pool", "solo", "--concurrency", "1"] if concurrency is None else ["--concurrency", str(concurrency)]
-    options = ["-n", f"{name}@e2e", "--without-gossip", "--without-mingle", "--loglevel", loglevel]
+    options = ["-n", f"{name}@e2e", "--queues", queues, "--without-gossip", "--without-mingle", "--loglevel", loglevel]
     return Process(name, [*CELERY_WORKER, *pool, *options], env, log_dir)
 
 

@@ -1,4 +1,4 @@
-"""A Redfish client for one node's BMC, on requests; also for the fabric's switch manager
+"""A Redfish client for one node's BMC, on core/outbound.py; also for the fabric's switch manager
 (workflows/fabric_health.py), with that service's URL and credentials in place of a node's.
 
 Why not OpenStack's sushy: the workflows need a handful of calls (power, one-time boot,

@@ -9,11 +9,11 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-import requests
-
+from core.outbound import Answer
 from workflows.redfish.errors import BMCPermanentError, RedfishError
 from workflows.redfish.transport import RedfishTransport
 
@@ -24,6 +24,7 @@ RESET_FORCE_OFF = "ForceOff"
 RESET_FORCE_RESTART = "ForceRestart"
 RESET_GRACEFUL_RESTART = "GracefulRestart"
 RESET_POWER_CYCLE = "PowerCycle"
+CLEAR_LOG = "LogService.ClearLog"
 
 
 T = TypeVar("T")
@@ -56,6 +57,22 @@ def _link(value: object) -> str | None:
     """The `@odata.id` of a link ({"@odata.id": ...}), or None if `value` is no link."""
     found = value.get("@odata.id") if isinstance(value, dict) else None
     return found if isinstance(found, str) and found else None
+
+
+def _target(action: object) -> str | None:
+    """The `target` of a Redfish action ({"target": ...}), or None if `action` has none."""
+    found = action.get("target") if isinstance(action, dict) else None
+    return found if isinstance(found, str) and found else None
+
+
+def _created_since(entry: object, since: datetime) -> bool:
+    """A LogEntry whose Created is a date with its offset, at or after `since`."""
+    created = entry.get("Created") if isinstance(entry, dict) else None
+    try:
+        at = datetime.fromisoformat(created) if isinstance(created, str) else None
+    except ValueError:
+        return False
+    return at is not None and at.tzinfo is not None and at >= since
 
 
 def _is_log_entry(value: object) -> bool:
@@ -105,25 +122,36 @@ class RedfishClient(RedfishTransport):
         found = self.system().get("LastResetTime")
         return found if isinstance(found, str) else None
 
-    def console_log(self, lines: int) -> list[str] | None:
-        """The last `lines` lines of the system's console log (its LogService named Console), or
-        None if the BMC keeps none."""
-        services = self.system().get("LogServices", {}).get("@odata.id")
-        if not services:
+    def _console_service(self) -> tuple[str, dict] | None:
+        """The system's console log, its LogService named Console, as (path, service); None if the
+        BMC keeps none."""
+        services = _link(self.system().get("LogServices"))
+        members = (self.get(services).get("Members") or []) if services else []
+        path = next((p for p in filter(None, map(_link, members)) if p.rstrip("/").endswith("/Console")), None)
+        return (path, self.get(path)) if path else None
+
+    def console_log(self, lines: int, *, since: datetime) -> list[str] | None:
+        """The last `lines` lines of the system's console log that the BMC dated at or after `since`
+        (when the tenancy began): an earlier tenant's boot is never among them, nor a line whose
+        date cannot be read. None if the BMC keeps no console log."""
+        found = self._console_service()
+        if found is None:
             return None
-        console = next(
-            (
-                m["@odata.id"]
-                for m in self.get(services).get("Members", [])
-                if m["@odata.id"].rstrip("/").endswith("/Console")
-            ),
-            None,
-        )
-        if console is None:
-            return None
-        entries = self.get(self.get(console).get("Entries", {}).get("@odata.id", f"{console}/Entries"))
-        messages = [str(e.get("Message", "")) for e in entries.get("Members", []) if isinstance(e, dict)]
+        path, service = found
+        entries = self.get(_link(service.get("Entries")) or f"{path}/Entries").get("Members") or []
+        messages = [str(e.get("Message", "")) for e in entries if _created_since(e, since)]
         return messages[-lines:]
+
+    def clear_console_log(self) -> bool:
+        """Clear the console log (Redfish LogService.ClearLog) where the BMC offers that action;
+        False where it keeps no console log or cannot clear it."""
+        found = self._console_service()
+        actions = found[1].get("Actions") if found else None
+        target = _target(actions.get(f"#{CLEAR_LOG}") if isinstance(actions, dict) else None)
+        if target is None:
+            return False
+        self.request("POST", target, json={}, call=f"{CLEAR_LOG} of the console")
+        return True
 
     def event_log_entries_path(self) -> str | None:
         """The Entries of the node's system event log: the LogService whose LogEntryType is SEL,
@@ -232,7 +260,7 @@ class RedfishClient(RedfishTransport):
         response = self.request("POST", f"{drive}/Actions/Drive.SecureErase", json={}, call=f"SecureErase {drive}")
         return self._task_monitor(response, f"SecureErase {drive}")
 
-    def _task_monitor(self, response: requests.Response, call: str) -> str | None:
+    def _task_monitor(self, response: Answer, call: str) -> str | None:
         """The task monitor of an action the BMC accepted (202), or None if it finished at once."""
         if response.status_code != 202:
             return None

@@ -2,8 +2,10 @@
 
 Transient errors (connection errors, timeouts, 5xx, 503 with Retry-After) are retried, by
 tenacity, with exponential backoff and full jitter or as long as the BMC's Retry-After asks;
-permanent ones (4xx) fail at once. Every call has a timeout. No call is ever made inside a
-database transaction: the workflows call this outside.
+permanent ones (4xx) fail at once. Every call goes through core/outbound.py: it ends at its
+deadline however slowly the BMC answers, reads at most GPUFLEET_OUTBOUND_MAX_BODY_BYTES, and
+connects to exactly the address the allow-list passed. No call is ever made inside a database
+transaction: the workflows call this outside.
 
 The BMC's credentials go to the BMC and nowhere else. Its URL must pass the BMC-network
 allow-list (fleet/bmc_access.py), and a URL the BMC hands back (an `@odata.id`, a task
@@ -13,18 +15,21 @@ are not followed at all. Anything else is a permanent error naming the node.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import email.utils
+import json as _json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
-import requests
 import tenacity
+from django.conf import settings
 
+from core import outbound
 from core.parsing import InvalidInput, parse_int
-from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_url
+from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_url, refusal_outside_bmc_networks
 from workflows.redfish.errors import BMCPermanentError, BMCTransientError
 
 
@@ -60,7 +65,7 @@ def _retry_after_seconds(value: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
-def _redfish_message(response: requests.Response) -> str:
+def _redfish_message(response: outbound.Answer) -> str:
     try:
         error = response.json()["error"]
         extended = error.get("@Message.ExtendedInfo") or [{}]
@@ -76,21 +81,22 @@ class RedfishTransport:
         self,
         access: BMCAccess,
         *,
-        timeout: float = 10.0,
+        timeout: float | None = None,
+        max_body_bytes: int | None = None,
         attempts: int = 5,
         backoff: float = 0.5,
         max_backoff: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.access = access
-        self.timeout = timeout
+        self.timeout = timeout or settings.OUTBOUND_DEADLINE_SECONDS  # each attempt's, from connection to last byte
+        self.max_body_bytes = max_body_bytes or settings.OUTBOUND_MAX_BODY_BYTES
         self.attempts = attempts
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.sleep = sleep
-        self.session = requests.Session()
-        self.session.auth = (access.username, access.password)
-        self.session.headers.update({"Accept": "application/json", "OData-Version": "4.0"})
+        credentials = base64.b64encode(f"{access.username}:{access.password}".encode()).decode()
+        self.headers = {"Accept": "application/json", "OData-Version": "4.0", "Authorization": f"Basic {credentials}"}
         self.calls = 0  # HTTP requests made, retries included
         self.seconds = 0.0  # time spent waiting on them
         # Checked once, here. A refusal is raised by the first call, inside a workflow step,
@@ -107,7 +113,7 @@ class RedfishTransport:
             self._refused = f"{shown}: {refusal}"
 
     def close(self) -> None:
-        self.session.close()
+        """Nothing to let go: each call has a connection of its own, closed when it ends."""
 
     def request(
         self,
@@ -117,7 +123,7 @@ class RedfishTransport:
         json: dict | None = None,
         headers: dict[str, str] | None = None,
         call: str | None = None,
-    ) -> requests.Response:
+    ) -> outbound.Answer:
         call = call or f"{method} {path}"
         if self._refused:
             raise BMCPermanentError(self.access.node, call, self._refused)
@@ -134,17 +140,29 @@ class RedfishTransport:
 
     def _attempt(
         self, method: str, url: str, json: dict | None, headers: dict[str, str] | None, call: str
-    ) -> requests.Response:
+    ) -> outbound.Answer:
         """One HTTP request; BMCTransientError if it is worth repeating, BMCPermanentError if not."""
         self.calls += 1
         began = time.perf_counter()
+        sent = {**self.headers, **(headers or {})}
+        if json is not None:
+            sent["Content-Type"] = "application/json"
         try:
-            response = self.session.request(
-                method, url, json=json, headers=headers, timeout=self.timeout, allow_redirects=False
+            response = outbound.request(
+                method,
+                url,
+                check=refusal_outside_bmc_networks,
+                deadline=self.timeout,
+                max_body_bytes=self.max_body_bytes,
+                headers=sent,
+                body=None if json is None else _json.dumps(json).encode(),
             )
-        except (requests.ConnectionError, requests.Timeout) as error:
-            # Not chained: requests' error carries the request, Authorization header and all.
-            raise BMCTransientError(self.access.node, call, f"{type(error).__name__}: {error}") from None
+        except outbound.DeadlinePassed as error:
+            raise BMCTransientError(self.access.node, call, f"Timeout: {error.reason}") from None
+        except outbound.OutboundUnreachable as error:
+            raise BMCTransientError(self.access.node, call, f"ConnectionError: {error.reason}") from None
+        except outbound.OutboundError as error:  # refused, or an answer over the cap: no better on a retry
+            raise BMCPermanentError(self.access.node, call, error.reason) from None
         finally:
             self.seconds += time.perf_counter() - began
         # 304 Not Modified is no redirect: the answer to a conditional GET (If-None-Match).
@@ -189,7 +207,7 @@ class RedfishTransport:
     def get(self, path: str) -> dict:
         return self._object(self.request("GET", path), f"GET {path}")
 
-    def _object(self, response: requests.Response, call: str) -> dict:
+    def _object(self, response: outbound.Answer, call: str) -> dict:
         try:
             body = response.json()
         except ValueError as error:

@@ -2,11 +2,12 @@ import json
 import time
 from pathlib import Path
 
-import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from core.outbound import OutboundError
+from core.sources import read_url
 from core.topology import DEFAULT_NODE_COUNT, default_layout
 from fleet.bmc_access import BMCAddressRefused
 from fleet.inventory import InventoryError, parse_csv_inventory, parse_inventory, records_from_layout
@@ -81,13 +82,10 @@ class Command(BaseCommand):
 
     def read_inventory(self, url: str):
         try:
-            answer = requests.get(url, timeout=30)
-            answer.raise_for_status()
-            return parse_inventory(answer.json())
-        # requests' JSON decode error is also a RequestException: test for bad content first.
+            return parse_inventory(read_url(url))
         except (ValueError, InventoryError) as exc:
             raise CommandError(f"the inventory at {url} is not usable: {exc}") from exc
-        except requests.RequestException as exc:
+        except OutboundError as exc:
             raise CommandError(
-                f"cannot read the inventory at {url} ({exc}); start bmcsim, or use --topology default"
+                f"cannot read the inventory at {url} ({exc.reason}); start bmcsim, or use --topology default"
             ) from exc
