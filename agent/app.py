@@ -1,6 +1,7 @@
 """The agent's HTTP API, relative to its URL; every route needs the node's bearer token.
 
-    GET  /metrics                   Prometheus text (agent/metrics.py); the metrics token may read it too
+    GET  /metrics                   Prometheus text (agent/metrics.py); a client certificate of the
+                                    metrics CA (gpu-agent --client-ca: Prometheus') may read it too
     POST /evidence  {"nonce": hex}  attestation evidence bound to the nonce
     GET  /inventory                 what in-band inspection collects
     GET|POST /gpu-wipe              the GPU memory wipe: its state / start it (202)
@@ -40,7 +41,6 @@ class Served:
 
     backend: Backend
     token: str
-    metrics_token: str = ""  # Prometheus' credential: reads /metrics and nothing else
     blocking: bool = False  # the backend waits on devices and tools: call it off the event loop
 
 
@@ -51,13 +51,20 @@ def detail(status: int, message: str, **headers: str) -> web.Response:
     return web.json_response({"detail": message}, status=status, headers=headers)
 
 
+def _certified(request: web.Request) -> bool:
+    """The caller presented a client certificate that the listener's CA verified (Prometheus',
+    from the metrics CA): a certificate the CA did not issue ends the TLS handshake before this."""
+    transport = request.transport
+    return transport is not None and bool(transport.get_extra_info("peercert"))
+
+
 def _authorized(request: web.Request, served: Served, metrics_only: bool) -> bool:
+    if metrics_only and _certified(request):
+        return True
     scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not credential:
         return False
-    accepted = [served.token, served.metrics_token] if metrics_only else [served.token]
-    # Compare with every accepted token, so timing does not tell which one was close.
-    return any([secrets.compare_digest(credential.encode(), t.encode()) for t in accepted if t])
+    return bool(served.token) and secrets.compare_digest(credential.encode(), served.token.encode())
 
 
 async def _body(request: web.Request) -> dict:
@@ -173,9 +180,14 @@ async def cancel_diagnostics(request: web.Request, served: Served) -> web.Respon
     return web.json_response(_diagnostics(await _call(served, cancel)), status=202)
 
 
+def add_metrics_route(router: web.UrlDispatcher, find: Find, prefix: str = "") -> None:
+    """GET /metrics alone under `prefix`: for a listener that serves Prometheus and nothing else."""
+    router.add_get(f"{prefix}/metrics", _route(find, get_metrics, metrics_only=True), allow_head=False)
+
+
 def add_routes(router: web.UrlDispatcher, find: Find, prefix: str = "") -> None:
     """The agent's routes under `prefix`; `find` names the node a request is for (None: 404)."""
-    router.add_get(f"{prefix}/metrics", _route(find, get_metrics, metrics_only=True), allow_head=False)
+    add_metrics_route(router, find, prefix)
     router.add_post(f"{prefix}/evidence", _route(find, post_evidence))
     router.add_get(f"{prefix}/inventory", _route(find, get_inventory), allow_head=False)
     router.add_get(f"{prefix}/gpu-wipe", _route(find, get_gpu_wipe), allow_head=False)

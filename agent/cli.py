@@ -1,15 +1,24 @@
 """The `gpu-agent` command: serve one node's agent, or prepare its TPM once at install.
 
-    gpu-agent [--backend host|sim] [--listen ADDRESS:PORT] --token-file FILE [--xid-report-url URL] [...]
+    gpu-agent [--backend host|sim] [--listen ADDRESS:PORT] --credentials-file FILE [--xid-report-url URL] [...]
     gpu-agent tpm-create-ak [--tcti TCTI] [--ak-handle HANDLE] [--out FILE]
 
 Every option has an environment variable (GPU_AGENT_*), so a systemd unit or a container can
 configure it without a command line; a bad value is a usage error, never a traceback.
+
+The credentials come from the node's config drive (the ISO labelled CIDATA that the control plane
+inserts beside each image it boots, the service image's and a tenant's): its `gpu-agent.json`,
+{"node", "agent_token", "report_token"}, minted for that boot or tenancy and revoked when it ends.
+The image mounts the drive before the agent starts (e.g. `mount -o ro LABEL=CIDATA /run/cidata`)
+and runs `gpu-agent --credentials-file /run/cidata/gpu-agent.json`: callers must present its
+agent_token, and XID reports carry its report_token. `--token-file` instead takes one token for
+both, for an agent run by hand outside the control plane's boots.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import ssl
@@ -42,6 +51,29 @@ def _secret(path: str | None, what: str, parser: argparse.ArgumentParser) -> str
     return secret
 
 
+def _credentials(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[str, str]:
+    """(the token callers must present, the token the agent's XID reports carry)."""
+    if args.credentials_file and args.token_file:
+        parser.error("--credentials-file and --token-file: give one of them")
+    if not args.credentials_file:
+        token = _secret(args.token_file, "node token", parser)
+        if not token:
+            parser.error("the agent needs its credentials: --credentials-file (the config drive's gpu-agent.json)")
+        return token, token
+    path = args.credentials_file
+    try:
+        document = json.loads(Path(path).read_text())
+    except OSError as error:
+        parser.error(f"cannot read the credentials from {path}: {error.strerror}")
+    except ValueError:
+        parser.error(f"the credentials in {path} are not JSON")
+    tokens = [document.get(key) if isinstance(document, dict) else None for key in ("agent_token", "report_token")]
+    agent_token, report_token = (token if isinstance(token, str) and len(token) >= 16 else "" for token in tokens)
+    if not agent_token or not report_token:
+        parser.error(f"{path} needs an agent_token and a report_token of at least 16 characters")
+    return agent_token, report_token
+
+
 def _listen(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -67,8 +99,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpu-agent", description="The gpu-fleet node agent.")
     parser.add_argument("--backend", choices=("host", "sim"), default=_env("BACKEND", "host"))
     parser.add_argument("--listen", type=_listen, default=_env("LISTEN", DEFAULT_LISTEN), help=DEFAULT_LISTEN)
-    parser.add_argument("--token-file", default=_env("TOKEN_FILE"), help="the node's bearer token (required)")
-    parser.add_argument("--metrics-token-file", default=_env("METRICS_TOKEN_FILE"), help="Prometheus' token")
+    parser.add_argument(
+        "--credentials-file",
+        default=_env("CREDENTIALS_FILE"),
+        help="the config drive's gpu-agent.json: this boot's agent and report tokens",
+    )
+    parser.add_argument("--token-file", default=_env("TOKEN_FILE"), help="instead: one bearer token for both")
     parser.add_argument(
         "--xid-report-url",
         metavar="URL",
@@ -77,10 +113,17 @@ def _serve_parser() -> argparse.ArgumentParser:
         help="report each new XID here at once, with the node's token (the control plane's "
         "/v1/agents/NODE/xids); none by default",
     )
-    tls = parser.add_argument_group("TLS (optional; with --client-ca, callers need a certificate it issued)")
+    tls = parser.add_argument_group(
+        "TLS (optional; with --client-ca, Prometheus reads /metrics with a certificate that CA issued)"
+    )
     tls.add_argument("--tls-cert", default=_env("TLS_CERT"))
     tls.add_argument("--tls-key", default=_env("TLS_KEY"))
-    tls.add_argument("--client-ca", default=_env("CLIENT_CA"))
+    tls.add_argument(
+        "--client-ca",
+        default=_env("CLIENT_CA"),
+        help="the fleet's metrics CA certificate: its client certificates read /metrics, and nothing else "
+        "(every other route needs the node's token); a certificate it did not issue is refused",
+    )
     host = parser.add_argument_group("host backend")
     host.add_argument("--tcti", default=_env("TCTI", "device:/dev/tpmrm0"), help="the TPM, as tpm2-tools name it")
     host.add_argument("--ak-handle", default=_env("AK_HANDLE", "0x81010002"), help="the persistent attestation key")
@@ -118,7 +161,8 @@ def _tls(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ssl.SSLCo
         context.load_cert_chain(args.tls_cert, args.tls_key)
         if args.client_ca:
             context.load_verify_locations(args.client_ca)
-            context.verify_mode = ssl.CERT_REQUIRED
+            # Asked for, and checked when given: the control plane calls with the node's token alone.
+            context.verify_mode = ssl.CERT_OPTIONAL
     except (OSError, ssl.SSLError) as error:
         parser.error(f"TLS: {error}")
     return context
@@ -150,14 +194,12 @@ def serve(argv: list[str]) -> None:
     parser = _serve_parser()
     args = parser.parse_args(argv)
     tls = _tls(args, parser)
-    token = _secret(args.token_file, "node token", parser)
-    if not token:
-        parser.error("the agent needs the node's bearer token: --token-file or GPU_AGENT_TOKEN_FILE")
+    token, report_token = _credentials(args, parser)
     backend, blocking = _backend(args, parser)
-    served = Served(backend, token, _secret(args.metrics_token_file, "metrics token", parser), blocking)
+    served = Served(backend, token, blocking=blocking)
     app = make_app(served)
     if args.xid_report_url:
-        app.cleanup_ctx.append(reporting([XidReporter(backend, args.xid_report_url, token)]))
+        app.cleanup_ctx.append(reporting([XidReporter(backend, args.xid_report_url, report_token)]))
         log.info("reporting new XIDs to %s", args.xid_report_url)
     host, port = args.listen
     log.info("serving %s with the %s backend on %s:%d", backend.hostname(), args.backend, host, port)

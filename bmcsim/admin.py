@@ -14,7 +14,7 @@ import json
 from aiohttp import web
 
 from agent.app import detail
-from core.topology import agent_token, fabric_levels
+from core.topology import fabric_levels
 
 from . import evidence, faults, images, releases, state
 from .sim import SIM, Simulator
@@ -37,7 +37,6 @@ def inventory(sim: Simulator) -> bytes:
             "system_id": spec.name,
             "credentials": {"username": spec.bmc_username, "password": spec.bmc_password},
             "agent_url": f"{base}/agent/{spec.name}",
-            "agent_token": agent_token(spec.name),
             "macs": state.macs(spec.name),
             "gpus": [{"index": g.index, "uuid": g.uuid, "serial": g.serial, "model": g.model} for g in spec.gpus],
             "fabric": dict(spec.fabric),

@@ -6,7 +6,8 @@ local-hostname), the authorized keys (meta-data's public-keys and a cloud-config
 ssh_authorized_keys) and the address (network-config v2, the first address of the first
 ethernet that has one); its sshd (bmcsim/sshd.py) listens there if the address is a loopback one.
 Whatever else a node boots (its disk, PXE, a CD whose image the BMC could not fetch, such as the
-control plane's service image) runs the node agent only.
+control plane's service image) runs the node agent only. Either way the agent takes the credentials
+of that boot from the config drive's gpu-agent.json, if one is inserted, as a real node's does.
 
 Console scripts are (offset in simulated seconds from the reset, text); a Timeline dates them.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import ipaddress
+import json
 from dataclasses import dataclass
 
 import asyncssh
@@ -72,6 +74,20 @@ def is_loopback(address: str | None) -> bool:
 def config_drive(media: dict) -> dict[str, str] | None:
     """cloud-init's NoCloud source: the documents of the first inserted medium labelled CIDATA."""
     return next((slot["documents"] for slot in media.values() if slot.get("inserted") and "documents" in slot), None)
+
+
+def agent_credentials(documents: dict[str, str] | None) -> dict[str, str] | None:
+    """What the node agent reads at boot from the config drive's gpu-agent.json, as gpu-agent's
+    --credentials-file does: {"agent_token", "report_token"}; None without a drive or a usable one
+    (the agent then answers 401 to everything and reports nothing)."""
+    try:
+        loaded = json.loads((documents or {}).get("gpu-agent.json") or "null")
+    except ValueError:
+        return None
+    if not isinstance(loaded, dict):
+        return None
+    tokens = {key: token for key in ("agent_token", "report_token") if isinstance(token := loaded.get(key), str)}
+    return tokens if len(tokens) == 2 and all(tokens.values()) else None
 
 
 def tenant_os(cd: dict, documents: dict[str, str] | None, host_key: str) -> tuple[dict, list[str]]:

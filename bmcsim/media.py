@@ -3,7 +3,7 @@
 A later boot uses what was fetched, even once its URL is gone (the control plane deletes a node's
 config-drive URL when the node is released). A medium is hashed as it streams in; one small
 enough to be a config drive is also read as ISO 9660, and if it is cloud-init's NoCloud source
-(volume label CIDATA) its three documents are kept as text.
+(volume label CIDATA) its documents are kept as text.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ MAX_MEDIUM_BYTES = 64 * 1024 * 1024
 MAX_CONFIG_DRIVE_BYTES = 8 * 1024 * 1024  # a NoCloud drive is tens of KiB; anything larger is only hashed
 CHUNK_BYTES = 64 * 1024
 NOCLOUD_LABEL = "CIDATA"
-NOCLOUD_DOCUMENTS = ("meta-data", "user-data", "network-config")
+# cloud-init's, and the node agent's credentials (gpu-agent.json) that the control plane puts beside them.
+NOCLOUD_DOCUMENTS = ("meta-data", "user-data", "network-config", "gpu-agent.json")
 ISO9660_MAGIC_AT = 32769  # "CD001" of the first volume descriptor, after the 32 KiB system area
 
 

@@ -59,6 +59,7 @@ class NodeState(PersistedState[NodeSpec]):
     """One node's hardware. Everything but `spec` is persisted."""
 
     __slots__ = (
+        "agent_credentials",
         "agent_operations",
         "bios",
         "bios_pending",
@@ -120,6 +121,9 @@ class NodeState(PersistedState[NodeSpec]):
         self.tasks: list[dict] = []
         self.task_seq = 0
         self.agent_operations: dict[str, dict] = {}  # the agent's GPU wipe, reset and diagnostics
+        # What the agent read from the config drive at the last boot (guest.agent_credentials): none
+        # from the factory; replaced at every boot (a node that is off answers 503 to the right token).
+        self.agent_credentials: dict[str, str] | None = None
         self.volumes: list[dict] = []
         self.console: list[list] = []  # [id, timestamp, text]: the serial console, the last CONSOLE_LINES_KEPT lines
         self.console_seq = 0
@@ -219,8 +223,9 @@ class NodeState(PersistedState[NodeSpec]):
 
         cd = self.media.get("Cd") if self.boot_source == "Cd" else None
         warnings: list[str] = []
+        documents = guest.config_drive(self.media)
+        self.agent_credentials = guest.agent_credentials(documents)
         if cd and cd.get("inserted") and "sha256" in cd:
-            documents = guest.config_drive(self.media)
             self.guest, warnings = guest.tenant_os(cd, documents, self.ssh_host_key or guest.new_host_key())
             # cloud-init makes new host keys for each new instance, so the next tenant's differ.
             if self.ssh_host_key is None or self.guest["instance_id"] != self.ssh_host_key_instance:
@@ -250,6 +255,10 @@ class NodeState(PersistedState[NodeSpec]):
 
     def console_lines(self, now: float) -> list[list]:
         return [line for line in self.console if line[1] <= now]
+
+    def clear_console(self, now: float) -> None:
+        """LogService.ClearLog: what was printed goes; what a transition under way prints later stays."""
+        self.console = [line for line in self.console if line[1] > now]
 
     def _cut_console(self, now: float) -> None:
         self.console = self.console_lines(now)

@@ -97,11 +97,6 @@ def bmc_password(node: str) -> str:
     return _digest("bmc-password", node)[:20]
 
 
-def agent_token(node: str) -> str:
-    """The bearer token of a simulated node's agent (a real fleet's come from its inventory)."""
-    return _digest("agent-token", node)[:32]
-
-
 def default_layout(
     node_count: int = DEFAULT_NODE_COUNT,
     *,

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Case, When
 from django.template.response import TemplateResponse
 
+from core.admin_inlines import PaginatedInline
 from core.admin_permissions import ViewOnlyAdmin, has_permission
 from fleet import firmware_rollouts, lifecycle, rollout_rules
 from fleet.bmc_access import BMCAddressRefused, check_bmc_url
@@ -37,12 +38,11 @@ from fleet.services import (
 
 # What the form shows of a node's BMC and agent access: all of it but the stored secrets.
 BMC_ACCESS_FORM_FIELDS = [f for f in BMC_ACCESS_FIELDS if f not in SECRET_ACCESS_FIELDS]
-SECRET_INPUTS = ["reentered_password", "new_agent_token"]
+SECRET_INPUTS = ["reentered_password"]
 
 
-class RackInline(admin.TabularInline):
+class RackInline(PaginatedInline):
     model = Rack
-    extra = 0
     show_change_link = True
 
 
@@ -76,7 +76,7 @@ class QuarantineForm(forms.Form):
 class NodeForm(forms.ModelForm):
     """A BMC's address, system id, username and agent URL change only with its password entered
     anew: whoever points the node's BMC elsewhere gets the password they typed, never the real one.
-    Likewise the agent's URL changes only with its token entered anew."""
+    The agent has no token to enter: its credentials are minted per boot and per tenancy."""
 
     reentered_password = forms.CharField(
         label="BMC password",
@@ -85,22 +85,11 @@ class NodeForm(forms.ModelForm):
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="Never shown. Enter it to change how the BMC is reached (and to set a new password).",
     )
-    new_agent_token = forms.CharField(
-        label="Agent token",
-        required=False,
-        strip=True,
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="Never shown. Enter it, with the BMC password, to set the agent's token or to move its URL.",
-    )
 
     def clean(self):
         super().clean()
         cleaned = self.cleaned_data
         changed = [f for f in BMC_ACCESS_FORM_FIELDS if f in self.changed_data]
-        if cleaned.get("new_agent_token"):
-            changed.append("agent_token")
-        elif "agent_url" in self.changed_data:
-            self.add_error("new_agent_token", "Enter the agent's token to change its URL.")
         if not cleaned.get("reentered_password"):
             if changed:
                 self.add_error("reentered_password", f"Enter the BMC's password to change {', '.join(changed)}.")
@@ -179,7 +168,6 @@ class NodeAdmin(admin.ModelAdmin):
                 node_id=obj.pk,
                 actor=f"operator:{request.user.get_username()}",
                 bmc_password=password,
-                agent_token=form.cleaned_data["new_agent_token"] or obj.agent_token,
                 **{f: form.cleaned_data[f] for f in BMC_ACCESS_FORM_FIELDS},
             )
 
@@ -252,9 +240,8 @@ class ImageAdmin(admin.ModelAdmin):
     formfield_overrides = {models.URLField: {"form_class": forms.URLField, "assume_scheme": "https"}}
 
 
-class NodeAddressInline(admin.TabularInline):
+class NodeAddressInline(PaginatedInline):
     model = NodeAddress
-    extra = 0
     can_delete = False
     fields = ("address", "node")
     readonly_fields = fields
@@ -332,11 +319,10 @@ class FirmwareBaselineAdmin(admin.ModelAdmin):
         return None
 
 
-class FirmwareRolloutNodeInline(admin.TabularInline):
+class FirmwareRolloutNodeInline(PaginatedInline):
     """Where each node's update stands: failures first, with their reasons."""
 
     model = FirmwareRolloutNode
-    extra = 0
     can_delete = False
     fields = ("node", "pod", "node_state", "status", "reason", "started_at", "finished_at")
     readonly_fields = fields

@@ -16,13 +16,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core import validation
-from core.topology import POD, NodeSpec, agent_token, fabric_switches
+from core.topology import POD, NodeSpec, fabric_switches
 from fleet import fabric
 from fleet.fabric import Switch  # by name: NodeRecord's field `fabric` hides the module in its body
 
 
 class InventoryError(ValueError):
     pass
+
+
+# An inventory no longer hands out agent tokens: a token set once and kept for ever outlived every
+# tenant that read it. One that still names one is refused, so that nobody believes it is used.
+RETIRED_AGENT_TOKEN = (
+    "{where}: 'agent_token' is no longer taken: a node's agent gets credentials for each boot and each"
+    " tenancy on its config drive (gpu-agent.json); remove the field and the token"
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,6 @@ class NodeRecord:
     bmc_username: str
     bmc_password: str
     agent_url: str
-    agent_token: str
     gpus: tuple[GPURecord, ...]
     fabric: fabric.Path = ()  # its domains at the fabric's levels between its pod and its rack
     # The switches serving its pod and those domains: enrolment keeps each once, whichever nodes name it.
@@ -107,6 +114,8 @@ def _records(document: Any) -> list[NodeRecord]:
     for number, entry in enumerate(validation.sequence(nodes, "inventory", expected="an object with a 'nodes' list")):
         entry = validation.mapping(entry, validation.at("nodes", number))
         name = _field(entry, "name", str, validation.at("nodes", number))
+        if "agent_token" in entry:
+            raise InventoryError(RETIRED_AGENT_TOKEN.format(where=name))
         credentials = _field(entry, "credentials", dict, name)
         gpus = _field(entry, "gpus", list, name)
         pod, rack = _field(entry, "pod", str, name), _field(entry, "rack", str, name)
@@ -122,7 +131,6 @@ def _records(document: Any) -> list[NodeRecord]:
                 bmc_username=_field(credentials, "username", str, f"{name}.credentials"),
                 bmc_password=_field(credentials, "password", str, f"{name}.credentials"),
                 agent_url=_field(entry, "agent_url", str, name),
-                agent_token=_field(entry, "agent_token", str, name),
                 gpus=tuple(_parse_gpu(gpu, validation.at(f"{name}.gpus", index)) for index, gpu in enumerate(gpus)),
                 fabric=()
                 if levels is None
@@ -174,7 +182,6 @@ CSV_COLUMNS = (
     "bmc_username",
     "bmc_password",
     "agent_url",
-    "agent_token",
     "gpu_model",
     "gpu_uuids",
     "gpu_serials",
@@ -184,6 +191,8 @@ CSV_COLUMNS = (
 def parse_csv_inventory(text: str) -> list[NodeRecord]:
     """Records from a CSV inventory with a header row naming CSV_COLUMNS (in any order)."""
     reader = csv.DictReader(io.StringIO(text))
+    if "agent_token" in (reader.fieldnames or []):
+        raise InventoryError(RETIRED_AGENT_TOKEN.format(where="the CSV inventory"))
     missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
         raise InventoryError(
@@ -206,7 +215,6 @@ def parse_csv_inventory(text: str) -> list[NodeRecord]:
                 "position": int(row["position"]),
                 "credentials": {"username": row["bmc_username"], "password": row["bmc_password"]},
                 "agent_url": row["agent_url"],
-                "agent_token": row["agent_token"],
                 "gpus": [
                     {"index": i, "uuid": u, "serial": serials[i] if serials else "", "model": row["gpu_model"]}
                     for i, u in enumerate(uuids)
@@ -233,7 +241,6 @@ def records_from_layout(layout: list[NodeSpec], bmcsim_url: str) -> list[NodeRec
             bmc_username=spec.bmc_username,
             bmc_password=spec.bmc_password,
             agent_url=f"{base}/agent/{spec.name}",
-            agent_token=agent_token(spec.name),
             gpus=tuple(GPURecord(index=g.index, uuid=g.uuid, serial=g.serial, model=g.model) for g in spec.gpus),
             fabric=spec.fabric[1:-1],
         )

@@ -2,7 +2,7 @@
 
 from collections import Counter
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
 from django.conf import settings
@@ -10,13 +10,14 @@ from django.db.models import Exists, F, JSONField, OuterRef, Q, QuerySet, Subque
 from django.db.models.functions import Now
 
 from core.topology import NVLINK_DOMAIN, POD
-from fleet import diagnostics, fabric, fabric_health, firmware, lifecycle, rollout_rules
+from fleet import agent_credentials, diagnostics, fabric, fabric_health, firmware, lifecycle, rollout_rules
 from fleet.models import (
     GPU,
     SWITCH_IN_TROUBLE,
     AuditEvent,
     AuditOnlyEvent,
     ConfigDrive,
+    CredentialHolder,
     FabricDomain,
     FabricLevel,
     FabricSwitch,
@@ -26,6 +27,7 @@ from fleet.models import (
     IdleDiagnosticRun,
     IdleDiagnosticStatus,
     Node,
+    NodeCredential,
     Rack,
 )
 from fleet.rollout_rules import NodeStatus
@@ -52,8 +54,32 @@ def unleased_nodes_owing_work(node_ids: Iterable[int]) -> list[int]:
 
 
 def config_drive_token(*, node_id: int) -> str:
-    """The token of the URL the node's BMC fetches its config drive from."""
-    return ConfigDrive.objects.values_list("token", flat=True).get(node_id=node_id)
+    """The token of the URL the node's BMC fetches its tenancy's config drive from."""
+    live = ConfigDrive.objects.filter(credential__holder=CredentialHolder.TENANCY, credential__revoked_at=None)
+    return live.values_list("token", flat=True).get(node_id=node_id)
+
+
+def agent_token(*, node_id: int) -> str:
+    """What the control plane presents to the node's agent: the agent token of the credential of
+    what the node runs now, its service boot's if the service image runs, else its tenancy's;
+    "" if it has none (the agent then answers 401)."""
+    live = NodeCredential.objects.filter(node_id=node_id, revoked_at=None)
+    nonces = dict(live.values_list("holder", "nonce"))
+    nonce = nonces.get(CredentialHolder.BOOT) or nonces.get(CredentialHolder.TENANCY)
+    if nonce is None:
+        return ""
+    return agent_credentials.agent_secrets(settings.SECRET_KEY, node_id=node_id, nonce=nonce).agent_token
+
+
+def tenancy_began(*, node_id: int) -> datetime:
+    """When the node began serving its current tenant: its last provisioning request (a reinstall
+    stays in the same tenancy). Read for a node that serves a reservation, which always has one."""
+    return (
+        AuditEvent.objects.filter(node_id=node_id, event=lifecycle.Event.PROVISION_REQUESTED)
+        .order_by("-at", "-id")
+        .values_list("at", flat=True)[:1]
+        .get()
+    )
 
 
 def recently_passed_long_diagnostics() -> QuerySet[Node]:

@@ -13,6 +13,7 @@ from django.urls import URLResolver, get_resolver
 from attestation.ear import generate_signing_key
 from fleet.models import Node
 from reservations.models import Tenant, Webhook
+from tests.support.agent_credentials import tenancy_drive
 from tests.support.factories import tenant_token
 from workflows.agent import AgentClient, AgentUnavailable
 from workflows.redfish import BMCAccess, RedfishClient, RedfishError
@@ -39,7 +40,8 @@ def secrets(active_node, settings, tmp_path):
     key_file = tmp_path / "key.pem"
     generate_signing_key(key_file)
     settings.GPUFLEET_SIGNING_KEY = str(key_file)
-    Node.objects.update(bmc_password=BMC_PASSWORD, agent_token=AGENT_TOKEN)
+    Node.objects.update(bmc_password=BMC_PASSWORD)
+    _, given = tenancy_drive(active_node)  # what the tenant's drive gives its node's agent
     token = tenant_token("carol")
     Webhook.objects.create(
         tenant=Tenant.objects.get(name="carol"),
@@ -50,7 +52,8 @@ def secrets(active_node, settings, tmp_path):
     pem_body = "".join(key_file.read_text().splitlines()[1:-1])
     yield {
         "BMC password": BMC_PASSWORD,
-        "agent token": AGENT_TOKEN,
+        "agent token": given["agent_token"],
+        "agent report token": given["report_token"],
         "tenant token": token,
         "webhook token": WEBHOOK_TOKEN,
         "signing key": pem_body,

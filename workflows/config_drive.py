@@ -1,24 +1,19 @@
-"""A node's NoCloud config drive: the ISO 9660 image cloud-init reads at first boot.
+"""What cloud-init reads from a node's NoCloud config drive at first boot.
 
-cloud-init's NoCloud source finds a filesystem labelled CIDATA with three files: `meta-data`
-(the instance id, the host name and the tenant's SSH public keys), `user-data` (the tenant's
-own, passed through untouched: a cloud-config document or a script) and `network-config`
-(version 2: the node's address on the tenant network). The names are Rock Ridge and Joliet
-names, so Linux and cloud-init see them as written.
+cloud-init's NoCloud source finds a filesystem labelled CIDATA (fleet/nocloud.py writes it) with
+three files: `meta-data` (the instance id, the host name and the tenant's SSH public keys),
+`user-data` (the tenant's own, passed through untouched: a cloud-config document or a script)
+and `network-config` (version 2: the node's address on the tenant network). The service image's
+drive has meta-data and an empty user-data only. Beside them, every drive carries the agent's
+credentials of that boot or tenancy, added as the drive is served (fleet/agent_credentials.py).
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from ipaddress import IPv4Interface, IPv6Interface
 
-import pycdlib
 import yaml
-
-VOLUME_LABEL = "CIDATA"
-# ISO 9660 level-1 names beside the Rock Ridge and Joliet ones.
-FILES = {"meta-data": "/METADATA.;1", "user-data": "/USERDATA.;1", "network-config": "/NETWORK.;1"}
 
 
 @dataclass(frozen=True)
@@ -31,7 +26,7 @@ class NoCloudConfig:
     gateway: str | None
     mac: str | None  # the NIC the address goes on; the first NIC if None
 
-    def documents(self) -> dict[str, bytes]:
+    def documents(self) -> dict[str, str]:
         meta_data = {
             "instance-id": self.instance_id,
             "local-hostname": self.hostname,
@@ -48,17 +43,13 @@ class NoCloudConfig:
             ethernet["routes"] = [{"to": default, "via": self.gateway}]
         network = {"version": 2, "ethernets": {"tenant0": ethernet}}
         return {
-            "meta-data": yaml.safe_dump(meta_data, sort_keys=False).encode(),
-            "user-data": self.user_data.encode(),
-            "network-config": yaml.safe_dump(network, sort_keys=False).encode(),
+            "meta-data": yaml.safe_dump(meta_data, sort_keys=False),
+            "user-data": self.user_data,
+            "network-config": yaml.safe_dump(network, sort_keys=False),
         }
 
-    def iso(self) -> bytes:
-        image = pycdlib.PyCdlib()
-        image.new(interchange_level=3, joliet=3, rock_ridge="1.09", vol_ident=VOLUME_LABEL)
-        for name, content in self.documents().items():
-            image.add_fp(io.BytesIO(content), len(content), FILES[name], rr_name=name, joliet_path=f"/{name}")
-        out = io.BytesIO()
-        image.write_fp(out)
-        image.close()
-        return out.getvalue()
+
+def service_documents(*, instance_id: str, hostname: str) -> dict[str, str]:
+    """The service image's drive: who it is, and no user data; its network is its own."""
+    meta_data = {"instance-id": instance_id, "local-hostname": hostname}
+    return {"meta-data": yaml.safe_dump(meta_data, sort_keys=False), "user-data": ""}

@@ -66,6 +66,8 @@ class AuditOnlyEvent(models.TextChoices):
     BMC_CHANGED = "bmc_changed", "BMC access changed"
     POWER_ACTION = "power_action", "power action"
     FIRMWARE_CHECKED = "firmware_checked", "firmware checked"
+    # A report with an agent credential that is revoked (an earlier boot's or tenancy's) or another node's.
+    CREDENTIAL_REFUSED = "credential_refused", "agent credential refused"
 
 
 class GPUHealth(models.TextChoices):
@@ -84,15 +86,14 @@ class Node(models.Model):
     position = models.PositiveSmallIntegerField(help_text="Slot in the rack, from 1.")
     serial = models.CharField(max_length=64)
 
-    # BMC and agent access. The credentials (BMC password, agent token) never appear in a listing, an
-    # API answer or a log line; the addresses and username change only with the password re-entered
-    # (fleet.services.change_bmc_access), the agent's address only with its token too.
+    # BMC and agent access. The BMC password never appears in a listing, an API answer or a log
+    # line; the addresses and username change only with it re-entered (fleet.services.change_bmc_access).
+    # The agent's credentials are minted per boot and per tenancy (fleet/models/node_credentials.py).
     redfish_url = models.URLField(help_text="Base URL of the Redfish service.")
     system_id = models.CharField(max_length=64, help_text="Id of the node's System in that service.")
     bmc_username = models.CharField(max_length=64)
     bmc_password = models.CharField(max_length=128)
     agent_url = models.URLField(blank=True, help_text="The node's in-band agent.")
-    agent_token = models.CharField(max_length=256, blank=True, help_text="The agent's bearer token. Never shown.")
     # What the tenant's OS reported at provisioning; gone with the tenant.
     ssh_host_key_fingerprint = models.CharField(max_length=128, blank=True)
     # The image a reinstall chose for this node; none: its reservation's.

@@ -11,10 +11,10 @@ from fleet.models import AuditEvent, AuditOnlyEvent, Node
 from fleet.services.transitions import audit_only
 
 # How a node's BMC and agent are reached; the secrets among them are audited as changed, never by value.
-BMC_ACCESS_FIELDS = ["redfish_url", "system_id", "bmc_username", "bmc_password", "agent_url", "agent_token"]
+BMC_ACCESS_FIELDS = ["redfish_url", "system_id", "bmc_username", "bmc_password", "agent_url"]
 
 
-SECRET_ACCESS_FIELDS = ("bmc_password", "agent_token")
+SECRET_ACCESS_FIELDS = ("bmc_password",)
 
 
 def bmc_change(node: Node, access: dict) -> dict:
@@ -40,9 +40,8 @@ def change_bmc_access(
     bmc_username: str,
     bmc_password: str,
     agent_url: str,
-    agent_token: str,
 ) -> Node:
-    """Give the node new BMC and agent access (the secrets always with it) and audit what changed.
+    """Give the node new BMC and agent access (the BMC password always with it) and audit what changed.
 
     Raises BMCAddressRefused if the BMC or agent URL is outside the BMC networks. The audit
     row names the fields that changed, with old and new values, but never a secret's.
@@ -55,7 +54,6 @@ def change_bmc_access(
         "bmc_username": bmc_username,
         "bmc_password": bmc_password,
         "agent_url": agent_url,
-        "agent_token": agent_token,
     }
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node_id)

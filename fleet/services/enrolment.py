@@ -92,7 +92,6 @@ def _enrol_new_nodes(new: list[NodeRecord], racks: dict[str, Rack], actor: str) 
             bmc_username=r.bmc_username,
             bmc_password=r.bmc_password,
             agent_url=r.agent_url,
-            agent_token=r.agent_token,
             attributes=dict(r.attributes),
         )
         for r in new

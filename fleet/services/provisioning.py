@@ -1,26 +1,14 @@
-"""What a tenant's node boots with and is reached by: its config drive's token, its SSH host key,
-and a reinstall.
+"""What a tenant's node is reached by, its SSH host key, and a reinstall (its config drive:
+fleet/services/credentials.py).
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Callable
-
 from django.db import transaction
 
 from fleet import lifecycle
-from fleet.models import ConfigDrive, Image, Node
+from fleet.models import Image, Node
 from fleet.services.transitions import transition
-
-
-def config_drive_token(*, node_id: int, build: Callable[[], bytes]) -> str:
-    """The unguessable token of the URL the node's BMC fetches its config drive from; the drive
-    is built once per tenancy (a resumed provisioning finds it) and goes when the node stops serving."""
-    drive = ConfigDrive.objects.filter(node_id=node_id).first()
-    if drive is None:
-        drive = ConfigDrive.objects.create(node_id=node_id, token=secrets.token_urlsafe(32), iso=build())
-    return drive.token
 
 
 def record_host_key(*, node_id: int, fingerprint: str) -> None:

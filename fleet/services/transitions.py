@@ -14,7 +14,16 @@ from django.db.models.functions import Now
 
 from fleet import leases, lifecycle
 from fleet.leases import Lease
-from fleet.models import AuditEvent, AuditOnlyEvent, ConfigDrive, Node, NodeAddress, NodeState
+from fleet.models import (
+    AuditEvent,
+    AuditOnlyEvent,
+    ConfigDrive,
+    CredentialHolder,
+    Node,
+    NodeAddress,
+    NodeCredential,
+    NodeState,
+)
 from fleet.signals import node_transitioned
 
 
@@ -124,12 +133,14 @@ def _apply(
 def _follow_through(
     node: Node, new_state: lifecycle.State, event: lifecycle.Event, *, actor: str, reason: str, detail: dict | None
 ) -> None:
-    """What an applied transition brings with it, in its transaction: the tenant network given back
-    (or the config drive dropped, for a reinstall), the audit row, and node_transitioned."""
+    """What an applied transition brings with it, in its transaction: the tenant network and the
+    tenancy's credentials given back (or the credentials alone, for a reinstall: a new instance
+    gets new ones with its new drive), the audit row, and node_transitioned."""
     if new_state not in lifecycle.SERVING_STATES:
         _forget_tenant_network(node.pk)
     elif event is lifecycle.Event.REINSTALL_REQUESTED:
-        ConfigDrive.objects.filter(node_id=node.pk).delete()
+        with connection.cursor() as cursor:
+            cursor.execute(REVOKE_TENANCY, {"node": node.pk})
     AuditEvent.objects.create(
         node_id=node.pk,
         actor=actor,
@@ -150,19 +161,27 @@ def _follow_through(
     )
 
 
-# Both in one statement: QuerySet.delete() would cost two round trips and its collector's checks,
-# about a quarter of a transition's time, on every transition that leaves a node not serving.
-FORGET_TENANT_NETWORK = (
-    f"WITH address AS (DELETE FROM {NodeAddress._meta.db_table} WHERE node_id = %(node)s)"
-    f" DELETE FROM {ConfigDrive._meta.db_table} WHERE node_id = %(node)s"
+# The tenancy's live credential revoked and every tenancy drive of the node deleted (their URLs
+# then 404), in one statement; the boot credential, the service image's, is the boots' to end.
+REVOKE_TENANCY = (
+    f"WITH revoked AS (UPDATE {NodeCredential._meta.db_table} SET revoked_at = statement_timestamp()"
+    f" WHERE node_id = %(node)s AND holder = '{CredentialHolder.TENANCY.value}' AND revoked_at IS NULL)"
+    f" DELETE FROM {ConfigDrive._meta.db_table} WHERE node_id = %(node)s AND credential_id IN"
+    f" (SELECT id FROM {NodeCredential._meta.db_table}"
+    f" WHERE node_id = %(node)s AND holder = '{CredentialHolder.TENANCY.value}')"
+)
+# With the address, in one statement: QuerySet.delete() would cost round trips and its collector's
+# checks, about a quarter of a transition's time, on every transition that leaves a node not serving.
+FORGET_TENANT_NETWORK = f"WITH address AS (DELETE FROM {NodeAddress._meta.db_table} WHERE node_id = %(node)s), " + (
+    REVOKE_TENANCY.removeprefix("WITH ")
 )
 
 
 def _forget_tenant_network(node_id: int) -> None:
-    """A node that stops serving gives back its address and its config drive (whose URL then 404s).
-    Every transition to a state that does not serve does so, not only one from a serving state: a
-    worker whose lease ended with the tenancy may still have written either after it ended, and
-    the next tenant must not be given the last one's config drive."""
+    """A node that stops serving gives back its address, and its tenancy's credentials with their
+    config drive (whose URL then 404s). Every transition to a state that does not serve does so,
+    not only one from a serving state: a worker whose lease ended with the tenancy may still have
+    written the address after it ended, and the next tenant must not be given the last one's."""
     with connection.cursor() as cursor:
         cursor.execute(FORGET_TENANT_NETWORK, {"node": node_id})
 

@@ -9,6 +9,7 @@ from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import exceptions, permissions
 from rest_framework.authentication import BaseAuthentication
 
+from fleet import services
 from fleet.models import Node
 
 ALERTMANAGER = "alertmanager"
@@ -36,20 +37,22 @@ class IsAlertmanager(permissions.BasePermission):
 
 
 class NodeAgentAuthentication(BaseAuthentication):
-    """`Authorization: Bearer <the node's agent token>` on a route that names the node, compared in
-    constant time. The token authenticates that node's agent (`request.auth` is the Node) and no
-    other: it sits on the tenant's machine, so it may speak for that machine alone. An unknown
-    node is answered as a wrong token, so that the answer does not tell which nodes exist."""
+    """`Authorization: Bearer <the report token of the node's live credential>` on a route that
+    names the node (fleet/services/credentials.py): the token its current boot's or tenancy's
+    config drive gave it. It authenticates that node's agent (`request.auth` is the Node) and no
+    other, for that boot or tenancy alone. A token of an earlier boot or tenancy, or another node's,
+    is refused and audited; an unknown node is answered as a wrong token, so that the answer does
+    not tell which nodes exist."""
 
     def authenticate(self, request):
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             return None
         name = request.parser_context["kwargs"].get("node", "")
-        node = Node.objects.filter(name=name).exclude(agent_token="").first()
-        expected = node.agent_token if node else "\0" * 32
-        if not hmac.compare_digest(token.strip().encode(), expected.encode()) or node is None:
-            raise exceptions.AuthenticationFailed("a valid bearer token is required")
+        try:
+            node = services.authenticate_report(node_name=name, token=token.strip())
+        except services.CredentialRefused:
+            raise exceptions.AuthenticationFailed("a valid bearer token is required") from None
         return None, node
 
     def authenticate_header(self, request):

@@ -6,39 +6,32 @@ bmcsim's hardware is in tests/bmcsim/test_agent.py, and the host backend's parts
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime, timedelta
-from ipaddress import ip_address
 
 import pytest
 import requests
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from core.metrics_ca import ensure as ensure_metrics_ca
 from tests.support.ports import free_port
 from tests.support.processes import REPO_ROOT, Process, answers, once_ready
 
 TOKEN = "node-token-for-the-test-0123456789"
-METRICS_TOKEN = "prometheus-token-for-the-test-0123"
-NO_PASSWORD = serialization.NoEncryption()
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory):
     directory = tmp_path_factory.mktemp("agent")
     (directory / "token").write_text(TOKEN + "\n")
-    (directory / "metrics-token").write_text(METRICS_TOKEN)
     port = free_port()
     process = Process(
         "gpu-agent",
         [
             sys.executable, "-m", "agent", "--backend", "sim", "--name", "gpu-host-7", "--gpus", "2",
             "--listen", f"127.0.0.1:{port}",
-            "--token-file", str(directory / "token"), "--metrics-token-file", str(directory / "metrics-token"),
+            "--token-file", str(directory / "token"),
         ],
         {"PATH": "/usr/bin:/bin"},
         directory,
@@ -53,7 +46,7 @@ def call(url: str, method: str, path: str, token: str | None = TOKEN, **kwargs) 
     return requests.request(method, f"{url}/{path}", headers=headers, timeout=10, **kwargs)
 
 
-def test_every_route_needs_the_node_token_and_prometheus_reads_only_metrics(agent):
+def test_every_route_needs_the_node_token(agent):
     _, url = agent
     routes = [("GET", "metrics"), ("GET", "inventory"), ("POST", "evidence"), ("GET", "gpu-wipe")]
     routes += [("POST", "gpu-wipe"), ("GET", "gpu-reset"), ("POST", "gpu-reset"), ("POST", "diagnostics")]
@@ -61,8 +54,6 @@ def test_every_route_needs_the_node_token_and_prometheus_reads_only_metrics(agen
         for token in (None, "wrong-token", TOKEN[:-1]):
             r = call(url, method, path, token)
             assert r.status_code == 401 and r.json() == {"detail": "this agent needs the node's bearer token"}
-    assert call(url, "GET", "metrics", METRICS_TOKEN).status_code == 200
-    assert call(url, "GET", "inventory", METRICS_TOKEN).status_code == 401
     assert requests.get(f"{url}/metrics", headers={"Authorization": f"Basic {TOKEN}"}, timeout=10).status_code == 401
 
 
@@ -112,7 +103,10 @@ def test_a_body_that_is_not_json_or_too_big_is_refused(agent):
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        ([], "needs the node's bearer token"),
+        ([], "needs its credentials: --credentials-file"),
+        (["--credentials-file", "/nonexistent/gpu-agent.json"], "cannot read the credentials from /nonexistent"),
+        (["--credentials-file", "pyproject.toml"], "are not JSON"),
+        (["--credentials-file", "pyproject.toml", "--token-file", "pyproject.toml"], "give one of them"),
         (["--token-file", "/nonexistent/token"], "cannot read the node token from /nonexistent/token"),
         (["--token-file", "/dev/null"], "shorter than 16 characters"),
         (["--listen", "9411"], "is not ADDRESS:PORT"),
@@ -135,73 +129,43 @@ def test_a_bad_start_is_a_usage_error(args, says):
     assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr
 
 
-def certificate(subject: str, key, issuer=None, issuer_key=None, *, ca: bool = False) -> x509.Certificate:
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    now = datetime.now(UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(issuer.subject if issuer else name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=1))
-        .not_valid_after(now + timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca and issuer is not None and subject == "127.0.0.1":
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ip_address(subject))]), False)
-    return builder.sign(issuer_key or key, hashes.SHA256())
-
-
-def test_with_a_client_ca_only_callers_holding_its_certificate_get_through(tmp_path):
-    """Mutual TLS, the agent's option beside the token: the control plane's certificate and the token."""
-
-    def write(name: str, data: bytes) -> str:
-        (tmp_path / name).write_bytes(data)
-        return str(tmp_path / name)
-
-    def pem_key(key) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, NO_PASSWORD)
-
-    ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    ca = certificate("fleet CA", ca_key, ca=True)
-    server = certificate("127.0.0.1", server_key, ca, ca_key)
-    client = certificate("control plane", client_key, ca, ca_key)
-    ca_file = write("ca.pem", ca.public_bytes(serialization.Encoding.PEM))
-    write("token", TOKEN.encode())
+def test_with_a_client_ca_its_certificates_read_metrics_and_the_node_token_the_rest(tmp_path):
+    """TLS with --client-ca, the fleet's metrics CA: Prometheus' certificate reads /metrics and nothing
+    else, the control plane calls with the node's token and no certificate, and a certificate of
+    another CA ends the handshake."""
+    fleet, elsewhere = ensure_metrics_ca(tmp_path / "metrics-ca"), ensure_metrics_ca(tmp_path / "elsewhere")
+    (tmp_path / "token").write_text(TOKEN)
     port = free_port()
     process = Process(
-        "gpu-agent-mtls",
+        "gpu-agent-tls",
         [
             sys.executable, "-m", "agent", "--backend", "sim", "--listen", f"127.0.0.1:{port}",
             "--token-file", str(tmp_path / "token"),
-            "--tls-cert", write("server.pem", server.public_bytes(serialization.Encoding.PEM)),
-            "--tls-key", write("server.key", pem_key(server_key)),
-            "--client-ca", ca_file,
+            "--tls-cert", str(fleet.server_cert), "--tls-key", str(fleet.server_key), "--client-ca", str(fleet.ca_cert),
         ],
         {"PATH": "/usr/bin:/bin"},
         tmp_path,
     )  # fmt: skip
-    url = f"https://127.0.0.1:{port}/inventory"
-    mine = (
-        write("client.pem", client.public_bytes(serialization.Encoding.PEM)),
-        write("client.key", pem_key(client_key)),
-    )
+    prometheus = (str(fleet.prometheus_cert), str(fleet.prometheus_key))
+
+    def get(path: str, **kwargs) -> requests.Response:
+        return requests.get(f"https://127.0.0.1:{port}/{path}", verify=str(fleet.ca_cert), timeout=10, **kwargs)
+
     try:
-        once_ready(process, "the TLS agent", lambda: answers_tls(url, ca_file, mine), timeout=20)
-        bearer = {"Authorization": f"Bearer {TOKEN}"}
-        assert requests.get(url, headers=bearer, verify=ca_file, cert=mine, timeout=10).status_code == 200
-        assert requests.get(url, verify=ca_file, cert=mine, timeout=10).status_code == 401
-        # TLS 1.3 refuses a missing client certificate after the handshake: an SSL error or a reset.
-        with pytest.raises(requests.exceptions.ConnectionError):
-            requests.get(url, headers=bearer, verify=ca_file, timeout=10)
+        once_ready(process, "the TLS agent", lambda: answers_tls(lambda: get("metrics", cert=prometheus)), timeout=20)
+        assert get("metrics", cert=prometheus).status_code == 200
+        assert get("inventory", cert=prometheus).status_code == 401
+        assert get("inventory", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert get("metrics").status_code == 401
+        with pytest.raises(requests.exceptions.ConnectionError):  # the handshake refuses it, or resets
+            get("metrics", cert=(str(elsewhere.prometheus_cert), str(elsewhere.prometheus_key)))
     finally:
         process.stop()
 
 
-def answers_tls(url: str, ca_file: str, cert: tuple[str, str]) -> bool:
+def answers_tls(scrape) -> bool:
     try:
-        return requests.get(url, verify=ca_file, cert=cert, timeout=2).status_code == 401
+        return scrape().status_code == 200
     except requests.RequestException:
         return False
 
@@ -225,3 +189,31 @@ def test_delete_cancels_a_running_diagnostics_run_at_once(agent):
 
     assert call(url, "POST", "diagnostics", json={"level": 1}).json()["state"] == "running"
     assert call(url, "DELETE", "diagnostics").json()["state"] == "cancelled"
+
+
+def test_the_config_drives_credentials_open_the_agent_with_its_agent_token_alone(tmp_path):
+    """gpu-agent.json from the node's config drive: callers present its agent_token; its
+    report_token, which the node's XID reports carry, opens nothing here."""
+    given = {
+        "node": "gpu-host-7",
+        "agent_token": "agent-token-of-this-boot-0123",
+        "report_token": "report-0123456789abcd",
+    }
+    (tmp_path / "gpu-agent.json").write_text(json.dumps(given))
+    port = free_port()
+    process = Process(
+        "gpu-agent",
+        [
+            sys.executable, "-m", "agent", "--backend", "sim", "--listen", f"127.0.0.1:{port}",
+            "--credentials-file", str(tmp_path / "gpu-agent.json"),
+        ],
+        {"PATH": "/usr/bin:/bin"},
+        tmp_path,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    once_ready(process, "the agent", lambda: answers(url + "/metrics"), timeout=20)
+    try:
+        assert call(url, "GET", "inventory", given["agent_token"]).status_code == 200
+        assert call(url, "GET", "inventory", given["report_token"]).status_code == 401
+    finally:
+        process.stop()

@@ -13,7 +13,11 @@ SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
 
 @pytest.fixture(scope="session")
 def bmcsim(tmp_path_factory) -> Iterator[Bmcsim]:
+    """Every node booted once with a config drive of the tests' making, as the control plane boots
+    its service image: its agent takes that drive's credentials (bmcsim derives none of its own)."""
     sim = start_bmcsim(tmp_path_factory.mktemp("bmcsim") / "data")
+    for number in range(1, FLEET_NODES + 1):
+        sim.boot_with_config_drive(f"node-{number:03d}")
     yield sim
     sim.stop()
 

@@ -251,6 +251,7 @@ def test_with_pcr_7_quoted_the_evidence_proves_secure_boot_to_the_verifier(tmp_p
     refuses a node until Secure Boot runs on it."""
     sim = start_bmcsim(tmp_path / "data", nodes=1, args=("--quoted-pcrs", "0,4,7,8,9"))
     try:
+        sim.boot_with_config_drive("node-001")
         manifest = sim.get("/bmcsim/v1/reference-values").json()
         assert manifest["boot"]["quoted_pcrs"] == [0, 4, 7, 8, 9] and manifest["boot"]["pcrs"]["secureboot"] == 7
         node = sim.node("node-001")

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.timing
 @pytest.fixture(scope="module")
 def running_clock(tmp_path_factory):
     sim = start_bmcsim(tmp_path_factory.mktemp("bmcsim-clock") / "data", nodes=2, scale=str(SCALE))
+    sim.boot_with_config_drive(NODE)
     wait_for("the agent to answer", lambda: sim.get(f"/agent/{NODE}/metrics").status_code == 200, 10)
     yield sim
     sim.stop()

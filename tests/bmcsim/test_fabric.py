@@ -125,7 +125,7 @@ def test_the_inventory_gives_the_fabric_levels_each_nodes_position_and_the_switc
     for node, spec in zip(inventory["nodes"], layout, strict=True):
         assert list(node["fabric"].items()) == list(spec.fabric)
         assert node["fabric"] == {"pod": "p1", "leaf": "p1-leaf1", "nvlink_domain": "r01"}
-        assert {"name", "pod", "rack", "position", "serial", "credentials", "agent_token", "macs", "gpus"} < set(node)
+        assert {"name", "pod", "rack", "position", "serial", "credentials", "agent_url", "macs", "gpus"} < set(node)
     assert inventory["switches"] == [
         {"name": "p1-spine1", "kind": "spine", "level": "pod", "domain": "p1"},
         {"name": "p1-spine2", "kind": "spine", "level": "pod", "domain": "p1"},

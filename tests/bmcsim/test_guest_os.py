@@ -11,7 +11,9 @@ import asyncio
 import hashlib
 import http.server
 import ipaddress
+import json
 import re
+import secrets
 import socket
 import time
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from fleet import nocloud
 from tests.support.bmcsim import Bmcsim, start_bmcsim
 from tests.support.loopback import serving
 from workflows.config_drive import NoCloudConfig
@@ -71,15 +74,22 @@ class Tenant:
         self.public_key = self.key.export_public_key().decode().strip()
         self.hostname = hostname
         self.address = address
-        self.drive = NoCloudConfig(
-            instance_id=f"{hostname}-r1",
-            hostname=hostname,
-            ssh_public_keys=(self.public_key,),
-            user_data=user_data,
-            interface=ipaddress.ip_interface(f"{address}/8" if address.startswith("127.") else f"{address}/24"),
-            gateway=None,
-            mac=None,
-        ).iso()
+        self.credentials = {"agent_token": secrets.token_urlsafe(32), "report_token": secrets.token_urlsafe(32)}
+        self.drive = self.drive_of(
+            NoCloudConfig(
+                instance_id=f"{hostname}-r1",
+                hostname=hostname,
+                ssh_public_keys=(self.public_key,),
+                user_data=user_data,
+                interface=ipaddress.ip_interface(f"{address}/8" if address.startswith("127.") else f"{address}/24"),
+                gateway=None,
+                mac=None,
+            )
+        )
+
+    def drive_of(self, config: NoCloudConfig) -> bytes:
+        """The drive as the control plane makes it: cloud-init's files and the tenancy's agent credentials."""
+        return nocloud.iso({**config.documents(), "gpu-agent.json": json.dumps(self.credentials)})
 
 
 @pytest.fixture(scope="module")
@@ -185,15 +195,17 @@ def test_a_tenant_node_runs_its_image_configured_by_its_config_drive(sim, media_
     node, tenant = "node-001", Tenant("tenant-a", "127.61.0.1")
     other_key = asyncssh.generate_private_key("ssh-ed25519")
     other_public_key = other_key.export_public_key().decode().strip()
-    tenant.drive = NoCloudConfig(  # a second key, from the tenant's own cloud-config
-        instance_id="tenant-a-r1",
-        hostname="tenant-a",
-        ssh_public_keys=(tenant.public_key,),
-        user_data=f"#cloud-config\nssh_authorized_keys:\n  - {other_public_key}\n",
-        interface=ipaddress.ip_interface("127.61.0.1/8"),
-        gateway=None,
-        mac=None,
-    ).iso()
+    tenant.drive = tenant.drive_of(
+        NoCloudConfig(  # a second key, from the tenant's own cloud-config
+            instance_id="tenant-a-r1",
+            hostname="tenant-a",
+            ssh_public_keys=(tenant.public_key,),
+            user_data=f"#cloud-config\nssh_authorized_keys:\n  - {other_public_key}\n",
+            interface=ipaddress.ip_interface("127.61.0.1/8"),
+            gateway=None,
+            mac=None,
+        )
+    )
     image = images(sim)["rocky-9"]
     boot_tenant(sim, node, tenant, media_server, image="rocky-9")
 
@@ -324,6 +336,7 @@ def test_the_console_over_redfish_shows_the_boot_cloud_init_and_resets(sim, medi
 )
 def test_a_medium_that_cannot_be_fetched_is_recorded_and_boots_nothing(sim, media_server, url, error):
     node = "node-006"
+    sim.boot_with_config_drive(node)  # the service environment's agent answers with that drive's credentials
     url = url.format(media=media_server.url)
     insert(sim, node, "Cd", url)
     medium = sim.get(MEDIA.format(node=node, slot="Cd")).json()

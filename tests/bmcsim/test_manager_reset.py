@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tests.support.bmcsim import start_bmcsim
+from tests.support.processes import wait_for
 
 MANAGER = "/redfish/v1/Managers/node-001"
 RESET = f"{MANAGER}/Actions/Manager.Reset"
@@ -50,6 +51,8 @@ def test_at_time_scale_0_the_bmc_is_back_at_once(bmcsim, factory_reset):
 def test_a_reset_bmc_answers_503_for_a_while_and_the_host_runs_on(tmp_path):
     sim = start_bmcsim(tmp_path / "data", nodes=2, scale=str(SCALE))
     try:
+        sim.boot_with_config_drive("node-001")
+        wait_for("its agent", lambda: sim.get("/agent/node-001/inventory").status_code == 200, 10)
         before = sim.get("/bmcsim/v1/nodes/node-001/power").json()
         assert sim.get("/agent/node-001/inventory").status_code == 200
         assert "LastResetTime" not in sim.get(MANAGER).json()

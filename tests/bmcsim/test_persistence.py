@@ -14,6 +14,7 @@ def test_state_and_keys_survive_a_restart(tmp_path):
     sim = start_bmcsim(data, nodes=2)
     system = "/redfish/v1/Systems/node-002"
     try:
+        sim.boot_with_config_drive("node-002")  # its agent's credentials are state too
         sim.reset("node-001", "ForceOff")
         sim.patch(
             "/redfish/v1/Systems/node-002",

@@ -190,8 +190,14 @@ def test_a_node_credential_reads_and_clears_its_own_sel_only(bmcsim, empty_sel):
     assert bmcsim.get(own, auth=auth).status_code == 200
 
 
-def test_the_console_cannot_be_cleared_and_unknown_services_are_404(bmcsim):
-    assert bmcsim.post(f"{SERVICES}/Console/Actions/LogService.ClearLog", json={}).status_code == 404
+def test_the_console_is_cleared_of_what_it_printed_and_unknown_services_are_404(bmcsim):
+    console = f"{SERVICES}/Console"
+    bmcsim.reset(NODE, "ForceRestart")
+    assert entries(bmcsim, f"{console}/Entries")
+    clear = bmcsim.get(console).json()["Actions"]["#LogService.ClearLog"]["target"]
+    assert clear == f"{console}/Actions/LogService.ClearLog"
+    assert bmcsim.post(clear, json={}).status_code == 204
+    assert entries(bmcsim, f"{console}/Entries") == []
     assert bmcsim.get(f"{SERVICES}/Audit").status_code == 404
     assert bmcsim.get(f"{ENTRIES}/999999").status_code == 404
 

@@ -27,6 +27,8 @@ def test_power_boot_erase_and_wipe_take_scaled_time(tmp_path):
     sim = start_bmcsim(tmp_path / "data", nodes=1, scale=str(SCALE))
     try:
         system = "/redfish/v1/Systems/node-001"
+        sim.boot_with_config_drive("node-001")
+        wait_for(lambda: sim.get(system).json()["PowerState"] == "On")
         sim.reset("node-001", "GracefulShutdown")
         assert sim.get(system).json()["PowerState"] == "PoweringOff"
         wait_for(lambda: sim.get(system).json()["PowerState"] == "Off")
@@ -72,6 +74,7 @@ def test_a_topology_file_shapes_the_fleet(tmp_path):
 def test_ten_thousand_nodes_fit_in_under_500_mb(tmp_path):
     sim = start_bmcsim(tmp_path / "data", nodes=10_000)
     try:
+        sim.boot_with_config_drive("node-00001")
         system = sim.get("/redfish/v1/Systems/node-10000").json()
         assert system["SerialNumber"] == default_layout(10_000)[-1].serial
         assert len(sim.get("/bmcsim/v1/inventory").json()["nodes"]) == 10_000

@@ -105,8 +105,9 @@ def slow_bmcsim(tmp_path):
 
 
 def test_a_visit_gives_the_node_back_mid_wait_and_the_next_resumes_the_same_wait(
-    slow_bmcsim, transactional_db, settings
+    slow_bmcsim, transactional_db, settings, live_server
 ):
+    settings.CONFIG_DRIVE_BASE_URL = live_server.url  # where the BMC fetches this process's boots' drives
     settings.WORKFLOW_HOLD_SECONDS = 0.3
     settings.WORKFLOW_POLL_SECONDS = 0.05
     node = seed(slow_bmcsim.url)[0]

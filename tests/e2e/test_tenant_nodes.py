@@ -5,6 +5,7 @@ release. And a node that boots the wrong bytes is wiped and replaced, with no op
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from io import StringIO
@@ -15,7 +16,6 @@ import requests
 from django.core.management import call_command
 from standardwebhooks import Webhook as Verifier
 
-from core.topology import agent_token
 from fleet.models import AuditEvent, ConfigDrive, Node
 from reservations.models import Reservation
 from tests.support.api import post, tenant_client
@@ -47,6 +47,15 @@ def start(bmcsim, control_plane) -> None:
     control_plane.start_worker("w2")
     control_plane.start_beat()
     wait_for("the fleet attested and available", lambda: Node.objects.filter(state="available").count() >= 20, 180)
+
+
+def agent_credentials_on_drive(bmcsim, node: str) -> dict[str, str]:
+    """gpu-agent.json on the config drive in the node's BMC: what root on the node reads."""
+    return json.loads(bmcsim.node_media(node)["Floppy"]["documents"]["gpu-agent.json"])
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 def state_of(reservation_id: int) -> str:
@@ -101,6 +110,8 @@ def test_a_tenant_logs_in_to_each_node_with_its_key_and_nothing_stays_after_rele
         for token in ConfigDrive.objects.filter(node__reservation_id=reservation).values_list("token", flat=True)
     ]
     assert [requests.get(url, timeout=10).status_code for url in drive_urls] == [200, 200]
+    # Root on each node reads what its drive gave the agent (bmcsim's view of the inserted drive).
+    given = {m["name"]: agent_credentials_on_drive(bmcsim, m["name"]) for m in machines}
 
     assert post(acme, f"/v1/reservations/{reservation}/release", {}).status_code == 200
     names = [m["name"] for m in machines]
@@ -110,6 +121,14 @@ def test_a_tenant_logs_in_to_each_node_with_its_key_and_nothing_stays_after_rele
         180,
     )
     assert [requests.get(url, timeout=10).status_code for url in drive_urls] == [404, 404]
+    for name, secrets in given.items():  # the node now serves the next holder: what the tenant kept opens nothing
+        report = {"gpu": 0, "xid": 79, "occurrence": 1, "seen_at": "2026-12-01T00:00:00Z"}
+        xids = f"{WEB}/v1/agents/{name}/xids"
+        refused = requests.post(xids, json=report, headers=bearer(secrets["report_token"]), timeout=10)
+        assert refused.status_code == 401 and set(refused.json()) == {"detail"}
+        assert AuditEvent.objects.filter(node__name=name, event="credential_refused").exists()
+        inventory = f"{bmcsim.url}/agent/{name}/inventory"
+        assert requests.get(inventory, headers=bearer(secrets["agent_token"]), timeout=10).status_code == 401
     for machine in machines:
         with pytest.raises(OSError):  # the tenant OS is gone, its sshd with it
             ssh(machine, key, "hostname")
@@ -211,8 +230,9 @@ def test_a_tenant_reinstalls_a_node_with_another_image_its_drives_erased_first(b
     assert after["address"] == before["address"]  # the same node, in the same reservation
     assert after["host_key_fingerprint"] != before["host_key_fingerprint"]  # a new instance
     assert ssh(after, key, "cat /etc/gpufleet/image.sha256")[0] == rocky["sha256"]
+    given = agent_credentials_on_drive(bmcsim, name)  # what the reinstalled node's drive gave its agent
     drives = requests.get(
-        f"{bmcsim.url}/agent/{name}/inventory", headers={"Authorization": f"Bearer {agent_token(name)}"}, timeout=10
+        f"{bmcsim.url}/agent/{name}/inventory", headers=bearer(given["agent_token"]), timeout=10
     ).json()["drives"]
     assert all(d["last_erased_at"] and d["last_erased_at"] >= asked_at for d in drives)
     assert state_of(reservation) == "active"

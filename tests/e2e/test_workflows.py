@@ -90,6 +90,7 @@ def test_twenty_four_nodes_are_inspected_then_wiped_by_two_workers(bmcsim, contr
         "wait_for_gpu_wipe",
         "start_drive_erase",
         "wait_for_drive_erase",
+        "clear_console_log",
         "eject_media",
         "clear_boot_override",
         "power_off",
@@ -175,9 +176,12 @@ def test_a_redis_restart_loses_no_work(bmcsim, control_plane):
     wait_for("every node wiped", lambda: all(wiped(n) and inspected(n) for n in nodes), timeout=120)
 
 
-def test_a_machine_that_lost_power_after_its_agent_answered_is_booted_again(bmcsim, control_plane, transactional_db):
+def test_a_machine_that_lost_power_after_its_agent_answered_is_booted_again(
+    bmcsim, control_plane, transactional_db, live_server, settings
+):
     """Found by the soak: bmcsim restarted and lost a node's last boot; the inspection paused at
     attest, waiting for an agent that would never answer again, until its one-hour deadline."""
+    settings.CONFIG_DRIVE_BASE_URL = live_server.url  # where the BMC fetches this process's boots' drives
     node = seed(bmcsim)[0]
     control_plane.configure_attestation()
     transition(node_id=node.pk, event="inspection_started", actor="test")

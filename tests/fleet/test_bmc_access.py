@@ -103,23 +103,19 @@ def test_with_the_password_the_change_is_audited_and_no_password_is_written_anyw
     assert REAL_PASSWORD not in written and TYPED_PASSWORD not in written
 
 
-def test_the_agent_token_is_never_shown_and_moving_the_agent_needs_it_anew(operator, bmc_node):
+def test_moving_the_agent_needs_the_bmc_password_and_asks_no_agent_token(operator, bmc_node):
+    """The agent's credentials are minted per boot and per tenancy: nobody types one in."""
     page = operator.get(change_page(bmc_node)).content.decode()
-    assert bmc_node.agent_token and bmc_node.agent_token not in page
-    assert '<input type="password" name="new_agent_token"' in page
+    assert "agent_token" not in page
     moved = "http://127.0.0.1:9411"
-    answer = submit(operator, bmc_node, agent_url=moved, reentered_password=TYPED_PASSWORD)
-    assert "Enter the agent&#x27;s token to change its URL." in answer.content.decode()
+    answer = submit(operator, bmc_node, agent_url=moved)
+    assert "Enter the BMC&#x27;s password to change agent_url." in answer.content.decode()
     assert Node.objects.get(pk=bmc_node.pk).agent_url == bmc_node.agent_url
-    new_token = "a-new-agent-token-typed-by-the-operator"
-    answer = submit(operator, bmc_node, agent_url=moved, reentered_password=TYPED_PASSWORD, new_agent_token=new_token)
-    assert answer.status_code == 302
+    assert submit(operator, bmc_node, agent_url=moved, reentered_password=TYPED_PASSWORD).status_code == 302
     node = Node.objects.get(pk=bmc_node.pk)
-    assert (node.agent_url, node.agent_token) == (moved, new_token)
+    assert node.agent_url == moved
     (row,) = bmc_changes(node)
-    assert row.detail["agent_token"] == "changed" and row.detail["agent_url"]["to"] == moved
-    written = json.dumps([list(AuditEvent.objects.values()), list(LogEntry.objects.values())], default=str)
-    assert new_token not in written and bmc_node.agent_token not in written
+    assert row.detail["agent_url"]["to"] == moved
 
 
 def test_the_rest_of_the_node_still_changes_without_the_password(operator, bmc_node):
@@ -163,7 +159,6 @@ def test_bmc_changes_keep_the_audit_log_whole(bmc_node):
             bmc_username=node.bmc_username,
             bmc_password=f"{TYPED_PASSWORD}-{node.state}",
             agent_url=node.agent_url,
-            agent_token=node.agent_token,
         )
     assert bmc_changes(bmc_node).count() == 3
     assert check_all() == []
@@ -179,7 +174,6 @@ def test_the_service_refuses_an_address_outside_the_bmc_networks(bmc_node):
             bmc_username=bmc_node.bmc_username,
             bmc_password=TYPED_PASSWORD,
             agent_url=bmc_node.agent_url,
-            agent_token=bmc_node.agent_token,
         )
     assert Node.objects.get(pk=bmc_node.pk).redfish_url == bmc_node.redfish_url
 

@@ -10,8 +10,11 @@ from tests.support.factories import drive
 
 
 @pytest.fixture
-def api():
-    return APIClient()
+def api(admin_user):
+    """An operator signed in: the private listener's node reads need a signed-in viewer."""
+    client = APIClient()
+    client.force_login(admin_user)
+    return client
 
 
 def test_a_node_shows_its_state_place_step_and_gpus(api, node):

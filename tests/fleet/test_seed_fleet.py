@@ -8,7 +8,7 @@ from typing import TypedDict
 import pytest
 from django.core.management import CommandError, call_command
 
-from core.topology import agent_token, bmc_password, default_layout
+from core.topology import bmc_password, default_layout
 from fleet.inventory import CSV_COLUMNS
 from fleet.models import GPU, AuditEvent, FabricDomain, FabricLevel, Node, Pod, Rack
 from tests.support.loopback import serving
@@ -95,7 +95,6 @@ def inventory(**overrides) -> dict:
             "system_id": spec.name,
             "credentials": {"username": "admin", "password": spec.bmc_password},
             "agent_url": f"{base}/agent/{spec.name}",
-            "agent_token": agent_token(spec.name),
             "gpus": [{"index": g.index, "uuid": g.uuid, "serial": g.serial, "model": g.model} for g in spec.gpus],
         }
         nodes.append({**entry, **overrides})
@@ -143,7 +142,6 @@ def csv_inventory(nodes: list[dict], attributes: list[str] | None = None) -> str
                 n["credentials"]["username"],
                 n["credentials"]["password"],
                 n["agent_url"],
-                n["agent_token"],
                 n["gpus"][0]["model"],
                 " ".join(g["uuid"] for g in n["gpus"]),
                 " ".join(g["serial"] for g in n["gpus"]),
@@ -162,7 +160,7 @@ def test_real_servers_are_enrolled_from_an_inventory_file_without_bmcsim(db, tmp
     path.write_text(json.dumps(document) if kind == "json" else csv_inventory(document["nodes"]))
     assert "3 enrolled" in seed("--inventory", str(path), "--bmcsim-url", "http://127.0.0.1:9")
     node = Node.objects.get(name="node-002")
-    assert node.agent_token == agent_token("node-002") and node.bmc_password == bmc_password("node-002")
+    assert node.bmc_password == bmc_password("node-002")
     assert [g.uuid for g in GPU.objects.filter(node=node).order_by("index")] == [
         g["uuid"] for g in document["nodes"][1]["gpus"]
     ]
@@ -185,7 +183,12 @@ def test_a_csv_inventory_may_give_each_node_attributes(db, tmp_path):
     [
         ("missing.json", None, "cannot read"),
         ("bad.json", "{not json", "is not usable"),
-        ("no-token.json", json.dumps({"nodes": [{**inventory()["nodes"][0], "agent_token": None}]}), "'agent_token'"),
+        ("no-url.json", json.dumps({"nodes": [{**inventory()["nodes"][0], "agent_url": None}]}), "'agent_url'"),
+        (
+            "agent-token.json",
+            json.dumps({"nodes": [{**inventory()["nodes"][0], "agent_token": "set-once-kept-for-ever"}]}),
+            "'agent_token' is no longer taken",
+        ),
         ("short.csv", "name,pod\nnode-001,p1\n", "no column rack"),
         ("bad.csv", csv_inventory(inventory()["nodes"]).replace(",1,GF", ",first,GF", 1), "'position'"),
         ("pairs.csv", csv_inventory(inventory()["nodes"], ["nic=cx7", "cx7", ""]), "'attributes' must be name=value"),

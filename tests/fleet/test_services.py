@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 
 from fleet.lifecycle import IllegalTransition, TransitionRefused
-from fleet.models import AddressPool, AuditEvent, ConfigDrive, Node, NodeAddress
-from fleet.services import assign_address, config_drive_token, transition
+from fleet.models import AddressPool, AuditEvent, ConfigDrive, Node, NodeAddress, NodeCredential
+from fleet.services import NotServing, assign_address, tenancy_drive_token, transition
 from tests.support.factories import drive, enrol_default_fleet
 
 
@@ -37,18 +37,21 @@ def test_a_wiped_node_comes_back_without_its_tenant(active_node):
     assert (node.state, node.tenant, node.reservation) == ("inspecting", None, None)
 
 
-def test_an_address_or_config_drive_written_late_goes_at_the_next_transition_that_does_not_serve(active_node):
-    """A provisioning worker whose lease ended with the tenancy may still write them: the next
-    tenant must not be given the last one's config drive."""
+def test_an_address_written_late_goes_at_the_next_transition_that_does_not_serve_and_no_drive_is_made(active_node):
+    """A provisioning worker whose lease ended with the tenancy may still write them: the address
+    goes at the next transition, and the tenancy's drive (with its credentials) is refused outright:
+    the next tenant must not be given the last one's config drive."""
     AddressPool.objects.create(pod=active_node.rack.pod, network="10.100.1.0/29", gateway="10.100.1.1", ssh_port=22)
     wiping = drive(active_node, "released")
     assign_address(node_id=wiping.pk)
-    config_drive_token(node_id=wiping.pk, build=lambda: b"the last tenant's user data")
+    with pytest.raises(NotServing):
+        tenancy_drive_token(node_id=wiping.pk, files=lambda: {"user-data": "the last tenant's user data"})
 
     drive(wiping, "wipe_succeeded")
 
     assert not NodeAddress.objects.filter(node=wiping).exists()
     assert not ConfigDrive.objects.filter(node=wiping).exists()
+    assert not NodeCredential.objects.filter(node=wiping).exists()
 
 
 def test_leaving_quarantine_clears_the_reason_and_goes_through_wiping(node):

@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 from fleet.models import Node
 from remediation import rules, services
 from remediation.models import Remediation
+from tests.support.agent_credentials import report_token
 from tests.support.factories import alert, payload
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,7 +23,7 @@ def rfc3339(at) -> str:
 
 def report(node: Node, *, gpu=3, xid=79, occurrence=1, seen_at=None, token=None):
     body = {"gpu": gpu, "xid": xid, "occurrence": occurrence, "seen_at": seen_at or rfc3339(timezone.now())}
-    authorization = f"Bearer {node.agent_token if token is None else token}"
+    authorization = f"Bearer {report_token(node) if token is None else token}"
     return APIClient().post(f"/v1/agents/{node.name}/xids", body, format="json", HTTP_AUTHORIZATION=authorization)
 
 
@@ -35,15 +36,15 @@ def alertmanager(node: Node, *, xid=79, gpu=3, starts_at, n=0) -> Remediation:
     return received
 
 
-def test_only_the_nodes_own_agent_token_is_accepted(available_fleet):
+def test_only_the_nodes_own_live_report_token_is_accepted(available_fleet):
     node, other = available_fleet[:2]
-    assert node.agent_token and node.agent_token != other.agent_token
+    assert report_token(node) != report_token(other)
     assert APIClient().post(f"/v1/agents/{node.name}/xids", {}, format="json").status_code == 401
     for answer in (
         report(node, token="wrong"),
-        report(node, token=other.agent_token),  # another node's agent speaks for its own node only
+        report(node, token=report_token(other)),  # another node's agent speaks for its own node only
         APIClient().post(
-            "/v1/agents/no-such-node/xids", {}, format="json", HTTP_AUTHORIZATION=f"Bearer {node.agent_token}"
+            "/v1/agents/no-such-node/xids", {}, format="json", HTTP_AUTHORIZATION=f"Bearer {report_token(node)}"
         ),
     ):
         assert answer.status_code == 401
@@ -66,7 +67,7 @@ def test_only_the_nodes_own_agent_token_is_accepted(available_fleet):
 def test_a_malformed_report_is_a_400_that_says_why(available_fleet, body):
     node = available_fleet[0]
     answer = APIClient().post(
-        f"/v1/agents/{node.name}/xids", body, format="json", HTTP_AUTHORIZATION=f"Bearer {node.agent_token}"
+        f"/v1/agents/{node.name}/xids", body, format="json", HTTP_AUTHORIZATION=f"Bearer {report_token(node)}"
     )
     assert answer.status_code == 400
     assert answer.json()["detail"]

@@ -19,6 +19,7 @@ from reservations import services as reservations_services
 from reservations.models import MAX_USER_DATA_BYTES, Reservation
 from reservations.selectors import live_allocations
 from reservations.ssh_keys import BadKey, parse
+from tests.support.agent_credentials import drive_files
 from tests.support.api import post
 from tests.support.factories import drive
 from tests.support.processes import tool
@@ -201,8 +202,8 @@ def test_each_serving_node_gets_the_lowest_free_address_of_its_pods_pool_until_i
         "ssh_port": 2222,
         "host_key_fingerprint": "SHA256:abc",
     }
-    token = fleet_services.config_drive_token(node_id=nodes[0].pk, build=lambda: b"iso bytes")
-    assert acme.get(f"/v1/config-drives/{token}").content == b"iso bytes"
+    token = fleet_services.tenancy_drive_token(node_id=nodes[0].pk, files=lambda: {"user-data": "#!/bin/sh\n"})
+    assert drive_files(acme.get(f"/v1/config-drives/{token}").content)["user-data"] == "#!/bin/sh\n"
 
     drive(nodes[0], "provision_failed")  # to wiping: address, config drive and host key go
     assert acme.get(f"/v1/config-drives/{token}").status_code == 404

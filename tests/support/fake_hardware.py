@@ -6,6 +6,7 @@ which no workflow test reaches through the fakes themselves, raises NotImplement
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NoReturn
 
 from fleet.models import GPU, Node
@@ -23,7 +24,7 @@ class FakeBMC:
         self.system_path = "/redfish/v1/Systems/1"
 
     def insert_media(self, url: str, *, removable: bool = False) -> str:
-        self.log.append("insert_media")
+        self.log.append("insert_config_drive" if removable else "insert_media")
         return "/redfish/v1/Managers/bmc/VirtualMedia/CD1"
 
     def set_boot_override(self, target: str, enabled: str = "Once") -> None:
@@ -77,8 +78,11 @@ class FakeBMC:
     def managers(self) -> list[str]:
         _not_modelled("managers")
 
-    def console_log(self, lines: int) -> list[str] | None:
+    def console_log(self, lines: int, *, since: datetime) -> list[str] | None:
         _not_modelled("console_log")
+
+    def clear_console_log(self) -> bool:
+        _not_modelled("clear_console_log")
 
     def event_log_entries_path(self) -> str | None:
         _not_modelled("event_log_entries_path")

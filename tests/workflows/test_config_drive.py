@@ -9,6 +9,7 @@ from ipaddress import ip_interface
 import pycdlib
 import yaml
 
+from fleet import nocloud
 from workflows.config_drive import NoCloudConfig
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGdPNlSYmCGJxnLpo8YQaeR8TcqIC3qVc4sUVBn2jGqP alice@laptop"
@@ -37,7 +38,7 @@ def test_the_drive_holds_the_three_nocloud_files_under_the_cidata_label():
         gateway="10.100.0.1",
         mac="02:aa:bb:cc:dd:01",
     )
-    label, files = read(drive.iso())
+    label, files = read(nocloud.iso(drive.documents()))
     assert label == "CIDATA"
     assert yaml.safe_load(files["meta-data"]) == {
         "instance-id": "node-007-r42",
@@ -61,7 +62,7 @@ def test_the_drive_holds_the_three_nocloud_files_under_the_cidata_label():
 
 def test_an_ipv6_address_without_a_gateway_or_a_known_nic():
     drive = NoCloudConfig("i", "node-1", (), "", ip_interface("fd00:100::7/64"), None, None)
-    _, files = read(drive.iso())
+    _, files = read(nocloud.iso(drive.documents()))
     ethernet = yaml.safe_load(files["network-config"])["ethernets"]["tenant0"]
     assert ethernet == {"addresses": ["fd00:100::7/64"], "match": {"name": "e*"}}
     assert yaml.safe_load(files["meta-data"])["public-keys"] == []

@@ -188,7 +188,7 @@ def test_without_a_baseline_firmware_is_not_checked(node, bmc):
 def test_a_node_that_runs_its_baseline_goes_straight_on_with_its_firmware_recorded(node, bmc, baseline):
     assert inspect(node, bmc) == "paused at attest"
     assert steps(node) == ["boot_service_image", "wait_for_agent", "check_firmware", *AFTER]
-    assert bmc.log == ["insert_media", "reset"]  # the service image's boot, and nothing written
+    assert bmc.log == ["insert_config_drive", "insert_media", "reset"]  # the service image's boot, and nothing written
     facts = checked_facts(node)
     assert facts["baseline"] == "h100" and facts["repaired"] == [] and facts["secure_boot"] == "Enabled"
     assert facts["components"]["GPU3 VBIOS"] == {"version": "96.00.99.00.01", "digest": sha("VBIOS", "96.00.99.00.01")}
@@ -209,7 +209,12 @@ def test_a_tampered_bmc_is_reflashed_read_again_and_recorded_as_repaired(node, b
     assert inspect(node, bmc) == "paused at attest"
     assert steps(node) == ["boot_service_image", "wait_for_agent", *REPAIR_STEPS, *AFTER]
     flash = f"flash GF-BMC-1.4.2.bin onto {INVENTORY}/node-001-BMC"
-    assert bmc.log == ["insert_media", "reset", flash]  # a BMC applies its own firmware: no reboot
+    assert bmc.log == [
+        "insert_config_drive",
+        "insert_media",
+        "reset",
+        flash,
+    ]  # a BMC applies its own firmware: no reboot
     facts = checked_facts(node)
     assert facts["repaired"] == ["BMC"] and facts["components"]["BMC"]["version"] == "1.4.2"
     row = AuditEvent.objects.get(node=node, event="firmware_checked")
@@ -224,12 +229,14 @@ def test_bios_firmware_settings_and_secure_boot_are_repaired_through_a_reboot(no
     bmc.secure.update(SecureBootEnable=False, SecureBootCurrentBoot="Disabled")
     assert inspect(node, bmc) == "paused at attest"
     assert bmc.log == [
+        "insert_config_drive",
         "insert_media",
         "reset",
         "flash GF-BIOS-2.4.0.bin onto /redfish/v1/Systems/node-001",
         "bios settings {'SriovEnable': True}",
         "enable secure boot",
-        "insert_media",  # the service image again: the BIOS flash, settings and Secure Boot need a boot
+        "insert_config_drive",  # the service image again, with a new drive: the BIOS flash, settings
+        "insert_media",  # and Secure Boot need a boot
         "reset",
     ]
     assert checked_facts(node)["repaired"] == ["BIOS", "BIOS attribute SriovEnable", "Secure Boot"]
@@ -286,7 +293,7 @@ def test_a_drift_nothing_can_repair_quarantines_at_once_touching_nothing(node, b
     assert inspect(node, bmc) == "firmware_drift"
     found = Node.objects.get(pk=node.pk).quarantine_reason
     assert found.startswith("firmware_drift: BMC expected 1.4.2") and reason in found
-    assert bmc.log == ["insert_media", "reset"]
+    assert bmc.log == ["insert_config_drive", "insert_media", "reset"]
 
 
 def test_a_long_reflash_parks_the_node_and_resumes_without_flashing_again(node, bmc, baseline, settings):

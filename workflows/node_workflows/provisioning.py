@@ -55,7 +55,8 @@ def _tenant_image(node: Node):
 
 def prepare_config_drive(run: Run) -> None:
     """The node's address on the tenant network, and its config drive: the tenant's keys and
-    user data, its name and address, for cloud-init. Both stay until the node stops serving."""
+    user data, its name and address, for cloud-init, and the tenancy's agent credentials. Both
+    stay until the node stops serving (the drive and its credentials, until a reinstall)."""
     assert run.node.reservation_id is not None  # a provisioning node has one (Node.Meta)
     reservation = Reservation.objects.prefetch_related("ssh_keys").get(pk=run.node.reservation_id)
     try:
@@ -63,7 +64,7 @@ def prepare_config_drive(run: Run) -> None:
     except services.NoAddressFree as full:
         raise StepFailed(str(full)) from full
 
-    def build() -> bytes:
+    def files() -> dict[str, str]:
         interface = None
         if address:
             network = ip_network(address.pool.network)
@@ -77,17 +78,21 @@ def prepare_config_drive(run: Run) -> None:
             interface=interface,
             gateway=address.pool.gateway if address else None,
             mac=None,
-        ).iso()
+        ).documents()
 
-    services.config_drive_token(node_id=run.node.pk, build=build)
+    try:
+        services.tenancy_drive_token(node_id=run.node.pk, files=files)
+    except services.NotServing as gone:
+        raise StepFailed(str(gone)) from gone
 
 
 def boot_tenant_image(run: Run) -> None:
-    """The reservation's image in the CD, the config drive beside it as a USB stick; boot the CD."""
+    """The reservation's image in the CD, the tenancy's config drive beside it; boot the CD. The
+    service image's boot ends here, and its credential with it."""
     image = _tenant_image(run.node)
     token = selectors.config_drive_token(node_id=run.node.pk)
-    run.bmc.insert_media(f"{settings.CONFIG_DRIVE_BASE_URL}/v1/config-drives/{token}", removable=True)
-    boot_image(run, image.url if image else settings.TENANT_IMAGE_URL)
+    services.end_service_boot(node_id=run.node.pk)
+    boot_image(run, image.url if image else settings.TENANT_IMAGE_URL, config_drive=token)
 
 
 def enable_secure_boot_for_image(run: Run) -> None:
