@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from core.certificates import key_usage
+
 from .store import Store, atomic_write
 
 # Fixed validity so that a verifier's clock never makes simulated evidence expire.
@@ -55,17 +57,7 @@ def _issue(
         .not_valid_after(NOT_AFTER)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=not ca,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=ca,
-                crl_sign=ca,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            key_usage(ca=ca),
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)

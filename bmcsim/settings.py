@@ -17,7 +17,6 @@ from .releases import QUOTED_PCRS
 MAX_NODES = 10_000
 MAX_BODY_BYTES = 1024 * 1024  # a request body past this answers 413, on every route
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEMO_METRICS_TOKEN = "gpufleet-demo-agent-metrics"
 
 
 @dataclass(frozen=True)
@@ -30,8 +29,11 @@ class Settings:
     scale: float
     username: str
     password: str
-    # Prometheus' credential for every agent's /metrics; deploy/prometheus/prometheus.yml carries it.
-    agent_metrics_token: str = DEMO_METRICS_TOKEN
+    # Every agent's /metrics over TLS for Prometheus, to client certificates of the metrics CA only:
+    # the port (0: no such listener) and the CA's folder (core/metrics_ca.py), of which bmcsim reads
+    # ca.pem, server.pem and server.key. A folder without them: no listener, and a warning.
+    agent_tls_port: int = 0
+    metrics_ca_dir: Path = REPO_ROOT / "var" / "metrics-ca"
     # Where a tenant node's sshd listens, on the node's own loopback address from its config drive.
     ssh_port: int = 2222
     # The control plane every node's agent reports new XIDs to (its /v1/agents/{node}/xids); "": none.
@@ -53,6 +55,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         parser.error(f"--nodes must be from 1 to {MAX_NODES}")
     if not 1 <= args.ssh_port <= 65535:
         parser.error("--ssh-port must be from 1 to 65535")
+    if not 0 <= args.agent_tls_port <= 65535:
+        parser.error("--agent-tls-port must be from 0 (none) to 65535")
     if args.time_scale < 0:
         parser.error("SIM_TIME_SCALE must not be negative")
     control_plane_url = env.get("BMCSIM_CONTROL_PLANE_URL", "").rstrip("/")
@@ -68,7 +72,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         scale=args.time_scale,
         username=env.get("BMCSIM_USERNAME", "root"),
         password=env.get("BMCSIM_PASSWORD", "calvin"),
-        agent_metrics_token=env.get("BMCSIM_AGENT_METRICS_TOKEN", DEMO_METRICS_TOKEN),
+        agent_tls_port=args.agent_tls_port,
+        metrics_ca_dir=args.metrics_ca_dir,
         ssh_port=args.ssh_port,
         control_plane_url=control_plane_url,
         quoted_pcrs=args.quoted_pcrs,
@@ -104,6 +109,20 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
         type=int,
         default=env.get("BMCSIM_SSH_PORT", "2222"),
         help="the port of tenant nodes' sshd, on each node's address, default 2222 (BMCSIM_SSH_PORT)",
+    )
+    parser.add_argument(
+        "--agent-tls-port",
+        type=int,
+        default=env.get("BMCSIM_AGENT_TLS_PORT", "8143"),
+        help="where Prometheus reads every agent's /metrics over TLS with a client certificate of the "
+        "metrics CA, default 8143, 0 for none (BMCSIM_AGENT_TLS_PORT)",
+    )
+    parser.add_argument(
+        "--metrics-ca-dir",
+        type=Path,
+        default=Path(env.get("BMCSIM_METRICS_CA_DIR", REPO_ROOT / "var" / "metrics-ca")),
+        help="the metrics CA's folder (manage.py ensure_metrics_ca DIR makes it): ca.pem, server.pem, "
+        "server.key; default var/metrics-ca (BMCSIM_METRICS_CA_DIR)",
     )
     parser.add_argument(
         "--time-scale",

@@ -18,9 +18,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
+from core.metrics_ca import ensure as ensure_metrics_ca
 from remediation.rules import ALERTS, XID_ALERTS, XIDS, Alert, Step, decide, parse_webhook, xids_of
 from tests.support import REPO_ROOT
-from tests.support.bmcsim import Bmcsim, start_bmcsim
+from tests.support.bmcsim import Bmcsim, agents_tls, start_bmcsim
 from tests.support.loopback import serving
 from tests.support.ports import free_port
 from tests.support.processes import Process, start_alertmanager, start_prometheus, tool
@@ -40,8 +41,12 @@ def run(*args: str) -> subprocess.CompletedProcess:
 # The tools' own checks.
 
 
-def test_promtool_accepts_the_prometheus_config():
-    result = run(tool("promtool"), "check", "config", str(PROMETHEUS_CONFIG))
+def test_promtool_accepts_the_prometheus_config(tmp_path):
+    """Checked as `make demo` runs it, beside the files it makes in var/ (promtool checks they exist)."""
+    shutil.copytree(PROMETHEUS_DIR, tmp_path / "deploy" / "prometheus")
+    ensure_metrics_ca(tmp_path / "var" / "metrics-ca")
+    (tmp_path / "var" / "prometheus-token").write_text("a-token\n")
+    result = run(tool("promtool"), "check", "config", str(tmp_path / "deploy" / "prometheus" / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -168,10 +173,13 @@ class RecorderHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def pipeline(tmp_path) -> Iterator[tuple[str, Recorder]]:
-    """bmcsim with two nodes, Prometheus and Alertmanager from deploy/, with only their addresses rewritten."""
+    """bmcsim with two nodes, Prometheus and Alertmanager from deploy/, with only their addresses
+    rewritten: Prometheus scrapes the agents over bmcsim's TLS listener with the certificate of the
+    metrics CA (tests.support.bmcsim.agents_tls)."""
     for name in ("prometheus", "prometheus-alertmanager"):
         tool(name)
     bmcsim_port, prometheus_port, alertmanager_port = free_port(), free_port(), free_port()
+    metrics_port, metrics_ca = agents_tls(tmp_path / "bmcsim")
     bmcsim_url = f"http://127.0.0.1:{bmcsim_port}"
     targets = [
         {
@@ -189,6 +197,9 @@ def pipeline(tmp_path) -> Iterator[tuple[str, Recorder]]:
         PROMETHEUS_CONFIG.read_text()
         .replace("http://127.0.0.1:8000/v1/prometheus/targets", f"{recorder.url}/v1/prometheus/targets")
         .replace("127.0.0.1:8000", "127.0.0.1:1")
+        .replace("../../var/metrics-ca", str(metrics_ca.directory))
+        .replace('regex: "(.+):8100"', f'regex: "(.+):{bmcsim_port}"')
+        .replace(":8143", f":{metrics_port}")
         .replace("127.0.0.1:9093", f"127.0.0.1:{alertmanager_port}")
     )
     alertmanager_config = tmp_path / "deploy" / "alertmanager" / "alertmanager.yml"
@@ -196,6 +207,7 @@ def pipeline(tmp_path) -> Iterator[tuple[str, Recorder]]:
     alertmanager_config.write_text(ALERTMANAGER_CONFIG.read_text().replace("http://127.0.0.1:8000", recorder.url))
     (tmp_path / "var").mkdir()
     (tmp_path / "var" / "webhook-token").write_text(TOKEN + "\n")
+    (tmp_path / "var" / "prometheus-token").write_text("the-recorders-prometheus-token\n")  # the recorder checks none
 
     processes: list[Bmcsim | Process] = []
     with serving(recorder):

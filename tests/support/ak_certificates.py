@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from attestation.verifier import NodeIdentity
+from core.certificates import key_usage
 
 # The node whose AK the manufacturer CA certifies: its certificate's CN and serialNumber.
 NODE = NodeIdentity(name="gpu-node-01", serial="SN-7731-0001", gpus=())
@@ -63,18 +64,4 @@ def certificate_builder(subject: x509.Name, issuer: x509.Name, public_key) -> x5
         .not_valid_before(now - timedelta(hours=1))
         .not_valid_after(now + timedelta(days=365))
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
-    )
-
-
-def key_usage(*, ca: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=not ca,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=ca,
-        crl_sign=ca,
-        encipher_only=False,
-        decipher_only=False,
     )
