@@ -1,4 +1,6 @@
-"""GET /metrics/fleet: the fleet's own gauges, read from the database at scrape time.
+"""GET /metrics/fleet: the fleet's own gauges, read from the database at scrape time; and who may
+read them and django-prometheus's /metrics: Prometheus with its bearer token, or a signed-in
+operator (core/prometheus_auth.py). Anyone else is a 401.
 
 A registry of its own, apart from django-prometheus's /metrics: under gunicorn's multiprocess
 mode that one only aggregates per-process counters, while these are facts of the database that
@@ -8,12 +10,14 @@ any one process can tell.
 from collections import defaultdict
 
 from django.db.models import Count
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import View
+from django_prometheus.exports import ExportToDjangoView  # type: ignore[import-untyped]
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from console.pages.selectors import Reliability, remediation_reliability
+from core.prometheus_auth import REALM, REFUSED, bearer_token, is_operator, is_prometheus_token
 from fleet.models import GPU, Node, NodeState
 from remediation.models import Remediation
 from reservations.models import Reservation, ReservationState
@@ -97,8 +101,29 @@ REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(FleetCollector())
 
 
-class FleetMetricsView(View):
+def may_scrape(request: HttpRequest) -> bool:
+    token = bearer_token(request)
+    return is_prometheus_token(token) if token is not None else is_operator(request.user)
+
+
+class ScrapeView(View):
+    """A metrics page: Prometheus's or an operator's to read."""
+
     http_method_names = ["get", "head", "options"]
 
+    def dispatch(self, request, *args, **kwargs):
+        if not may_scrape(request):
+            return JsonResponse({"detail": REFUSED}, status=401, headers={"WWW-Authenticate": REALM})
+        return super().dispatch(request, *args, **kwargs)
+
+
+class FleetMetricsView(ScrapeView):
     def get(self, request):
         return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+
+class ProcessMetricsView(ScrapeView):
+    """django-prometheus's /metrics: requests, latencies and database calls of the web processes."""
+
+    def get(self, request):
+        return ExportToDjangoView(request)

@@ -21,6 +21,14 @@ def development_secrets(app_configs, **kwargs):
                 id="gpufleet.W001",
             )
         )
+    if settings.GPUFLEET_PROMETHEUS_TOKEN == settings.DEVELOPMENT_PROMETHEUS_TOKEN:
+        problems.append(
+            Warning(
+                "GPUFLEET_PROMETHEUS_TOKEN is the development token: anyone could list agents and read the metrics.",
+                hint="Set GPUFLEET_PROMETHEUS_TOKEN to a long random value, and give Prometheus the same.",
+                id="gpufleet.W005",
+            )
+        )
     if str(settings.DEFAULT_SIGNING_KEY_DIR) == settings.GPUFLEET_SIGNING_KEY:
         problems.append(
             Warning(

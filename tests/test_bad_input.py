@@ -19,6 +19,15 @@ from tests.support.hostile import HOSTILE_TEXT
 from tests.support.urls import patterns
 
 LISTENERS = ["gpufleet.urls", "gpufleet.urls_public"]
+
+
+@pytest.fixture
+def client(admin_client):
+    """An operator signed in, so that the private listener's pages and node reads run rather than
+    send the caller to the login page (console/pages/viewers.py)."""
+    return admin_client
+
+
 NUL_MESSAGE = "must not contain the NUL character (U+0000)"
 
 

@@ -30,6 +30,7 @@ def test_check_deploy_is_clean_with_production_settings(tmp_path):
         ALLOWED_HOSTS="fleet.example.net",
         GPUFLEET_HTTPS="1",
         GPUFLEET_WEBHOOK_TOKEN=secrets.token_urlsafe(32),
+        GPUFLEET_PROMETHEUS_TOKEN=secrets.token_urlsafe(32),
         GPUFLEET_FABRIC_REDFISH_PASSWORD=secrets.token_urlsafe(16),
         # Not the demo's database, whose operator `admin` rightly fails the check (gpufleet.W003).
         DATABASE_URL="postgres://postgres@127.0.0.1:5432/gpufleet_deploy_check_no_such_database",
@@ -42,5 +43,5 @@ def test_the_development_defaults_do_not_pass_for_production():
     assert result.returncode != 0
     found = result.stderr + result.stdout
     assert "security.W009" in found  # the development SECRET_KEY
-    for ours in "gpufleet.W001", "gpufleet.W002", "gpufleet.W004":  # our own development defaults
+    for ours in "gpufleet.W001", "gpufleet.W002", "gpufleet.W004", "gpufleet.W005":  # our own development defaults
         assert ours in found, ours

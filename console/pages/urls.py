@@ -1,7 +1,8 @@
 """The pages' routes, in lists for the two listeners.
 
-`public_patterns`: read-only pages for anyone, as the private listener serves them (names and all).
-`public_listener_patterns`: the same pages as the public listener serves them: naming no one.
+`private_listener_patterns`: the fleet's read-only pages as the private listener serves them: to
+a signed-in viewer, each seeing what console/pages/viewers.py lets it (an operator every name).
+`public_listener_patterns`: the same pages as the public listener serves them: to anyone, naming no one.
 `tenant_patterns`: pages behind a login, and the login itself: the private listener only. The
 tenant's page posts its forms to its own URL (reserve) and to siblings under `my/`, POST only.
 """
@@ -25,7 +26,7 @@ def read_only_patterns(*, public_listener: bool) -> list:
     ]
 
 
-public_patterns = read_only_patterns(public_listener=False)
+private_listener_patterns = read_only_patterns(public_listener=False)
 public_listener_patterns = read_only_patterns(public_listener=True)
 
 tenant_patterns = [

@@ -22,6 +22,8 @@ def nodes():
 class NodeListView(generics.ListAPIView):
     """Every node with its state, place, current step and GPUs; filter with ?state=, ?pod=, ?rack=."""
 
+    # Who may read, and how much of a quarantine reason, is each listener's to say: its URLconf
+    # routes to a subclass in console/pages/ (public_api, private_api), never to this class.
     authentication_classes = []
     permission_classes = [permissions.AllowAny]
     serializer_class = NodeSerializer

@@ -5,6 +5,5 @@ from remediation.api import views
 urlpatterns = [
     path("alerts/alertmanager", views.AlertmanagerWebhookView.as_view(), name="alertmanager-webhook"),
     path("agents/<str:node>/xids", views.AgentXidReportView.as_view(), name="agent-xid-report"),
-    path("remediations", views.RemediationListView.as_view(), name="remediation-list"),
     path("prometheus/targets", views.PrometheusTargetsView.as_view(), name="prometheus-targets"),
 ]

@@ -1,12 +1,14 @@
 """GET /metrics/fleet: gauges of the fleet, read from the database, in Prometheus' text format."""
 
+from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.factories import drive
 
 
 def samples(client) -> dict:
-    answer = client.get("/metrics/fleet")
+    # With Prometheus's credential (core/prometheus_auth.py), as its scrape sends it.
+    answer = client.get("/metrics/fleet", headers={"Authorization": f"Bearer {settings.GPUFLEET_PROMETHEUS_TOKEN}"})
     assert answer.status_code == 200
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value

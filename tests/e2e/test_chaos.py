@@ -5,6 +5,7 @@ import subprocess
 import sys
 from io import StringIO
 
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
@@ -60,7 +61,9 @@ def test_the_incidents_play_out_with_no_operator(transactional_db, tmp_path, pri
     (reflashed,) = AuditEvent.objects.filter(event="firmware_checked", detail__repaired=["BMC"])
     assert reflashed.node.state == "available" and reflashed.node not in (xid_node, implanted)
     assert reflashed.reason == "matches baseline bmcsim-default after repairing BMC"
-    html = Client().get("/incidents").content.decode()
+    operator = Client()  # the incidents page is a signed-in viewer's (console/pages/viewers.py)
+    operator.force_login(get_user_model().objects.create_user("chaos-operator", is_staff=True))
+    html = operator.get("/incidents").content.decode()
     assert html.count('data-incident="firmware-') == 1
     incident = html[html.index(f'data-incident="firmware-{reflashed.pk}"') :]
     steps = re.findall(r'<li class="done" data-step="(\w+)">', incident[: incident.index("</article>")])

@@ -5,6 +5,7 @@ import threading
 
 import hypothesis
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from fleet.models import AuditEvent, Node
 from remediation.models import Remediation
 from reservations.models import Reservation
 from tests.remediation.test_rules import DELETE, REAL_PAYLOAD, set_path
+from tests.support.api import tenant_client
 from tests.support.examples import examples
 from tests.support.factories import alert, drive, enrol_default_fleet, make_available, payload
 from tests.support.hostile import HOSTILE_TEXT
@@ -107,7 +109,7 @@ def test_a_fatal_xid_quarantines_the_node_with_the_reason(available_fleet):
     remediation = Remediation.objects.get()
     assert (remediation.status, remediation.action, remediation.node) == ("applied", "hardware_failed", node)
     assert [e.step for e in remediation.timeline.all()] == ["alert_firing", "webhook_received", "quarantined"]
-    listing = APIClient().get("/v1/remediations").json()["results"]
+    listing = tenant_client("acme").get("/v1/remediations").json()["results"]  # any signed-in viewer
     assert listing[0]["node"] == node.name and listing[0]["status"] == "applied"
     assert set(listing[0]) >= {"node", "action", "reason", "status", "alert", "at"}
 
@@ -199,7 +201,8 @@ def test_a_later_alert_on_a_quarantined_node_does_nothing_more(available_fleet):
 
 def test_prometheus_targets_list_the_agents_that_should_answer(available_fleet):
     drive(available_fleet[1], "hardware_fault", reason="XID 79")
-    targets = APIClient().get("/v1/prometheus/targets").json()
+    prometheus = {"Authorization": f"Bearer {settings.GPUFLEET_PROMETHEUS_TOKEN}"}
+    targets = APIClient().get("/v1/prometheus/targets", headers=prometheus).json()
     assert len(targets) == 11 and "node-002" not in json.dumps(targets)
     assert targets[0] == {
         "targets": ["127.0.0.1:8100"],

@@ -4,6 +4,8 @@ import re
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.test import Client
 from playwright.sync_api import expect, sync_playwright
 
 from fleet.models import Node
@@ -52,7 +54,17 @@ def default_fleet(transactional_db) -> list[Node]:
     return enrol_default_fleet(50)
 
 
-def test_the_floor_shows_50_tiles_in_7_racks_and_2_pods(page, live_server, default_fleet):
+@pytest.fixture
+def operator(page, live_server, transactional_db, django_user_model) -> None:
+    """The browser signed in as an operator: the private listener's fleet pages are for signed-in
+    viewers only (console/pages/viewers.py)."""
+    client = Client()
+    client.force_login(django_user_model.objects.create_user("operator", is_staff=True))
+    session = client.cookies[settings.SESSION_COOKIE_NAME]
+    page.context.add_cookies([{"name": session.key, "value": session.value, "url": live_server.url}])
+
+
+def test_the_floor_shows_50_tiles_in_7_racks_and_2_pods(page, operator, live_server, default_fleet):
     page.goto(live_server.url)
     expect(page.locator(".tile[data-node]")).to_have_count(50)
     expect(page.locator(".rack")).to_have_count(7)
@@ -61,7 +73,7 @@ def test_the_floor_shows_50_tiles_in_7_racks_and_2_pods(page, live_server, defau
     expect(page.locator('[data-node="node-001"]')).to_have_attribute("title", "node-001 · enrolled")
 
 
-def test_a_quarantine_turns_its_tile_red_without_a_reload(page, live_server, default_fleet):
+def test_a_quarantine_turns_its_tile_red_without_a_reload(page, operator, live_server, default_fleet):
     page.goto(live_server.url)
     tile = page.locator('[data-node="node-010"]')
     expect(tile).to_have_attribute("data-state", "enrolled")
@@ -75,7 +87,7 @@ def test_a_quarantine_turns_its_tile_red_without_a_reload(page, live_server, def
     assert page.evaluate("window.notReloaded") is True
 
 
-def test_the_node_page_shows_the_attestation_verdict_and_copies_its_jwt(page, live_server, default_fleet):
+def test_the_node_page_shows_the_attestation_verdict_and_copies_its_jwt(page, operator, live_server, default_fleet):
     node = make_available(default_fleet[:1])[0]
     result = signed_result(node)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
@@ -89,7 +101,7 @@ def test_the_node_page_shows_the_attestation_verdict_and_copies_its_jwt(page, li
     assert page.evaluate("navigator.clipboard.readText()") == result.token
 
 
-def test_a_screenshot_of_the_busy_floor(page, live_server, default_fleet, alice):
+def test_a_screenshot_of_the_busy_floor(page, operator, live_server, default_fleet, alice):
     """The floor as the README shows it: tenants at work, nodes being wiped, inspected, quarantined."""
     make_available(default_fleet[:44])
     bring_up(reservations.create_reservation(tenant=alice, node_count=12, actor="test"))
