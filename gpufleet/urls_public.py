@@ -18,7 +18,8 @@ from remediation.api.views import RemediationListView
 from reservations.api.views import CapacityView
 
 urlpatterns = [
-    path("healthz", HealthzView.as_view(), name="healthz"),
+    # Its database alone: the public listener holds no broker URL (gpufleet/settings_public.py).
+    path("healthz", HealthzView.as_view(checks=("database",)), name="healthz"),
     path("v1/capacity", CapacityView.as_view(), name="capacity"),
     path("v1/nodes", PublicNodeListView.as_view(), name="node-list"),
     path("v1/nodes/<slug:name>", PublicNodeDetailView.as_view(), name="node-detail"),

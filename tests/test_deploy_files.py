@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core import metrics_ca
 from tests.support import REPO_ROOT
 from tests.support.processes import tool
 
@@ -44,6 +45,7 @@ PRODUCTION = {
     "web",
     "public",
     "worker",
+    "webhooks",
     "beat",
     "migrate",
     "postgres",
@@ -54,7 +56,14 @@ PRODUCTION = {
 }
 DEMO_ONLY = {"bmcsim", "seed", "chaos"}
 # The variables compose.yaml refuses to start without: every secret, and nothing else.
-REQUIRED_VARIABLES = {"SECRET_KEY", "GPUFLEET_WEBHOOK_TOKEN", "POSTGRES_PASSWORD", "GRAFANA_ADMIN_PASSWORD"}
+REQUIRED_VARIABLES = {
+    "SECRET_KEY",
+    "GPUFLEET_WEBHOOK_TOKEN",
+    "GPUFLEET_PROMETHEUS_TOKEN",
+    "POSTGRES_PASSWORD",
+    "POSTGRES_PUBLIC_PASSWORD",
+    "GRAFANA_ADMIN_PASSWORD",
+}
 SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|DATABASE_URL|REDIS_URL|SIGNING_KEY$")
 PLACEHOLDER = "REPLACE_WITH_"
 
@@ -190,7 +199,7 @@ def test_compose_dependencies_exist_in_the_same_profiles():
 
 def test_compose_every_app_process_waits_for_the_migrations():
     services = compose()["services"]
-    for name in ["web", "public", "worker", "beat", "seed"]:
+    for name in ["web", "public", "worker", "webhooks", "beat", "seed"]:
         assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully", name
     assert services["migrate"]["restart"] == "no"
     assert "manage.py migrate --no-input" in " ".join(services["migrate"]["command"])
@@ -221,7 +230,7 @@ def test_compose_app_services_share_one_image_and_run_real_commands():
         assert service["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}, name
         assert (DEPLOY / service["build"]["context"] / service["build"]["dockerfile"]).resolve() == DOCKERFILE
         check_app_command(service["command"])
-    assert set(app_services()) == {"migrate", "web", "public", "worker", "beat", "bmcsim", "seed", "chaos"}
+    assert set(app_services()) == {"migrate", "web", "public", "worker", "webhooks", "beat", "bmcsim", "seed", "chaos"}
 
 
 def test_compose_commands_match_the_procfile_processes():
@@ -229,6 +238,8 @@ def test_compose_commands_match_the_procfile_processes():
     assert services["web"]["command"][:2] == ["gunicorn", "gpufleet.wsgi"]
     assert services["public"]["command"][:2] == ["gunicorn", "gpufleet.wsgi_public"]
     assert services["worker"]["command"][:4] == ["celery", "-A", "gpufleet", "worker"]
+    # tenants' webhook deliveries have workers of their own, as the Procfile's webhooks does
+    assert services["webhooks"]["command"][:6] == ["celery", "-A", "gpufleet", "worker", "--queues", "webhooks"]
     # beat schedules and also works the reconcile queue, as the Procfile's beat does
     assert services["beat"]["command"][:7] == ["celery", "-A", "gpufleet", "worker", "--beat", "--queues", "reconcile"]
     assert services["bmcsim"]["command"][:3] == ["python", "-m", "bmcsim"]
@@ -271,10 +282,22 @@ def test_compose_holds_no_secret_literal():
             if key in {"DATABASE_URL"}:
                 assert "${POSTGRES_PASSWORD:?" in value, f"{name}: {key}"
                 continue
+            if key == "PUBLIC_DATABASE_URL":
+                assert "${POSTGRES_PUBLIC_PASSWORD:?" in value, f"{name}: {key}"
+                continue
             if key == "REDIS_URL":
                 assert "@" not in value, f"{name}: {key} holds credentials"
                 continue
             assert required.fullmatch(value), f"{name}: {key} must be ${{VAR:?...}}, not {value!r}"
+
+
+def test_the_compose_public_listener_gets_none_of_the_apps_secrets():
+    public = compose()["services"]["public"]
+    assert public["env_file"] == [], "the optional env file may hold secrets"
+    secrets = {key for key in environment_values(public) if SECRET_NAME.search(key)}
+    assert secrets == {"PUBLIC_DATABASE_URL"}
+    assert all(not volume.startswith("app-var:") for volume in public["volumes"]), "app-var holds the signing keys"
+    assert "secrets" not in public
 
 
 def interpolate(text: str, env: dict[str, str]) -> tuple[str, set[str]]:
@@ -354,13 +377,27 @@ def test_compose_prometheus_and_alertmanager_reach_the_services_by_name():
     (secret,) = services["alertmanager"]["secrets"]
     assert receiver["http_config"]["authorization"]["credentials_file"] == f"/run/secrets/{secret}"
     assert compose()["secrets"][secret] == {"environment": "GPUFLEET_WEBHOOK_TOKEN"}
+    # Prometheus reads the control plane's targets and metrics with the secret made from its token.
+    (prometheus_secret,) = services["prometheus"]["secrets"]
+    assert compose()["secrets"][prometheus_secret] == {"environment": "GPUFLEET_PROMETHEUS_TOKEN"}
+    for reads in [jobs["node-agents"]["http_sd_configs"][0], jobs["control-plane"], jobs["fleet"]]:
+        assert reads["authorization"]["credentials_file"] == f"/run/secrets/{prometheus_secret}"
     # Each config file the containers start with is the one checked below.
     assert "--config.file=/etc/gpufleet/compose/prometheus.yml" in services["prometheus"]["command"]
     assert "--config.file=/etc/gpufleet/compose/alertmanager.yml" in services["alertmanager"]["command"]
 
 
-def test_promtool_accepts_the_compose_prometheus_config():
-    result = run(tool("promtool"), "check", "config", str(COMPOSE_PROMETHEUS))
+def test_promtool_accepts_the_compose_prometheus_config(tmp_path):
+    """promtool checks that the files the config names exist: it runs on a copy laid out as the
+    containers see it, with the metrics CA `migrate` makes and the Prometheus token's secret."""
+    shutil.copytree(DEPLOY / "compose", tmp_path / "compose")
+    shutil.copytree(DEPLOY / "prometheus" / "rules", tmp_path / "prometheus" / "rules")
+    metrics_ca.ensure(tmp_path / "metrics-ca")
+    secret = tmp_path / "prometheus_token"
+    secret.write_text("token")
+    config = tmp_path / "compose" / "prometheus.yml"
+    config.write_text(COMPOSE_PROMETHEUS.read_text().replace("/run/secrets/prometheus_token", str(secret)))
+    result = run(tool("promtool"), "check", "config", str(config))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rule files found" in result.stdout and "0 rule files" not in result.stdout
 
@@ -408,12 +445,15 @@ def test_k8s_has_the_expected_objects():
         ("Deployment", "gpufleet-web"),
         ("Deployment", "gpufleet-public"),
         ("Deployment", "gpufleet-worker"),
+        ("Deployment", "gpufleet-webhooks"),
         ("Deployment", "gpufleet-beat"),
         ("Service", "gpufleet-web"),
         ("Service", "gpufleet-public"),
         ("ConfigMap", "gpufleet-config"),
         ("Secret", "gpufleet-secrets"),
         ("Secret", "gpufleet-signing-keys"),
+        ("Secret", "gpufleet-public-secrets"),
+        ("ConfigMap", "gpufleet-public-jwks"),
         ("Job", "gpufleet-migrate"),
     }
     assert set(objects) == expected
@@ -462,21 +502,43 @@ def test_k8s_workloads_request_resources_and_read_their_settings_from_the_config
             requests = container["resources"]["requests"]
             assert {"cpu", "memory"} <= requests.keys(), name
             refs = {(k, ref["name"]) for source in container["envFrom"] for k, ref in source.items()}
-            assert refs == {("configMapRef", "gpufleet-config"), ("secretRef", "gpufleet-secrets")}, name
+            secret = "gpufleet-public-secrets" if name == "gpufleet-public" else "gpufleet-secrets"
+            assert refs == {("configMapRef", "gpufleet-config"), ("secretRef", secret)}, name
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
             if kind == "Deployment":
                 check_app_command(container["command"])
         for volume in obj["spec"]["template"]["spec"].get("volumes", []):
             if "secret" in volume:
                 assert ("Secret", volume["secret"]["secretName"]) in objects, name
+            if "configMap" in volume:
+                assert ("ConfigMap", volume["configMap"]["name"]) in objects, name
 
 
 def test_k8s_signing_keys_reach_every_process_that_signs_or_serves_them():
     objects = k8s_objects()
     path = objects[("ConfigMap", "gpufleet-config")]["data"]["GPUFLEET_SIGNING_KEY"]
-    for name in ["web", "public", "worker"]:
+    for name in ["web", "worker"]:
         (container,) = containers(objects[("Deployment", f"gpufleet-{name}")])
         assert path in {m["mountPath"] for m in container["volumeMounts"]}, name
+
+
+def test_k8s_public_listener_holds_no_secret_but_its_database_login_and_serves_the_exported_jwks():
+    objects = k8s_objects()
+    public = objects[("Deployment", "gpufleet-public")]
+    (container,) = containers(public)
+    secrets = {ref["name"] for source in container["envFrom"] for kind, ref in source.items() if kind == "secretRef"}
+    volumes = public["spec"]["template"]["spec"]["volumes"]
+    assert secrets == {"gpufleet-public-secrets"}
+    assert not [volume for volume in volumes if "secret" in volume], "no Secret is mounted into the public listener"
+    assert "env" not in container or not [e for e in container["env"] if "valueFrom" in e]
+    assert set(objects[("Secret", "gpufleet-public-secrets")]["stringData"]) == {"PUBLIC_DATABASE_URL"}
+    # The JWKS file the public settings name is the exported ConfigMap's, mounted where they look.
+    jwks = Path(objects[("ConfigMap", "gpufleet-config")]["data"]["GPUFLEET_PUBLIC_JWKS_FILE"])
+    (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == jwks.parent]
+    (volume,) = [v for v in volumes if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == "gpufleet-public-jwks"
+    assert jwks.name in objects[("ConfigMap", "gpufleet-public-jwks")]["data"]
+    assert "export_signing_keys" in (K8S / "public-jwks.template.yaml").read_text()
 
 
 def test_k8s_secrets_are_templates_with_placeholders_only():
@@ -497,8 +559,17 @@ def test_k8s_configmap_holds_no_secret_and_every_setting_is_read_somewhere():
     config = objects[("ConfigMap", "gpufleet-config")]["data"]
     assert not [key for key in config if SECRET_NAME.search(key) and key != "GPUFLEET_SIGNING_KEY"]
     assert config["GPUFLEET_DEBUG"] == "false"
-    sources = (REPO_ROOT / "gpufleet" / "settings.py").read_text() + (REPO_ROOT / "bmcsim" / "settings.py").read_text()
+    sources = "".join(
+        (REPO_ROOT / path).read_text()
+        for path in [
+            "gpufleet/settings.py",
+            "gpufleet/settings_shared.py",
+            "gpufleet/settings_public.py",
+            "bmcsim/settings.py",
+        ]
+    )
     keys = set(config) | set(objects[("Secret", "gpufleet-secrets")]["stringData"])
+    keys |= set(objects[("Secret", "gpufleet-public-secrets")]["stringData"])
     for key in keys - {"DJANGO_SETTINGS_MODULE"}:
         assert f'"{key}"' in sources, f"{key} is not a setting the code reads"
 
@@ -508,7 +579,7 @@ def test_kubectl_kustomize_builds_the_manifests():
     result = run("kubectl", "kustomize", str(K8S))
     assert result.returncode == 0, result.stderr
     kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(result.stdout) if doc)
-    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Deployment", "Deployment", "Service", "Service"]
+    assert kinds == ["ConfigMap", *["Deployment"] * 5, "Service", "Service"]
 
 
 # --- Grafana -----------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The public listener is read-only by construction, and its OpenAPI document holds up to schemathesis."""
 
 import pytest
+from django.core.management import call_command
+from django.db import connection
 from django.test import override_settings
 from django.urls import URLPattern
 
@@ -98,5 +100,17 @@ def test_the_private_schema_declares_the_webhooks_bearer_scheme(client, db):
 @pytest.mark.fuzzing
 def test_schemathesis_finds_no_server_error_on_the_public_listener(tmp_path):
     enrol_default_fleet(12)
-    result = run_schemathesis("gpufleet.wsgi_public", tmp_path, "--max-examples", "30")
+    # As the public listener runs: on its own read-only role, with the JWKS exported for it.
+    db = connection.settings_dict
+    role = f"{db['NAME']}_public"
+    call_command("grant_public_role", role=role)
+    call_command("export_signing_keys", str(tmp_path / "jwks.json"))
+    result = run_schemathesis(
+        "gpufleet.wsgi_public",
+        tmp_path,
+        "--max-examples",
+        "30",
+        PUBLIC_DATABASE_URL=f"postgresql://{role}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        GPUFLEET_PUBLIC_JWKS_FILE=str(tmp_path / "jwks.json"),
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

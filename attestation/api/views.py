@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.http import Http404
 from drf_spectacular.utils import extend_schema, inline_serializer
 from gpufleet_client.offline_verification import ResultInvalid, verify_result
@@ -5,8 +6,16 @@ from rest_framework import permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from attestation import services
+from attestation import published_keys, services
 from core.error_schema import ERROR
+
+
+def served_keys() -> dict:
+    """The JWKS this listener serves and checks results with: from the file the control plane
+    exported where the listener holds no private key (the public listener's PUBLIC_JWKS_FILE), else
+    from the signing keys themselves."""
+    path = getattr(settings, "PUBLIC_JWKS_FILE", None)
+    return services.public_keys() if path is None else published_keys.read(path)
 
 
 class PublicReadView(APIView):
@@ -40,8 +49,8 @@ class NodeAttestationView(PublicReadView):
         if result is None:
             raise Http404(f"node {name} has not been attested yet")
         try:
-            claims = verify_result(result.token, services.public_keys())
-        except ResultInvalid as invalid:
+            claims = verify_result(result.token, served_keys())
+        except (ResultInvalid, published_keys.KeysNotPublished) as invalid:
             return Response({"token": result.token, "claims": None, "verified": False, "detail": str(invalid)})
         return Response({"token": result.token, "claims": claims, "verified": True})
 
@@ -49,6 +58,14 @@ class NodeAttestationView(PublicReadView):
 class SigningKeysView(PublicReadView):
     """The JWKS of every key that signed or signs results: verify a result offline with it."""
 
-    @extend_schema(responses=inline_serializer("JWKS", {"keys": serializers.ListField(child=serializers.DictField())}))
+    @extend_schema(
+        responses={
+            200: inline_serializer("JWKS", {"keys": serializers.ListField(child=serializers.DictField())}),
+            503: ERROR,
+        }
+    )
     def get(self, request):
-        return Response(services.public_keys())
+        try:
+            return Response(served_keys())
+        except published_keys.KeysNotPublished as missing:
+            return Response({"detail": f"the signing keys are not published: {missing}"}, status=503)

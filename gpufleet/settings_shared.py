@@ -1,0 +1,105 @@
+"""Settings both listeners read: none of them a secret. gpufleet/settings.py (the control plane:
+the private listener, workers, beat, commands) and gpufleet/settings_public.py (the public
+listener, which must read no secret) each start from these."""
+
+from pathlib import Path
+
+import dj_database_url
+
+from gpufleet import environment
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = environment.boolean("GPUFLEET_DEBUG", False)
+ALLOWED_HOSTS = environment.names("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+
+# Production serves over TLS (terminated at a proxy that sets X-Forwarded-Proto):
+# GPUFLEET_HTTPS=1 turns on what `manage.py check --deploy` asks for.
+if environment.boolean("GPUFLEET_HTTPS", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes speak plain HTTP inside the cluster
+    SECURE_HSTS_SECONDS = environment.integer("GPUFLEET_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+# Every connection gives up on a statement, a lock wait and an idle open transaction after these
+# (0 turns one off): one stuck lock must not stop the reconcilers' single process for ever.
+DB_STATEMENT_TIMEOUT_MS = environment.integer("GPUFLEET_DB_STATEMENT_TIMEOUT_MS", 30_000, minimum=0)
+DB_LOCK_TIMEOUT_MS = environment.integer("GPUFLEET_DB_LOCK_TIMEOUT_MS", 10_000, minimum=0)
+DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = environment.integer("GPUFLEET_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000, minimum=0)
+DATABASE_CONNECT_TIMEOUT = environment.integer("DATABASE_CONNECT_TIMEOUT", 5, minimum=1)
+
+
+def database(url: str, *, engine: str | None = None, server_options: str = "") -> dj_database_url.DBConfig:
+    """A DATABASES entry for `url`: connections kept a minute and checked, with the timeouts above
+    (and `server_options`, more `-c name=value` pairs) set on every connection."""
+    entry = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True, engine=engine)
+    entry.setdefault("OPTIONS", {}).update(
+        connect_timeout=DATABASE_CONNECT_TIMEOUT,
+        options=(
+            f"-c statement_timeout={DB_STATEMENT_TIMEOUT_MS} -c lock_timeout={DB_LOCK_TIMEOUT_MS}"
+            f" -c idle_in_transaction_session_timeout={DB_IDLE_IN_TRANSACTION_TIMEOUT_MS} {server_options}"
+        ).strip(),
+    )
+    return entry
+
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# whitenoise serves static files from both listeners; from the apps' folders too until
+# collectstatic has run, so a fresh checkout works without a build step.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gpu-fleet API",
+    "DESCRIPTION": "Reserve bare-metal GPU nodes by fabric topology; read the fleet, attestations and remediations.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc from local static files: no CDN on operators' control networks.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # One name for the webhook event types, wherever a serializer lists them.
+    "ENUM_NAME_OVERRIDES": {"WebhookEventEnum": "reservations.models.WebhookEvent"},
+}
+API_MAX_BODY_BYTES = environment.integer("GPUFLEET_API_MAX_BODY_BYTES", 256 * 1024, minimum=1)
+
+# Reservations (reservations/periods.py): how far ahead one may start and how long it may last;
+# one that starts now without ends_at lasts the maximum, unless released before.
+BOOKING_HORIZON_DAYS = environment.number("GPUFLEET_BOOKING_HORIZON_DAYS", 90, positive=True)
+MAX_RESERVATION_DAYS = environment.number("GPUFLEET_MAX_RESERVATION_DAYS", 30, positive=True)
+# GET /v1/capacity is kept per process until the fleet changes, but "free now" also moves with the
+# clock alone (a hold starts or ends): a kept answer is computed again once this old.
+CAPACITY_MAX_AGE_SECONDS = environment.number("GPUFLEET_CAPACITY_MAX_AGE_SECONDS", 5)
+
+# The nodes automatic remediation acts on (any rung) are capped per window, fleet-wide and per pod
+# (the remediations page shows the cap too).
+REMEDIATION_CAP = environment.integer("GPUFLEET_REMEDIATION_CAP", 5, minimum=0)
+REMEDIATION_POD_CAP = environment.integer("GPUFLEET_REMEDIATION_POD_CAP", 3, minimum=0)
+REMEDIATION_WINDOW_SECONDS = environment.number("GPUFLEET_REMEDIATION_WINDOW_SECONDS", 600, positive=True)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {
+        "handlers": ["console"],
+        "level": environment.choice("GPUFLEET_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    },
+}
