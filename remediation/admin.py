@@ -1,13 +1,13 @@
 from django.contrib import admin, messages
 
+from core.admin_inlines import PaginatedInline
 from core.admin_permissions import has_permission
 from remediation import services
 from remediation.models import BMCEventLogCursor, IncidentEvent, Remediation, RemediationStatus
 
 
-class IncidentEventInline(admin.TabularInline):
+class IncidentEventInline(PaginatedInline):
     model = IncidentEvent
-    extra = 0
     can_delete = False
     fields = readonly_fields = ("at", "step", "detail")
 

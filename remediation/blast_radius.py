@@ -16,6 +16,13 @@ than `Cap.pod` incidents in one pod. The decision lets an incident act only whil
 ending at that moment holds fewer than the cap. That is enough for every window: the incidents
 that overlap any one window all overlap the window that ends when the latest of them began, and
 that is the window its decision counted. `breaches` checks a history in the same way.
+
+What a tenant's own node says of itself during its tenancy (remediation/rules/self_reports.py; and
+the tenant's reports of a broken node, reservations.services.report_node) never counts against the
+cap: it spends that tenant's `Budget` instead, counted the same way over the cap's window (an
+incident from when it was let act to when it ended, a tenant's report at the moment it was made).
+A tenant whose budget is spent can quarantine no more of its nodes on its own word, and never
+makes the cap suppress a fault on another tenant's node.
 """
 
 from __future__ import annotations
@@ -42,10 +49,20 @@ class Incident:
     pod: str
     began: datetime
     ended: datetime | None = None  # None while its ladder climbs
+    tenant: int | None = None  # the tenant whose budget it spent, for a fault its node reported
 
     def counts_at(self, at: datetime, window: timedelta) -> bool:
         """Whether the incident overlaps the window that ends at `at`."""
-        return self.began <= at and (self.ended is None or self.ended > at - window)
+        return overlaps(self.began, self.ended, at, window)
+
+    @property
+    def capped(self) -> bool:
+        return self.tenant is None
+
+
+def overlaps(began: datetime, ended: datetime | None, at: datetime, window: timedelta) -> bool:
+    """Whether a span (open while `ended` is None) overlaps the window that ends at `at`."""
+    return began <= at and (ended is None or ended > at - window)
 
 
 @dataclass(frozen=True)
@@ -60,8 +77,8 @@ class Breach:
 
 def refusal(cap: Cap, counted: Iterable[Incident], *, pod: str, at: datetime) -> str | None:
     """Why one more incident in `pod` at `at` would break the cap, or None to let it act.
-    `counted` may hold incidents outside the window: only those that overlap it count."""
-    in_window = [incident for incident in counted if incident.counts_at(at, cap.window)]
+    `counted` may hold incidents outside the window, and a tenant's: only the cap's that overlap it count."""
+    in_window = [incident for incident in counted if incident.capped and incident.counts_at(at, cap.window)]
     if len(in_window) >= cap.fleet:
         return f"{remediations(len(in_window))} in the last {cap.describe_window()} (cap {cap.fleet})"
     in_pod = sum(1 for incident in in_window if incident.pod == pod)
@@ -76,8 +93,10 @@ def remediations(count: int) -> str:
 
 def breaches(cap: Cap, incidents: Iterable[Incident]) -> Iterator[Breach]:
     """Every window of a history that overlapped more incidents than the cap allows, fleet-wide
-    or in one pod: one for each incident that began into a window already full."""
-    ordered = sorted(incidents, key=lambda incident: (incident.began, incident.remediation))
+    or in one pod: one for each incident that began into a window already full. A tenant's own
+    faults are its budget's, not the cap's."""
+    capped = (incident for incident in incidents if incident.capped)
+    ordered = sorted(capped, key=lambda incident: (incident.began, incident.remediation))
     overlapping: list[Incident] = []
     for latest in ordered:
         # One that does not overlap this window ended too early for any later one.
@@ -88,3 +107,30 @@ def breaches(cap: Cap, incidents: Iterable[Incident]) -> Iterator[Breach]:
         in_pod = tuple(incident for incident in overlapping if incident.pod == latest.pod)
         if len(in_pod) > cap.pod:
             yield Breach(latest.pod, latest.began, cap.pod, in_pod)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a tenant's own nodes may say of themselves: `faults` in any window of `window` (the cap's)."""
+
+    faults: int
+    window: timedelta
+
+
+# The word that starts the reason of a self-reported fault suppressed over its tenant's budget.
+TENANT_FAULT_BUDGET = "tenant_fault_budget"
+
+
+def budget_refusal(budget: Budget, spent: Iterable[tuple[datetime, datetime | None]], *, at: datetime) -> str | None:
+    """Why one more fault its own node reports would overspend the tenant's budget at `at`, or None.
+    `spent`: the spans (began, ended; ended None while open) of its faults let act, and its reports
+    (an instant each); only those that overlap the window count. The reason names no tenant: the
+    public listener shows it."""
+    in_window = sum(1 for began, ended in spent if overlaps(began, ended, at, budget.window))
+    if in_window >= budget.faults:
+        faults = f"{in_window} fault{'' if in_window == 1 else 's'}"
+        return (
+            f"{TENANT_FAULT_BUDGET}: {faults} reported by its tenant's own nodes"
+            f" in the last {budget.window.total_seconds() / 60:g} minutes (budget {budget.faults})"
+        )
+    return None

@@ -62,6 +62,16 @@ class Remediation(models.Model):
     counted_until = models.DateTimeField(
         null=True, blank=True, help_text="When its last action ended; empty while its ladder climbs."
     )
+    # A fault that software on the node reported while a tenant held it (remediation.rules.said_by_the_node):
+    # its span spends this tenant's budget (TENANT_FAULT_BUDGET), never the blast-radius cap.
+    self_reported_by = models.ForeignKey(
+        "reservations.Tenant",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="self_reported_faults",
+        help_text="The tenant whose node reported this fault of itself: it spends that tenant's budget.",
+    )
 
     class Meta:
         ordering = ["-at", "-id"]

@@ -1,5 +1,6 @@
-"""Reads of the remediation records: the incidents the blast-radius cap counts
-(remediation/blast_radius.py), and the reliability figures (remediation/reliability.py).
+"""Reads of the remediation records: the incidents the blast-radius cap counts and what a tenant's
+own nodes spent of its budget (remediation/blast_radius.py), and the reliability figures
+(remediation/reliability.py).
 
 Each function is one query whatever the number of nodes or records: times come from subqueries
 over the timeline, counts are aggregated in SQL. A shadow rule's records are left out everywhere:
@@ -16,9 +17,10 @@ from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.expressions import Combinable
 from django.db.models.functions import Coalesce, TruncDate
 
-from fleet.models import GPU, Node
+from fleet import lifecycle
+from fleet.models import GPU, AuditEvent, Node
 from remediation import rules
-from remediation.blast_radius import Cap, Incident
+from remediation.blast_radius import Budget, Cap, Incident
 from remediation.models import IncidentEvent, IncidentStep, Remediation, RemediationMode, RemediationStatus
 from remediation.reliability import IncidentTimes
 
@@ -32,18 +34,41 @@ def blast_radius_cap() -> Cap:
     )
 
 
-def cap_incidents(*, since: datetime | None = None) -> list[Incident]:
-    """The incidents the cap counts: those still climbing or that ended after `since`, or every
-    one ever counted. blast_radius decides which of them overlap a window; this only narrows the read."""
+def tenant_fault_budget() -> Budget:
+    """A tenant's budget as configured: GPUFLEET_TENANT_FAULT_BUDGET in the cap's window."""
+    return Budget(faults=settings.TENANT_FAULT_BUDGET, window=timedelta(seconds=settings.REMEDIATION_WINDOW_SECONDS))
+
+
+def _counted(since: datetime | None) -> QuerySet[Remediation]:
     counted = Remediation.objects.filter(counted_from__isnull=False)
     if since is not None:
         counted = counted.filter(Q(counted_until__isnull=True) | Q(counted_until__gt=since))
-    rows = counted.values_list("pk", "node__name", "node__rack__pod__name", "counted_from", "counted_until")
+    return counted
+
+
+def cap_incidents(*, since: datetime | None = None) -> list[Incident]:
+    """Every incident counted, the cap's and the tenants' own (Incident.tenant): those still climbing
+    or that ended after `since`, or every one ever counted. blast_radius decides which of them
+    overlap a window and whose they are; this only narrows the read."""
+    rows = _counted(since).values_list(
+        "pk", "node__name", "node__rack__pod__name", "counted_from", "counted_until", "self_reported_by"
+    )
     incidents = []
-    for pk, node, pod, began, ended in rows:
+    for pk, node, pod, began, ended, tenant in rows:
         assert began is not None  # read from rows with counted_from set
-        incidents.append(Incident(pk, node, pod, began, ended))
+        incidents.append(Incident(pk, node, pod, began, ended, tenant))
     return incidents
+
+
+def self_reported_spent(*, tenant_id: int, since: datetime) -> list[tuple[datetime, datetime | None]]:
+    """What the tenant's own nodes spent of its budget after `since`: the spans of its faults let act
+    (open while they climb), and its reports of broken nodes (an instant each)."""
+    faults = _counted(since).filter(self_reported_by_id=tenant_id).values_list("counted_from", "counted_until")
+    reports = AuditEvent.objects.filter(
+        event=lifecycle.Event.TENANT_REPORT, detail__tenant=tenant_id, at__gt=since
+    ).values_list("at", flat=True)
+    spans: list[tuple[datetime, datetime | None]] = [(began, ended) for began, ended in faults if began is not None]
+    return spans + [(at, at) for at in reports]
 
 
 # What an incident is: a fault the control plane acted on (a suppressed one was left to an

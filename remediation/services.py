@@ -1,6 +1,11 @@
 """Acting on alerts: each decided by the pure remediation/rules/, each acted on once, and every
 automatic action counted against the blast-radius cap (remediation/blast_radius.py) under a
-PostgreSQL advisory lock."""
+PostgreSQL advisory lock, or, for what a tenant's own node says of itself, against that tenant's
+budget under the tenant's row lock.
+
+Locks, always in this order: the node's row, then the tenant's row (a budget) or the cap's
+advisory lock; a tenant's report of a broken node (reservations.services.report_node) takes the
+node's row and then the tenant's too."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, Q
 from django.db.models.functions import Now
 
@@ -19,7 +24,7 @@ from fleet import lifecycle
 from fleet.models import Node, NodeState
 from fleet.services import audit_power_action, transition
 from fleet.signals import node_remediation_planned
-from remediation import blast_radius, rules, selectors
+from remediation import counting, rules, selectors
 from remediation.models import (
     BMCEventLogCursor,
     IncidentEvent,
@@ -35,8 +40,6 @@ log = logging.getLogger(__name__)
 AUTOMATIC_ACTOR = "remediation:alertmanager"
 # The fields that hold an incident's span against the blast-radius cap.
 _COUNTED = ("counted_from", "counted_until")
-# One lock for every process and replica that may quarantine on its own ("gpuf" in ASCII).
-CAP_LOCK = 0x67707566
 
 
 def _parse_time(text: str) -> datetime | None:
@@ -142,6 +145,7 @@ def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
                 status=RemediationStatus.NO_ACTION,
                 reservation_id=node.reservation_id if node else None,
                 mode=decision.mode.value,
+                self_reported_by_id=_tenants_word(alert, node),
             )
             firing_at = _parse_time(alert.starts_at) or received_at
             IncidentEvent.objects.create(remediation=remediation, step=IncidentStep.ALERT_FIRING, at=firing_at)
@@ -157,6 +161,14 @@ def _receive(alert: rules.Alert) -> tuple[Remediation, bool]:
         )
         return found, False
     return remediation, True
+
+
+def _tenants_word(alert: rules.Alert, node: Node | None) -> int | None:
+    """The tenant whose budget the alert spends: the node's tenant if it serves one and the alert
+    rests on what software on the node says (rules.said_by_the_node); None puts it under the cap."""
+    if node is None or node.reservation_id is None or not rules.said_by_the_node(alert):
+        return None
+    return node.tenant_id
 
 
 def _act_on(
@@ -245,7 +257,7 @@ def _climb(remediation: Remediation, step: rules.Step, node: Node, *, now: datet
         _quarantine_within_cap(remediation, node, now=now)
         return
     # A ladder already counted climbs on: its rungs are one incident.
-    if remediation.counted_from is None and (over := _count_against_cap(remediation, node)):
+    if remediation.counted_from is None and (over := counting.count_against_cap(remediation, node)):
         _suppress(remediation, node, over, now=now)
         return
     ladder = rules.LADDERS[remediation.action]
@@ -288,22 +300,6 @@ def take_due_repairs(*, limit: int) -> list[int]:
     )
 
 
-def _count_against_cap(remediation: Remediation, node: Node) -> str | None:
-    """Count the remediation as a new incident against the blast-radius cap
-    (remediation/blast_radius.py), or say why the cap refuses it. Takes the cap's advisory lock,
-    so the count and the act that follows share one locked transaction."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CAP_LOCK])
-    # Read under the lock, not the service's earlier `now`: each count starts after the one before it.
-    now = clock.now()
-    cap = selectors.blast_radius_cap()
-    counted = selectors.cap_incidents(since=now - cap.window)
-    if over := blast_radius.refusal(cap, counted, pod=node.rack.pod.name, at=now):
-        return over
-    remediation.counted_from = now
-    return None
-
-
 def _suppress(remediation: Remediation, node: Node, over: str, *, now: datetime) -> None:
     remediation.status = RemediationStatus.SUPPRESSED
     remediation.recheck_due_at = None
@@ -317,7 +313,7 @@ def _quarantine_within_cap(remediation: Remediation, node: Node, *, now: datetim
     already counted; either way the incident ends here. A quarantine that found nothing to do
     (the node moved on) counts only if rungs before it acted."""
     new_incident = remediation.counted_from is None
-    if new_incident and (over := _count_against_cap(remediation, node)):
+    if new_incident and (over := counting.count_against_cap(remediation, node)):
         _suppress(remediation, node, over, now=now)
         return
     _quarantine(remediation, node, actor=AUTOMATIC_ACTOR, now=now)
@@ -462,7 +458,7 @@ def _hold_while_repairing(node_id: int) -> None:
 
 
 def _lock_node_of(remediation_id: int) -> None:
-    """Locks in the order _receive takes them (the node, then the cap's advisory lock), so that a
+    """Locks in the order _receive takes them (the node, then the tenant's row or the cap's advisory lock), so that a
     ladder's next rung and a new alert for the same node wait for each other, never deadlock."""
     node_id = Remediation.objects.values_list("node_id", flat=True).get(pk=remediation_id)
     list(Node.objects.select_for_update().filter(pk=node_id).values_list("pk", flat=True))

@@ -1,15 +1,19 @@
 import logging
 
 from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
 from rest_framework import generics, permissions, serializers, status
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 from rest_framework.views import APIView
 
 from core.api import SizeLimitedJSONParser, StrictIntegerField
 from core.error_schema import ERROR
+from core.prometheus_auth import IsPrometheusOrOperator, PrometheusAuthentication
 from core.validation import Invalid
 from fleet.models import Node, NodeState
 from remediation import rules, services
@@ -19,6 +23,7 @@ from remediation.api.authentication import (
     IsNodeAgent,
     NodeAgentAuthentication,
 )
+from remediation.api.throttles import AgentXidReportThrottle
 from remediation.models import Remediation
 from remediation.targets import scrape_target
 
@@ -172,14 +177,24 @@ class AgentXidReportView(APIView):
     """POST /v1/agents/{node}/xids: the node's agent reports an XID the moment it sees it, with the
     node's agent token. 202 when acted on (or recorded) now; 200 for a repeat of a report already
     received (same gpu, xid, occurrence and seen_at), with the first answer. Alertmanager's alert
-    for the same occurrence, arriving later, is recorded and not acted on again."""
+    for the same occurrence, arriving later, is recorded and not acted on again. While a tenant
+    holds the node a report is the tenant's word, spending its budget, not the fleet's cap
+    (remediation/blast_radius.py). At most GPUFLEET_AGENT_XID_REPORT_RATE per node: then 429 with
+    Retry-After."""
 
     authentication_classes = [NodeAgentAuthentication]
     permission_classes = [IsNodeAgent]
+    throttle_classes = [AgentXidReportThrottle]
 
     @extend_schema(
         request=AgentXidReportSerializer,
-        responses={200: AGENT_XID_REPORT_RECEIVED, 202: AGENT_XID_REPORT_RECEIVED, 400: ERROR, 401: ERROR},
+        responses={
+            200: AGENT_XID_REPORT_RECEIVED,
+            202: AGENT_XID_REPORT_RECEIVED,
+            400: ERROR,
+            401: ERROR,
+            429: ERROR,
+        },
     )
     def post(self, request, node):
         report = AgentXidReportSerializer(data=request.data)
@@ -211,17 +226,28 @@ class RemediationListView(generics.ListAPIView):
     queryset = Remediation.objects.select_related("node")
 
 
+class PrometheusAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Declares Prometheus's bearer scheme in /v1/schema, so generated clients and fuzzers send it."""
+
+    target_class = PrometheusAuthentication
+    name = "prometheusBearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Bearer")
+
+
 class PrometheusTargetsView(APIView):
     """Prometheus HTTP service discovery: one target per node agent, labelled with its place.
 
     Only nodes whose agent should be answering are listed (available, or serving a tenant): a
     node that workflows power-cycle, or that sits powered off in quarantine, must not look like
-    a dead agent to NodeAgentDown."""
+    a dead agent to NodeAgentDown. Prometheus reads it with its bearer token; an operator's
+    browser with the session: it lists every agent's address."""
 
-    authentication_classes = []
-    permission_classes = [permissions.AllowAny]
+    authentication_classes = [PrometheusAuthentication, SessionAuthentication]
+    permission_classes = [IsPrometheusOrOperator]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 401: ERROR, 403: ERROR})
     def get(self, request):
         nodes = (
             Node.objects.filter(state__in=[NodeState.AVAILABLE, NodeState.ACTIVE])

@@ -51,7 +51,9 @@ Warning while a redundant one carries the node, Critical when none does):
 - OK, or no severity: nothing to record.
 
 An entry's reason reads `sel: <MessageId>: <Message>`. A tenant with root on its node can add SEL
-entries through the BMC's in-band interface, as it can report XIDs: for its own node only, capped.
+entries through the BMC's in-band interface, as it can report XIDs: for its own node only. What the
+node says of itself while a tenant holds it spends that tenant's budget, not the fleet's cap
+(`said_by_the_node`, remediation/rules/self_reports.py).
 """
 
 from remediation.rules.agent_reports import AGENT_XID_REPORT, CLOCK_SKEW, SAME_OCCURRENCE, agent_report
@@ -84,17 +86,22 @@ from remediation.rules.ladders import (
 )
 from remediation.rules.sel_entries import (
     BMC_CRITICAL_EVENT,
+    BMC_SENSORS,
     BMC_WARNING_EVENT,
+    HOST_SOFTWARE,
     sel_entry,
 )
+from remediation.rules.self_reports import said_by_the_node
 
 __all__ = [
     "AGENT_XID_REPORT",
     "ALERTS",
     "BMC_CRITICAL_EVENT",
+    "BMC_SENSORS",
     "BMC_WARNING_EVENT",
     "CLOCK_SKEW",
     "FINGERPRINT",
+    "HOST_SOFTWARE",
     "LADDERS",
     "MAX_ALERTS",
     "MAX_ALERT_NAME",
@@ -122,6 +129,7 @@ __all__ = [
     "parse_alerts",
     "parse_webhook",
     "repeat_offense",
+    "said_by_the_node",
     "sel_entry",
     "xids_of",
 ]

@@ -1,5 +1,6 @@
 """Entries of a BMC's system event log (SEL), read as alerts by their severity; a GPU lost to the
-host (PlatformErrorAtLocation at a GPU) takes XID 79's ladder.
+host (PlatformErrorAtLocation at a GPU) takes XID 79's ladder. Each says who wrote it: the BMC from
+its own sensors, or software on the host (its `source` label).
 """
 
 from __future__ import annotations
@@ -32,6 +33,46 @@ GPU_LOST_MESSAGES = frozenset({("Platform", "PlatformErrorAtLocation")})
 GPU_PROCESSOR = re.compile(r"/Processors/GPU([0-9]{1,3})$")
 
 
+# Who wrote an entry, its `source` label: the BMC from its own sensors (out of band), or software on
+# the host (in band). The host's BIOS and OS add SEL entries through the BMC's in-band interface
+# (IPMI's Add SEL Entry and Platform Event commands), and nothing stops the tenant's OS from writing
+# any such record: while a tenant holds the node, a host entry is the tenant's word.
+BMC_SENSORS = "bmc"
+
+
+HOST_SOFTWARE = "host_sel"
+
+
+# LogEntry.SensorType (IPMI's sensor types) of the sensors a BMC reads itself. The others are raised
+# by software on the host (Memory and Critical Interrupt by the BIOS's error handlers, OS Stop /
+# Shutdown, System Event, OEM...), or have no sensor at all.
+BMC_SENSOR_TYPES = frozenset(
+    {
+        "Temperature",
+        "Voltage",
+        "Current",
+        "Fan",
+        "Physical Chassis Security",
+        "Power Supply / Converter",
+        "PowerUnit",
+        "CoolingDevice",
+        "Other Units-based Sensor",
+        "Drive Slot/Bay",
+        "Entity Presence",
+        "Battery",
+        "Management Subsystem Health",
+    }
+)
+
+
+# The DMTF registries of a BMC's own sensors, for entries that name no SensorType.
+BMC_SENSOR_REGISTRIES = frozenset({"Power", "Environmental", "Sensor"})
+
+
+# LogEntry.GeneratorId, the IPMI record's Generator ID with its first byte last ("0x0020": the BMC).
+GENERATOR_ID = re.compile(r"0[xX]([0-9a-fA-F]{2})([0-9a-fA-F]{2})")
+
+
 def sel_entry(node: str, entry: object) -> Alert | None:
     """A SEL entry (a Redfish LogEntry) as an alert, or None for one of severity OK (or none).
 
@@ -52,7 +93,13 @@ def sel_entry(node: str, entry: object) -> Alert | None:
         starts_at = timestamp(entry.get("Created"), "entry.Created")
     except validation.Invalid:
         starts_at = ""
-    labels = {"alertname": name, "node": node, "entry": entry_id, "message_id": message_id, "source": "bmc"}
+    labels = {
+        "alertname": name,
+        "node": node,
+        "entry": entry_id,
+        "message_id": message_id,
+        "source": _writer(entry, message_id),
+    }
     if (gpu := _gpu_of_origin(entry.get("Links"))) is not None:
         labels["gpu"] = str(gpu)
     return Alert(
@@ -63,6 +110,26 @@ def sel_entry(node: str, entry: object) -> Alert | None:
         fingerprint=hashlib.sha256(f"{node}/sel/{entry_id}".encode()).hexdigest()[:16],
         starts_at=starts_at,
     )
+
+
+def _writer(entry: Mapping[str, object], message_id: str) -> str:
+    """BMC_SENSORS or HOST_SOFTWARE. The Generator ID decides where the BMC gives one: its first byte
+    is a controller's IPMB address (bit 0 clear) or a system software ID (bit 0 set: BIOS, SMI
+    handler, OS, ...). An OEM record carries none, and anyone may write one. Otherwise what the entry
+    is about: a sensor the BMC reads itself (by its SensorType, or its MessageId's registry when it
+    names no SensorType), or not. A BMC that lets the host add entries under its own Generator ID
+    must have the host's IPMI restricted (no Add SEL Entry from the host): else no entry is out of band."""
+    generator_id = entry.get("GeneratorId")
+    generator = GENERATOR_ID.fullmatch(generator_id) if isinstance(generator_id, str) else None
+    if generator is not None:
+        return HOST_SOFTWARE if int(generator.group(2), 16) & 1 else BMC_SENSORS
+    if entry.get("EntryType") == "Oem":
+        return HOST_SOFTWARE
+    sensor_type = entry.get("SensorType")
+    if sensor_type is not None:
+        return BMC_SENSORS if sensor_type in BMC_SENSOR_TYPES else HOST_SOFTWARE
+    registry = message_id.split(".")[0]
+    return BMC_SENSORS if registry in BMC_SENSOR_REGISTRIES else HOST_SOFTWARE
 
 
 def _gpu_of_origin(links: object) -> int | None:
