@@ -7,8 +7,8 @@ from django.dispatch import Signal
 # served before the transition, or None).
 node_transitioned = Signal()
 
-# Sent by fleet.services.request_power_action once it is audited, with node_id, action
-# ("reboot" or "power-cycle") and reservation_id: the BMC is asked on commit (workflows).
+# Sent by fleet.services.request_power_action once it is audited and recorded, with
+# power_action_id (a PowerAction row): a worker is sent it on commit (workflows).
 power_action_requested = Signal()
 
 # Sent by remediation.services inside its transaction when a rung of a remediation ladder is

@@ -36,3 +36,4 @@ class StepName(enum.StrEnum):
     WAIT_FOR_GPU_WIPE = "wait_for_gpu_wipe"
     START_DRIVE_ERASE = "start_drive_erase"
     WAIT_FOR_DRIVE_ERASE = "wait_for_drive_erase"
+    CLEAR_CONSOLE_LOG = "clear_console_log"

@@ -24,8 +24,8 @@ def _enqueue_if_unleased(node_id: int) -> None:
 
 
 @receiver(power_action_requested, dispatch_uid="workflows.power_action")
-def carry_out_power_action(sender, *, node_id, action, reservation_id, **kwargs):
-    transaction.on_commit(lambda: tasks.power_action.delay(node_id, action, reservation_id), robust=True)
+def carry_out_power_action(sender, *, power_action_id, **kwargs):
+    transaction.on_commit(lambda: tasks.send_power_action(power_action_id), robust=True)
 
 
 @receiver(webhook_deliveries_due, dispatch_uid="workflows.deliver_webhooks")

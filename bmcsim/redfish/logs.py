@@ -1,7 +1,9 @@
 """A System's LogServices: its serial console and its BMC's system event log (SEL).
 
 Console: one LogEntry per line (firmware, kernel, cloud-init, login prompt, and the BMC's power and
-reset lines), the last state.CONSOLE_LINES_KEPT of them.
+reset lines), the last state.CONSOLE_LINES_KEPT of them. LogService.ClearLog clears what has been
+printed (a wipe clears it, so the next tenant never reads its predecessor's boot); the lines of a
+power transition still under way come after it, and ids go on from the last one.
 
 SEL: the events the BMC logged (bmcsim/sel.py), the last sel.KEPT of them: EntryType SEL, Id an
 increasing integer that is never reused (not even after LogService.ClearLog, so a reader may keep
@@ -49,6 +51,7 @@ def log_service_body(node: NodeState, service: str, now: float) -> dict:
         "DateTimeLocalOffset": "+00:00",
         "Status": OK,
         "Entries": ref(f"{base}/Entries"),
+        "Actions": {f"#{CLEAR_ACTION}": {"target": f"{base}/Actions/{CLEAR_ACTION}"}},
     }
     if service == CONSOLE:
         return common | {
@@ -62,7 +65,6 @@ def log_service_body(node: NodeState, service: str, now: float) -> dict:
         "Description": "The events the BMC logged: power supplies, fans, temperatures, memory and PCIe devices.",
         "MaxNumberOfRecords": sel.KEPT,
         "LogEntryType": "SEL",
-        "Actions": {f"#{CLEAR_ACTION}": {"target": f"{base}/Actions/{CLEAR_ACTION}"}},
     }
 
 
@@ -184,11 +186,14 @@ async def get_entry(request: web.Request, sim: Simulator, node: NodeState) -> we
 
 @node_scoped
 async def clear_log(request: web.Request, sim: Simulator, node: NodeState) -> web.Response:
-    """LogService.ClearLog of the SEL: every entry goes; ids go on from the last one."""
-    if _service(request) != SEL:
-        raise not_found(request.path)
+    """LogService.ClearLog: every entry of the SEL goes, and every console line printed so far;
+    ids go on from the last one."""
+    service = _service(request)
     await read_json(request, empty_ok=True)
-    node.sel = []
+    if service == CONSOLE:
+        node.clear_console(sim.now())
+    else:
+        node.sel = []
     sim.fleet.touch(node)
     return no_content()
 

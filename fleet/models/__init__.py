@@ -5,7 +5,9 @@
   CHECK constraints;
 - idle_diagnostics: long diagnostics runs on idle nodes;
 - images, addresses, config_drives: what a tenant's node is given (an OS image from the
-  catalogue, an address from its pod's pool, a config drive);
+  catalogue, an address from its pod's pool, a config drive; the service image gets a drive too);
+- node_credentials: the agent credentials of each boot of the service image and each tenancy;
+- power_actions: tenants' reboots and power cycles, kept as due work;
 - baselines and rollouts: the firmware every node of a class must run, and its rollouts.
 
 Callers, Django's app registry among them, import the names below from here.
@@ -16,7 +18,9 @@ from fleet.models.baselines import FirmwareBaseline, FirmwareBaselineComponent
 from fleet.models.config_drives import ConfigDrive
 from fleet.models.idle_diagnostics import IdleDiagnosticRun, IdleDiagnosticStatus
 from fleet.models.images import Image
+from fleet.models.node_credentials import CredentialHolder, NodeCredential
 from fleet.models.nodes import GPU, AuditEvent, AuditOnlyEvent, Node, NodeState
+from fleet.models.power_actions import PowerAction, PowerActionKind, PowerActionState
 from fleet.models.rollouts import FirmwareRollout, FirmwareRolloutNode
 from fleet.models.topology import SWITCH_IN_TROUBLE, FabricDomain, FabricLevel, FabricSwitch, Pod, Rack
 
@@ -27,6 +31,7 @@ __all__ = [
     "AuditEvent",
     "AuditOnlyEvent",
     "ConfigDrive",
+    "CredentialHolder",
     "FabricDomain",
     "FabricLevel",
     "FabricSwitch",
@@ -39,7 +44,11 @@ __all__ = [
     "Image",
     "Node",
     "NodeAddress",
+    "NodeCredential",
     "NodeState",
     "Pod",
+    "PowerAction",
+    "PowerActionKind",
+    "PowerActionState",
     "Rack",
 ]

@@ -1,4 +1,6 @@
-"""The tenant's view of its node's hardware: the console log its BMC keeps."""
+"""The tenant's view of its node's hardware: the console log its BMC keeps, from the start of the
+tenancy on (the wipe clears it where the BMC can, and a BMC that cannot still keeps what the last
+tenant's OS printed)."""
 
 from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -7,6 +9,7 @@ from rest_framework import exceptions
 from rest_framework.views import APIView
 
 from core.error_schema import ERROR
+from fleet import selectors as fleet_selectors
 from reservations import services as reservation_services
 from reservations.api.views import IsTenant
 from workflows.clients import bmc_client
@@ -20,7 +23,8 @@ class BMCUnavailable(exceptions.APIException):
 
 
 class NodeConsoleView(APIView):
-    """The last lines of the node's console log (boot messages, cloud-init, the kernel), as text."""
+    """The last lines of the node's console log (boot messages, cloud-init, the kernel) since the
+    tenancy began, as text."""
 
     permission_classes = [IsTenant]
 
@@ -31,7 +35,7 @@ class NodeConsoleView(APIView):
             raise Http404
         bmc = bmc_client(node)
         try:
-            lines = bmc.console_log(CONSOLE_LINES)
+            lines = bmc.console_log(CONSOLE_LINES, since=fleet_selectors.tenancy_began(node_id=node.pk))
         except (BMCTransientError, BMCPermanentError) as error:
             raise BMCUnavailable(f"{node.name}'s BMC did not answer: {error}") from error
         finally:

@@ -46,7 +46,13 @@ from workflows.node_workflows.provisioning import (
     stop_idle_diagnostics,
 )
 from workflows.node_workflows.run import GoOnAt, NotYet, Run, StepFailed, Waiting
-from workflows.node_workflows.wiping import start_drive_erase, start_gpu_wipe, wait_for_drive_erase, wait_for_gpu_wipe
+from workflows.node_workflows.wiping import (
+    clear_console_log,
+    start_drive_erase,
+    start_gpu_wipe,
+    wait_for_drive_erase,
+    wait_for_gpu_wipe,
+)
 from workflows.redfish import BMCPermanentError, BMCTransientError
 
 log = logging.getLogger(__name__)
@@ -104,6 +110,7 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
             (StepName.WAIT_FOR_GPU_WIPE, wait_for_gpu_wipe),
             (StepName.START_DRIVE_ERASE, start_drive_erase),
             (StepName.WAIT_FOR_DRIVE_ERASE, wait_for_drive_erase),
+            (StepName.CLEAR_CONSOLE_LOG, clear_console_log),
             (StepName.EJECT_MEDIA, eject_media),
             (StepName.CLEAR_BOOT_OVERRIDE, clear_boot_override),
             (StepName.POWER_OFF, power_off),

@@ -1,68 +1,64 @@
 """Tenants' power actions on their nodes through the BMC, and the forced restart of a reboot the
-OS ignored.
-"""
+OS ignored: each a row of fleet.models.PowerAction that the worker takes before it calls the BMC,
+so a message sent twice does it once (fleet/services/power.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from django.conf import settings
-
 from fleet import services
-from fleet.lifecycle import State
-from fleet.models import Node
+from fleet.models import PowerActionKind, PowerActionState
 from workflows.clients import HARDWARE, Clients
-from workflows.redfish import RESET_FORCE_RESTART, RESET_GRACEFUL_RESTART, RESET_POWER_CYCLE
+from workflows.redfish import RESET_FORCE_RESTART, RESET_GRACEFUL_RESTART, RESET_POWER_CYCLE, RedfishError
 
-POWER_ACTOR = "system:power"
-
-
-def _still_serving(node_id: int, reservation_id: int) -> Node | None:
-    return Node.objects.filter(pk=node_id, state=State.ACTIVE, reservation_id=reservation_id).first()
+NOT_TAKEN = "taken by another worker, closed, or the reservation no longer holds the node"
 
 
-def power_action(
-    *,
-    node_id: int,
-    action: str,
-    reservation_id: int,
-    force_later: Callable[[int, int, str | None], None],
-    clients: Clients = HARDWARE,
-) -> str:
-    """Ask the BMC for the tenant's power action; for a reboot, have `force_later` check, after
-    the grace, that the system was reset, and force it if not. Nothing if the node moved on."""
-    node = _still_serving(node_id, reservation_id)
-    if node is None:
-        return "the node no longer serves the reservation"
-    bmc = clients.bmc(node)
+def power_action(*, power_action_id: int, clients: Clients = HARDWARE) -> str:
+    """Ask the BMC for the tenant's power action; a reboot is checked once its grace is over
+    (`force_restart_if_stuck`, sent by the reconciler). A BMC that refuses fails the action."""
+    power = services.take_power_action(power_action_id=power_action_id, waiting=PowerActionState.DUE)
+    if power is None:
+        return NOT_TAKEN
+    bmc = clients.bmc(power.node)
     try:
-        if action == "power-cycle":
+        if power.action == PowerActionKind.POWER_CYCLE:
             bmc.reset(RESET_POWER_CYCLE)
-            return "power cycled"
+            return services.finish_power_action(
+                power_action_id=power_action_id, state=PowerActionState.DONE, result="power cycled"
+            )
         before = bmc.last_reset_time()
         bmc.reset(RESET_GRACEFUL_RESTART)
+    except RedfishError as error:
+        return _failed(power_action_id, error)
     finally:
         bmc.close()
-    force_later(node_id, reservation_id, before)
+    services.restart_asked(power_action_id=power_action_id, reset_before=before or "")
     return "graceful restart asked"
 
 
-def force_restart_if_stuck(
-    *, node_id: int, reservation_id: int, reset_before: str | None, clients: Clients = HARDWARE
-) -> str:
+def force_restart_if_stuck(*, power_action_id: int, clients: Clients = HARDWARE) -> str:
     """The reboot's second half: a system whose BMC reports no reset since the graceful request is
     forced, and that is audited. A BMC that reports no LastResetTime cannot tell: nothing is forced."""
-    node = _still_serving(node_id, reservation_id)
-    if node is None:
-        return "the node no longer serves the reservation"
-    bmc = clients.bmc(node)
+    power = services.take_power_action(power_action_id=power_action_id, waiting=PowerActionState.RESTART_DUE)
+    if power is None:
+        return NOT_TAKEN
+    bmc = clients.bmc(power.node)
     try:
         reset_at = bmc.last_reset_time()
-        if reset_at is None or reset_at != reset_before:
-            return "restarted gracefully" if reset_at else "the BMC does not say when it last reset"
+        if reset_at is None or reset_at != power.reset_before:
+            why = "restarted gracefully" if reset_at else "the BMC does not say when it last reset"
+            return services.finish_power_action(
+                power_action_id=power_action_id, state=PowerActionState.DONE, result=why
+            )
         bmc.reset(RESET_FORCE_RESTART)
+    except RedfishError as error:
+        return _failed(power_action_id, error)
     finally:
         bmc.close()
-    grace = settings.TENANT_REBOOT_GRACE_SECONDS
-    services.audit_power_action(node, actor=POWER_ACTOR, reason=f"reboot forced: no restart within {grace:g}s")
+    services.restart_forced(power_action_id=power_action_id)
     return "forced"
+
+
+def _failed(power_action_id: int, error: RedfishError) -> str:
+    return services.finish_power_action(
+        power_action_id=power_action_id, state=PowerActionState.FAILED, result=f"the BMC did not do it: {error}"
+    )

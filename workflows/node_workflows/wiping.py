@@ -1,4 +1,5 @@
-"""The wipe's steps: the GPUs wiped by the agent, every drive securely erased by the BMC."""
+"""The wipe's steps: the GPUs wiped by the agent, every drive securely erased by the BMC, and
+the console log cleared where the BMC can."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.conf import settings
 
 from workflows.agent import AgentError
 from workflows.node_workflows.run import Run, StepFailed, handed_on
+from workflows.redfish import BMCPermanentError
 
 
 def start_gpu_wipe(run: Run) -> None:
@@ -45,6 +47,17 @@ def wait_for_drive_erase(run: Run) -> None:
 
     monitors = handed_on(run)["monitors"]
     wait_for_tasks(run, monitors, "the secure erase of every drive", settings.WIPE_TIMEOUT, erase_failed)
+
+
+def clear_console_log(run: Run) -> dict:
+    """Clear the console log (LogService.ClearLog) so that no later tenant reads what this one's
+    OS printed; the tenant's view of the log starts at its tenancy anyway (workflows/api/views.py),
+    so a BMC that cannot clear it, or refuses to, fails no wipe."""
+    try:
+        cleared = run.bmc.clear_console_log()
+    except BMCPermanentError as error:
+        return {"console_log": f"not cleared: {error}"}
+    return {"console_log": "cleared" if cleared else "the BMC offers no LogService.ClearLog for it"}
 
 
 def wait_for_tasks(
