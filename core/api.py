@@ -1,5 +1,5 @@
-"""What every API view shares: errors as JSON `{"detail": ...}` (a domain Conflict is a 409), a body
-size cap, strict input, pagination, and tenant authentication."""
+"""What every API view shares: errors as JSON `{"detail": ...}` (a domain Conflict is a 409, a lock
+or statement timeout a 503), a body size cap, strict input, pagination, and tenant authentication."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils import json
 
+from core import database_busy
 from core.errors import Conflict, FieldRefused, Forbidden, NotFound, TooMany
 from core.parsing import InvalidInput, check_text, parse_int
 
@@ -28,6 +29,15 @@ class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "request body too large"
     default_code = "payload_too_large"
+
+
+class DatabaseBusy(exceptions.APIException):
+    """503 with Retry-After (DRF sends `wait` as the header): core.database_busy."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = database_busy.DETAIL
+    default_code = "database_busy"
+    wait = database_busy.RETRY_AFTER_SECONDS
 
 
 class SizeLimitedJSONParser(JSONParser):
@@ -94,6 +104,8 @@ def api_exception_handler(error: Exception, context: dict[str, Any]) -> Response
         error.status_code = status.HTTP_409_CONFLICT
     elif isinstance(error, TooMany):
         error = exceptions.Throttled(detail=str(error))
+    elif database_busy.gave_up_waiting(error):
+        error = DatabaseBusy()
     response = exception_handler(error, context)
     if response is not None and isinstance(error, exceptions.ValidationError):
         response.data = {"detail": _first_error(response.data), "errors": response.data}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
+from core import database_busy
 from core.errors import Conflict, FieldRefused, Forbidden, NotFound, TooMany
 from core.parsing import InvalidInput, check_text
 
@@ -36,7 +37,8 @@ class DomainErrorsAsStatuses:
     """The pages' half of mapping the domain's errors (core/errors.py) to answers; the API's is
     core.api.api_exception_handler, since DRF answers its views' exceptions itself. A page that
     shows a refusal next to a form field catches it there; anything else a service refuses
-    gets its status here, with Django's own 404 and 403 pages, never a 500."""
+    gets its status here, with Django's own 404 and 403 pages, never a 500. A lock or statement
+    timeout is 503 `{"detail": ...}` with Retry-After, as on the API (core.database_busy)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -49,6 +51,12 @@ class DomainErrorsAsStatuses:
             raise Http404(str(error)) from error
         if isinstance(error, Forbidden):
             raise PermissionDenied(str(error)) from error
+        if database_busy.gave_up_waiting(error):
+            return JsonResponse(
+                {"detail": database_busy.DETAIL},
+                status=503,
+                headers={"Retry-After": str(database_busy.RETRY_AFTER_SECONDS)},
+            )
         for kind, status in ((FieldRefused, 400), (Conflict, 409), (TooMany, 429)):
             if isinstance(error, kind):
                 return HttpResponse(str(error), status=status, content_type="text/plain; charset=utf-8")

@@ -14,6 +14,7 @@ from django.http import HttpResponse
 from rest_framework.authtoken.models import Token, TokenProxy
 
 from core import clock
+from core.admin_inlines import PaginatedInline
 from core.admin_permissions import has_permission
 from reservations import selectors, services, usage
 from reservations.models import (
@@ -28,8 +29,7 @@ from reservations.models import (
 )
 
 
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
+class ReadOnlyInline(PaginatedInline):
     can_delete = False
 
     def has_add_permission(self, request, obj=None):
@@ -49,6 +49,7 @@ class ReservationEventInline(ReadOnlyInline):
     model = ReservationEvent
     fields = ("at", "event", "actor", "detail")
     readonly_fields = fields
+    ordering = ["-at", "-id"]  # the newest page first
 
 
 class SSHKeyInline(ReadOnlyInline):

@@ -13,10 +13,11 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.http import urlencode
 from django.views import View
 
 from console.pages import figures, forms, selectors, tiles
-from console.pages.disclosure import EVERYTHING, PublicDisclosure
+from console.pages.viewers import DisclosedPage
 from core.errors import Conflict, FieldRefused, Forbidden
 from core.parsing import InvalidInput, parse_int
 from fleet.api.filtersets import NodeFilterSet
@@ -26,14 +27,11 @@ from reservations.models import Reservation, Tenant
 from reservations.placement import PlacementRefused
 
 
-class ReadOnlyPage(View):
-    http_method_names = ["get", "head", "options"]
-    # True where the public listener's URLconf routes to the page: it then names no one.
-    public_listener = False
+class ReadOnlyPage(DisclosedPage, View):
+    """A page of the fleet, as console/pages/viewers.py lets its viewer see it: on the private
+    listener an anonymous browser is sent to the login page; on the public one it names no one."""
 
-    def setup(self, request, *args, **kwargs):
-        super().setup(request, *args, **kwargs)
-        self.disclosure = PublicDisclosure() if self.public_listener else EVERYTHING
+    http_method_names = ["get", "head", "options"]
 
 
 def _page_or_fragment(request, page: str, fragment: str, context: dict):
@@ -136,7 +134,9 @@ class TenantPage(LoginRequiredMixin, View):
         `reserve_form`, or `changing`, (reservation id, form's name, form) of one row."""
         context: dict[str, Any] = {"tenant": self.tenant, "reservations": []}
         if self.tenant is not None:
-            context |= selectors.tenant_page(self.tenant)
+            context |= selectors.tenant_page(self.tenant, page=self.request.GET.get("page"))
+            # The row forms post back with the page they are on, and come back to it.
+            context["page_query"] = _page_query(context["reservations_page"].number)
             context["reserve_form"] = (
                 reserve_form if reserve_form is not None else forms.ReserveForm(tenant=self.tenant)
             )
@@ -161,8 +161,13 @@ def _node_count_form(reservation: Reservation, data=None) -> forms.NodeCountForm
     return forms.NodeCountForm(data, initial=initial, auto_id=f"r{reservation.pk}-nodes-%s")
 
 
-def _row(reservation_id: int) -> str:
-    return f"{reverse('my-reservations')}#reservation-{reservation_id}"
+def _page_query(number: int | str | None) -> str:
+    """The query that names a page of the tenant's reservations; none for the first."""
+    return f"?{urlencode({'page': number})}" if number and str(number) != "1" else ""
+
+
+def _row(reservation_id: int, page: str | None = None) -> str:
+    return f"{reverse('my-reservations')}{_page_query(page)}#reservation-{reservation_id}"
 
 
 def _when(moment) -> str:
@@ -242,7 +247,7 @@ class ChangeReservationView(TenantPage):
             messages.success(
                 request, f"Reservation {changed.pk}: {changed.node_count} node(s) until {ends}, {changed.state}."
             )
-            return redirect(_row(pk))
+            return redirect(_row(pk, request.GET.get("page")))
         return self.page(status=status, changing=(pk, self.form_name, form))
 
 
@@ -271,7 +276,7 @@ class ReleaseReservationView(TenantPage):
             reservation_id=reservation.pk, actor=self.actor, reason="released by tenant"
         )
         messages.success(request, f"Reservation {released.pk} is {released.state}.")
-        return redirect(_row(pk))
+        return redirect(_row(pk, request.GET.get("page")))
 
 
 class RedeliverWebhookView(TenantPage):

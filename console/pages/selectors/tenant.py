@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.core.paginator import Page, Paginator
 from django.db.models import Prefetch
 
 from core import clock
@@ -15,16 +16,23 @@ from reservations.usage import KINDS as USAGE_KINDS
 from reservations.usage import calendar_month
 
 RECENT_DELIVERIES = 10  # per webhook, on the tenant's page
+RESERVATIONS_PER_PAGE = 25  # on the tenant's page, newest first: a tenant's history only grows
 
 
 def tenant_of(user) -> Tenant | None:
     return Tenant.objects.filter(user=user).first() if user.is_authenticated else None
 
 
-def tenant_reservations(tenant: Tenant) -> list[dict]:
-    """The tenant's reservations, newest first, each with the nodes it holds and their states,
+def reservations_page(tenant: Tenant, number: str | None) -> Page:
+    """One page of the tenant's reservations, newest first; a `number` that names no page gives
+    the first (or, past the end, the last)."""
+    reservations = Reservation.objects.filter(tenant=tenant).select_related("pod").order_by("-created_at", "-id")
+    return Paginator(reservations, RESERVATIONS_PER_PAGE).get_page(number)
+
+
+def tenant_reservations(reservations: list[Reservation]) -> list[dict]:
+    """The reservations (one page of the tenant's), each with the nodes it holds and their states,
     the machines serving it (address, SSH port, host key), and whether it can still change."""
-    reservations = list(Reservation.objects.filter(tenant=tenant).select_related("pod").order_by("-created_at", "-id"))
     held = reservation_nodes(reservations)
     machines = reservation_machines(reservations)
     states = dict(
@@ -41,11 +49,14 @@ def tenant_reservations(tenant: Tenant) -> list[dict]:
     ]
 
 
-def tenant_page(tenant: Tenant, *, now: datetime | None = None) -> dict:
-    """Everything the tenant's page shows besides its forms, as of `now` (None: core.clock's, read once)."""
+def tenant_page(tenant: Tenant, *, now: datetime | None = None, page: str | None = None) -> dict:
+    """Everything the tenant's page shows besides its forms, as of `now` (None: core.clock's, read
+    once), with the `page` of its reservations asked for."""
     now = now or clock.now()
+    shown = reservations_page(tenant, page)
     return {
-        "reservations": tenant_reservations(tenant),
+        "reservations": tenant_reservations(list(shown)),
+        "reservations_page": shown,
         "capacity": capacity_by_pod(now=now),
         "quota": quota_of(tenant, now=now),
         "webhooks": tenant_webhooks(tenant),

@@ -79,15 +79,6 @@ def errors_of(text: str, field_id: str) -> str:
 
 
 @pytest.fixture
-def alice_client(alice, django_user_model):
-    alice.user = django_user_model.objects.create_user("alice", password="alice-password-1")
-    alice.save()
-    client = Client()
-    client.force_login(alice.user)
-    return client
-
-
-@pytest.fixture
 def catalogue(db):
     Image.objects.create(name="ubuntu-24-04", os="ubuntu-24.04", url="http://img/u.iso", sha256="ab" * 32, default=True)
     return Image.objects.create(name="rocky-9", os="rocky-9", url="http://img/r.iso", sha256="cd" * 32)
