@@ -24,11 +24,13 @@ setup: prerequisites $(VENV)/.installed
 database: setup
 	$(PY) manage.py ensure_database
 	$(PY) manage.py migrate --no-input
+	$(PY) manage.py grant_public_role && mkdir -p var && $(PY) manage.py export_signing_keys var/public-jwks.json
 	$(PY) manage.py collectstatic --no-input -v0
 
 # The whole system on this machine: bmcsim's fleet enrolled, then every Procfile process.
 demo: database
 	mkdir -p var
+	$(PY) manage.py ensure_metrics_ca var/metrics-ca
 	@echo "== starting bmcsim once to enrol its fleet, trust its vendors, list its images and set the firmware baseline to its newest releases (its state persists in var/bmcsim)"
 	$(PY) -m bmcsim > var/bmcsim-seed.log 2>&1 & pid=$$!; \
 	  $(PY) manage.py seed_fleet --wait 60 \
@@ -42,6 +44,7 @@ demo: database
 	  status=$$?; kill $$pid; wait $$pid; exit $$status
 	$(PY) manage.py ensure_operator
 	umask 077 && DJANGO_SETTINGS_MODULE=gpufleet.settings $(PY) -c 'from django.conf import settings; print(settings.GPUFLEET_WEBHOOK_TOKEN)' > var/webhook-token
+	umask 077 && DJANGO_SETTINGS_MODULE=gpufleet.settings $(PY) -c 'from django.conf import settings; print(settings.GPUFLEET_PROMETHEUS_TOKEN)' > var/prometheus-token
 	$(PY) manage.py create_tenant acme | tail -n 1 > var/acme.token
 	@echo "== gpu-fleet: http://127.0.0.1:8000/admin/ (admin/admin), http://127.0.0.1:8000/healthz"
 	@echo "== bmcsim http://127.0.0.1:8100, Prometheus http://127.0.0.1:9090, Alertmanager http://127.0.0.1:9093"

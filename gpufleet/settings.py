@@ -1,31 +1,13 @@
 """Settings for gpu-fleet, read from the environment; every variable has a working default."""
 
 from datetime import timedelta
-from pathlib import Path
-
-import dj_database_url
 
 from gpufleet import environment
+from gpufleet.settings_shared import *  # noqa: F403
+from gpufleet.settings_shared import BASE_DIR, database
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-DEBUG = environment.boolean("GPUFLEET_DEBUG", False)
 # A development key keeps `make demo` working out of the box; production sets SECRET_KEY.
 SECRET_KEY = environment.text("SECRET_KEY", "django-insecure-gpufleet-development-key-set-SECRET_KEY-in-production")
-ALLOWED_HOSTS = environment.names("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
-
-# Production serves over TLS (terminated at a proxy that sets X-Forwarded-Proto):
-# GPUFLEET_HTTPS=1 turns on what `manage.py check --deploy` asks for.
-if environment.boolean("GPUFLEET_HTTPS", False):
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_SSL_REDIRECT = True
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes speak plain HTTP inside the cluster
-    SECURE_HSTS_SECONDS = environment.integer("GPUFLEET_HSTS_SECONDS", 31536000, minimum=0)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = True
-    SESSION_COOKIE_SECURE = True
-    CSRF_COOKIE_SECURE = True
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -89,28 +71,7 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": dj_database_url.parse(
-        environment.text("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpufleet"),
-        conn_max_age=60,
-        conn_health_checks=True,
-    )
-}
-DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = environment.integer(
-    "DATABASE_CONNECT_TIMEOUT", 5, minimum=1
-)
-# Every connection gives up on a statement, a lock wait and an idle open transaction after these
-# (0 turns one off): one stuck lock must not stop the reconcilers' single process for ever.
-DB_STATEMENT_TIMEOUT_MS = environment.integer("GPUFLEET_DB_STATEMENT_TIMEOUT_MS", 30_000, minimum=0)
-DB_LOCK_TIMEOUT_MS = environment.integer("GPUFLEET_DB_LOCK_TIMEOUT_MS", 10_000, minimum=0)
-DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = environment.integer(
-    "GPUFLEET_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 60_000, minimum=0
-)
-DATABASES["default"]["OPTIONS"]["options"] = (
-    f"-c statement_timeout={DB_STATEMENT_TIMEOUT_MS} -c lock_timeout={DB_LOCK_TIMEOUT_MS}"
-    f" -c idle_in_transaction_session_timeout={DB_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
-)
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+DATABASES = {"default": database(environment.text("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpufleet"))}
 
 REDIS_URL = environment.text("REDIS_URL", "redis://127.0.0.1:6379/0")
 BMCSIM_URL = environment.text("BMCSIM_URL", "http://127.0.0.1:8100")
@@ -133,23 +94,14 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # Its start-up banner and per-attempt INFO lines in every process; failures are still logged.
 AXES_VERBOSE = False
+# Behind TLS proxies (deploy/README.md, "Behind a TLS proxy") every request comes from a proxy's
+# address: GPUFLEET_TRUSTED_PROXY_COUNT says how many stand in front, each appending the address it
+# was reached from to X-Forwarded-For, and attempts are keyed on the address the outermost one saw
+# (gpufleet/client_address.py). 0, the default: the connection's own address, the header ignored.
+TRUSTED_PROXY_COUNT = environment.integer("GPUFLEET_TRUSTED_PROXY_COUNT", 0, minimum=0)
+AXES_CLIENT_IP_CALLABLE = "gpufleet.client_address.client_address"
 DEMO_OPERATOR_PASSWORD = "admin"
 
-LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
-USE_I18N = False
-USE_TZ = True
-
-STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static"]
-# whitenoise serves static files from both listeners; from the apps' folders too until
-# collectstatic has run, so a fresh checkout works without a build step.
-STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
-}
-WHITENOISE_USE_FINDERS = True
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/my/reservations"
 
@@ -173,27 +125,7 @@ REST_FRAMEWORK = {
         "tenant_writes": environment.rate("GPUFLEET_API_WRITE_RATE", "120/min"),
     },
 }
-SPECTACULAR_SETTINGS = {
-    "TITLE": "gpu-fleet API",
-    "DESCRIPTION": "Reserve bare-metal GPU nodes by fabric topology; read the fleet, attestations and remediations.",
-    "VERSION": "1",
-    "SERVE_INCLUDE_SCHEMA": False,
-    # Swagger UI and Redoc from local static files: no CDN on operators' control networks.
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    # One name for the webhook event types, wherever a serializer lists them.
-    "ENUM_NAME_OVERRIDES": {"WebhookEventEnum": "reservations.models.WebhookEvent"},
-}
-API_MAX_BODY_BYTES = environment.integer("GPUFLEET_API_MAX_BODY_BYTES", 256 * 1024, minimum=1)
 
-# Reservations (reservations/periods.py): how far ahead one may start and how long it may last;
-# one that starts now without ends_at lasts the maximum, unless released before.
-BOOKING_HORIZON_DAYS = environment.number("GPUFLEET_BOOKING_HORIZON_DAYS", 90, positive=True)
-MAX_RESERVATION_DAYS = environment.number("GPUFLEET_MAX_RESERVATION_DAYS", 30, positive=True)
-# GET /v1/capacity is kept per process until the fleet changes, but "free now" also moves with the
-# clock alone (a hold starts or ends): a kept answer is computed again once this old.
-CAPACITY_MAX_AGE_SECONDS = environment.number("GPUFLEET_CAPACITY_MAX_AGE_SECONDS", 5)
 # Django's cache in Redis, shared by every web process: the API's per-tenant throttles count
 # there. Short socket timeouts: with Redis down a request waits a moment, then is let through.
 CACHES = {
@@ -240,8 +172,13 @@ CELERY_TASK_ROUTES = {
     "workflows.tasks.reconcile_nodes": {"queue": "reconcile"},
     "workflows.tasks.reconcile_reservations": {"queue": "reconcile"},
     "workflows.tasks.reconcile_remediations": {"queue": "reconcile"},
+    "workflows.tasks.reconcile_power_actions": {"queue": "reconcile"},
     "workflows.tasks.reconcile_idle_diagnostics": {"queue": "reconcile"},
     "workflows.tasks.advance_firmware_rollouts": {"queue": "reconcile"},
+    # Tenants' receivers answer as slowly as they like (up to OUTBOUND_DEADLINE_SECONDS a send):
+    # their deliveries have a queue and a worker pool of their own (the Procfile's `webhooks`), so
+    # they never hold a worker that provisions, wipes or repairs nodes.
+    "workflows.tasks.deliver_webhooks": {"queue": "webhooks"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reconcile-nodes": {
@@ -256,6 +193,11 @@ CELERY_BEAT_SCHEDULE = {
     },
     "reconcile-remediations": {
         "task": "workflows.tasks.reconcile_remediations",
+        "schedule": RECONCILE_SECONDS,
+        "options": {"expires": RECONCILE_SECONDS},
+    },
+    "reconcile-power-actions": {
+        "task": "workflows.tasks.reconcile_power_actions",
         "schedule": RECONCILE_SECONDS,
         "options": {"expires": RECONCILE_SECONDS},
     },
@@ -288,18 +230,24 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": FABRIC_POLL_SECONDS,
         "options": {"expires": WORKER_SWEEP_EXPIRES},
     },
+    # On the workers' queue: a long backlog of old rows must not hold the reconcilers (RETAIN_*).
+    "delete-old-rows": {
+        "task": "workflows.tasks.delete_old_rows",
+        "schedule": 3600,
+        "options": {"expires": 3600},
+    },
 }
 
 # How long a worker's claim on a node lasts without a heartbeat.
 LEASE_SECONDS = environment.number("GPUFLEET_LEASE_SECONDS", 60, positive=True)
 
-# Remediation: Alertmanager authenticates with this bearer token (its config reads it from a
-# file); the nodes automatic remediation acts on (any rung) are capped per window, fleet-wide and per pod.
+# Remediation: Alertmanager authenticates with this bearer token (its config reads it from a file).
 DEVELOPMENT_WEBHOOK_TOKEN = "gpufleet-development-webhook-token"
 GPUFLEET_WEBHOOK_TOKEN = environment.text("GPUFLEET_WEBHOOK_TOKEN", DEVELOPMENT_WEBHOOK_TOKEN)
-REMEDIATION_CAP = environment.integer("GPUFLEET_REMEDIATION_CAP", 5, minimum=0)
-REMEDIATION_POD_CAP = environment.integer("GPUFLEET_REMEDIATION_POD_CAP", 3, minimum=0)
-REMEDIATION_WINDOW_SECONDS = environment.number("GPUFLEET_REMEDIATION_WINDOW_SECONDS", 600, positive=True)
+# Prometheus sends this bearer token (its config reads it from a file) to read the scrape targets
+# (/v1/prometheus/targets), /metrics and /metrics/fleet; it opens nothing else.
+DEVELOPMENT_PROMETHEUS_TOKEN = "gpufleet-development-prometheus-token"
+GPUFLEET_PROMETHEUS_TOKEN = environment.text("GPUFLEET_PROMETHEUS_TOKEN", DEVELOPMENT_PROMETHEUS_TOKEN)
 # A repair's message lost (with Redis, or expired in a backlog) is sent again after this.
 REMEDIATION_RECHECK_SECONDS = environment.number("GPUFLEET_REMEDIATION_RECHECK_SECONDS", 30, positive=True)
 # How often a GPU reset under way is looked at, and how long it may take before it counts as failed.
@@ -346,6 +294,9 @@ OUTBOUND_MAX_BODY_BYTES = environment.integer("GPUFLEET_OUTBOUND_MAX_BODY_BYTES"
 # OS can write, reports of a broken node) that the tenant may spend in the cap's window: they never
 # spend the fleet-wide or per-pod cap that protects other tenants.
 TENANT_FAULT_BUDGET = environment.integer("GPUFLEET_TENANT_FAULT_BUDGET", 3, minimum=0)
+# XID reports a node's agent may send (POST /v1/agents/{node}/xids), per node: over it, 429 with
+# Retry-After, which the agent waits out and retries (an honest agent sends one report at a time).
+AGENT_XID_REPORT_RATE = environment.rate("GPUFLEET_AGENT_XID_REPORT_RATE", "60/min")
 # Before a reservation's end, its tenant is told this many minutes ahead (reservation.ending).
 # A worker that claimed a tenant's webhook delivery and died: how long until another sends it.
 WEBHOOK_SEND_LEASE_SECONDS = environment.number("GPUFLEET_WEBHOOK_SEND_LEASE_SECONDS", 60, positive=True)
@@ -392,13 +343,49 @@ BMC_NETWORKS = environment.networks(
     "GPUFLEET_BMC_NETWORKS", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
 )
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {
-        "handlers": ["console"],
-        "level": environment.choice("GPUFLEET_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
-    },
+# Retention (workflows/retention.py): every hour a sweep on the workers' queue deletes, a thousand
+# rows per transaction, the rows of the tables that only grow once they are older than these many
+# days: webhook deliveries sent or given up, remediations with their incident timelines (at least
+# 30 days: the remediations page's figures look back that far), attestation results, ended idle
+# diagnostics runs, and django-axes' login attempts and logs. What is still in use stays whatever
+# its age (a pending delivery, a repair still climbing or counted by the cap, each node's latest
+# attestation result, a lockout cooling off); expired sessions go at once. The append-only audit
+# tables (fleet's audit events, the reservations' history) keep everything: docs/architecture.md.
+RETAIN_WEBHOOK_DELIVERIES_DAYS = environment.integer("GPUFLEET_RETAIN_WEBHOOK_DELIVERIES_DAYS", 30, minimum=1)
+RETAIN_REMEDIATIONS_DAYS = environment.integer("GPUFLEET_RETAIN_REMEDIATIONS_DAYS", 365, minimum=30)
+RETAIN_ATTESTATION_RESULTS_DAYS = environment.integer("GPUFLEET_RETAIN_ATTESTATION_RESULTS_DAYS", 90, minimum=1)
+RETAIN_IDLE_DIAGNOSTIC_RUNS_DAYS = environment.integer("GPUFLEET_RETAIN_IDLE_DIAGNOSTIC_RUNS_DAYS", 30, minimum=1)
+RETAIN_POWER_ACTIONS_DAYS = environment.integer("GPUFLEET_RETAIN_POWER_ACTIONS_DAYS", 30, minimum=1)
+RETAIN_NODE_CREDENTIALS_DAYS = environment.integer("GPUFLEET_RETAIN_NODE_CREDENTIALS_DAYS", 30, minimum=1)
+RETAIN_LOGIN_ATTEMPTS_DAYS = environment.integer("GPUFLEET_RETAIN_LOGIN_ATTEMPTS_DAYS", 90, minimum=1)
+
+# Every task is stopped when it runs past its time: at the soft limit SoftTimeLimitExceeded is
+# raised in it (what it had claimed in the database comes due again when its lease runs out), and
+# the hard limit kills its process. The default is for tasks that only touch the database; those
+# that call out are sized from the calls they make. The beat process's solo pool enforces none:
+# its reconcilers are database sweeps in bounded batches, under the database's statement timeout.
+# (Here, after the settings that size them.)
+CELERY_TASK_SOFT_TIME_LIMIT = 60
+CELERY_TASK_TIME_LIMIT = 90
+
+
+def _time_limits(soft: float) -> dict[str, float]:
+    return {"soft_time_limit": soft, "time_limit": soft + 30}
+
+
+# A node's workflow run waits at most WORKFLOW_HOLD_SECONDS, then parks the node; a few BMC and
+# agent calls, each retried, come on top. A batch of webhook deliveries sends until the limit
+# stops it; the delivery it was sending is sent again once its lease runs out.
+_NODE_WORK = _time_limits(max(300.0, WORKFLOW_HOLD_SECONDS + 20 * BMC_TIMEOUT))
+CELERY_TASK_ANNOTATIONS = {
+    "workflows.tasks.run_workflow": _NODE_WORK,
+    "workflows.tasks.power_action": _NODE_WORK,
+    "workflows.tasks.force_restart_if_stuck": _NODE_WORK,
+    "workflows.tasks.repair_gpu": _NODE_WORK,
+    "workflows.tasks.look_at_idle_diagnostics": _NODE_WORK,
+    "workflows.tasks.read_bmc_event_logs": _NODE_WORK,
+    "workflows.tasks.read_fabric_health": _NODE_WORK,
+    "workflows.tasks.deliver_webhooks": _time_limits(max(120.0, 4 * OUTBOUND_DEADLINE_SECONDS)),
+    # Its batches commit one by one: a sweep stopped at its limit has lost nothing, the next goes on.
+    "workflows.tasks.delete_old_rows": _time_limits(600.0),
 }

@@ -10,8 +10,12 @@ service within the cap's window (a new incident, which the blast-radius cap coun
 driver kills and restarts, every kind once in a random order and then at random, at least every
 40 s: a worker (SIGKILL), beat, the web server, bmcsim, Redis, or stalls a worker with SIGSTOP
 past its lease before it resumes. After each kill a probe
-reservation measures the time until the system provisions a node again. At the end the fleet
-settles and `check_invariants` runs.
+reservation measures the time until the system provisions a node again. Beside them a hostile
+tenant misbehaves throughout: ten webhooks whose receivers drip their answers a byte every 2 s,
+and a flood of faults its own nodes say of themselves (XIDs its agents report, reports of a
+broken node through the API). The honest tenants' reservations are timed from request to
+active, and the node workers' logs must show no webhook delivery: those have a pool of their
+own. At the end the fleet settles and `check_invariants` runs.
 
 Prints a table: operations, faults, nodes struck again, kills, violations (must be 0),
 reservations lost (must be 0), recovery time per kill. Exit status 1 on any violation or lost reservation.
@@ -26,6 +30,7 @@ import os
 import random
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -66,12 +71,16 @@ from remediation.models import Remediation  # noqa: E402
 from reservations.models import Reservation, ReservationState  # noqa: E402
 from tests.support.bmcsim import Bmcsim, start_bmcsim  # noqa: E402
 from tests.support.factories import tenant_token  # noqa: E402
+from tests.support.hostile_servers import Dripping, running  # noqa: E402
 from tests.support.processes import Process, RedisServer, wait_for  # noqa: E402
 from tests.support.stack import ControlPlane, Monitoring  # noqa: E402
 from tests.support.table import print_table  # noqa: E402
 
 NODES = 50
 TENANTS = ["soak-a", "soak-b", "soak-c"]
+HOSTILE = "soak-hostile"
+DRIPPING_WEBHOOKS = 10
+NODE_WORKERS = ["w1", "w2"]
 KILLS = ["worker", "beat", "web", "bmcsim", "redis", "stall"]
 TRANSITIONAL = [lifecycle.State.INSPECTING, lifecycle.State.WIPING, lifecycle.State.PROVISIONING]
 # What a reservation the API accepted may be once the fleet has settled; anything else is lost.
@@ -102,10 +111,13 @@ class Stack:
             scratch,
             self.bmcsim_url,
             self.redis,
+            web_port=self.web_port,
             SIM_TIME_SCALE="0",
             GPUFLEET_LEASE_SECONDS=str(LEASE_SECONDS),
             GPUFLEET_WIPE_TIMEOUT="10",
             GPUFLEET_LOG_LEVEL="WARNING",
+            GPUFLEET_WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",  # the hostile tenant's receivers
+            GPUFLEET_OUTBOUND_DEADLINE_SECONDS="3",
         )
         self.bmcsim: Bmcsim | None = None
 
@@ -116,8 +128,10 @@ class Stack:
             self.plane.start_web(port=self.web_port)
         elif name == "beat":
             self.plane.start_beat()
+        elif name == "hooks":
+            self.plane.start_worker(name, queues="webhooks")
         else:
-            self.plane.start_worker(name)
+            self.plane.start_worker(name, queues="celery")
 
     def process(self, name: str) -> Process:
         assert self.bmcsim is not None, "bmcsim runs throughout the soak"
@@ -157,6 +171,8 @@ class Soak:
         self.kills: list[tuple[str, float | None]] = []
         self.returned: dict[str, float] = {}  # the nodes the operator returned, and when
         self.struck_again: list[str] = []
+        self.asked_at: dict[int, float] = {}  # honest reservations for now not yet active, and when asked
+        self.to_active: list[float] = []  # seconds from request to active of the honest ones
 
     # -- tenants -------------------------------------------------------------------------------
 
@@ -176,6 +192,8 @@ class Soak:
         if answer.status_code == 201:
             self.accepted.add(answer.json()["id"])
             self.operations["reservations accepted"] += 1
+            if tenant != HOSTILE and "starts_at" not in body:
+                self.asked_at[answer.json()["id"]] = time.monotonic()
             return answer.json()["id"]
         self.operations[f"reservations refused ({answer.status_code})"] += 1
         return None
@@ -193,6 +211,41 @@ class Soak:
             starts = datetime.now(UTC) + timedelta(seconds=self.rng.randint(5, 30))
             body.update(starts_at=starts.isoformat(), ends_at=(starts + timedelta(minutes=10)).isoformat())
         self.reserve(tenant, body)
+
+    def note_active(self) -> None:
+        """Time the honest reservations that went active since the last look."""
+        active = Reservation.objects.filter(pk__in=self.asked_at, state=ReservationState.ACTIVE)
+        for pk in active.values_list("pk", flat=True):
+            self.to_active.append(time.monotonic() - self.asked_at.pop(pk))
+
+    # -- the hostile tenant --------------------------------------------------------------------
+
+    def register_dripping_webhooks(self, receivers: list[Dripping]) -> None:
+        for receiver in receivers:
+            made = self.api(HOSTILE, "POST", "/v1/webhooks", json={"url": f"{receiver.url}/hooks"})
+            if made is None or made.status_code != 201:
+                raise SystemExit(f"the hostile tenant's webhook was refused: {made and made.text[:300]}")
+
+    def misbehave(self) -> None:
+        """The hostile tenant's move: hold a node or two (its reservations' events go to its dripping
+        receivers), and have its own nodes say they are broken, through their agents and the API."""
+        held = list(
+            Node.objects.filter(reservation__tenant__name=HOSTILE, state="active").values_list("name", "reservation_id")
+        )
+        if len(held) < 2 or self.rng.random() < 0.2:
+            self.reserve(HOSTILE, {"node_count": 1})
+        if not held:
+            return
+        node, reservation = self.rng.choice(held)
+        if self.rng.random() < 0.5:
+            if self.fault({"node": node, "kind": "xid", "gpu": self.rng.randrange(8), "xid": 79}):
+                self.operations["hostile: XIDs its own agents reported"] += 1
+            return
+        answer = self.api(
+            HOSTILE, "POST", f"/v1/reservations/{reservation}/nodes/{node}/report", json={"description": "broken?"}
+        )
+        if answer is not None:
+            self.operations[f"hostile: reports of its own nodes ({answer.status_code})"] += 1
 
     def release_one(self, tenant: str) -> bool:
         live = list(
@@ -314,6 +367,8 @@ class Soak:
         next_fault = started + 2
         while time.monotonic() - started < duration or len(self.kills) < len(KILLS):
             self.churn_tenant()
+            self.misbehave()
+            self.note_active()
             if time.monotonic() >= next_fault:
                 self.inject_fault()
                 next_fault = time.monotonic() + self.rng.uniform(2, 8)
@@ -369,14 +424,22 @@ def main() -> None:
         call_command("seed_fleet", "--bmcsim-url", stack.bmcsim_url, stdout=StringIO())
         stack.plane.configure_attestation()
         tokens = {name: tenant_token(name) for name in TENANTS}
-        for name in ("web", "w1", "w2", "beat"):
+        tokens[HOSTILE] = tenant_token(HOSTILE)
+        for name in ("web", *NODE_WORKERS, "hooks", "beat"):
             stack.start(name)
         stack.plane.monitoring = Monitoring(scratch, stack.web_url)
         wait_for("the fleet inspected", lambda: Node.objects.filter(state="available").count() >= NODES - 2, 180, 1)
 
         soak = Soak(stack, tokens, args.seed)
-        print(f"soak: {args.duration:g} s of churn, faults and kills ...", file=sys.stderr)
-        soak.run(args.duration)
+        with contextlib.ExitStack() as receivers:
+            dripping = [
+                receivers.enter_context(running(Dripping(interval=2.0, give_up_after=30)))
+                for _ in range(DRIPPING_WEBHOOKS)
+            ]
+            soak.register_dripping_webhooks(dripping)
+            print(f"soak: {args.duration:g} s of churn, faults, kills and a hostile tenant ...", file=sys.stderr)
+            soak.run(args.duration)
+            dripped_to = sum(receiver.connections for receiver in dripping)
         print("soak: settling ...", file=sys.stderr)
         settle_seconds = soak.settle(args.settle_timeout)
         connection.close()
@@ -393,6 +456,11 @@ def main() -> None:
         discarded = AuditEvent.objects.filter(event="result_discarded").count()
         incidents = Remediation.objects.filter(counted_from__isnull=False).count()
         suppressed = Remediation.objects.filter(status="suppressed").count()
+        over_budget = Remediation.objects.filter(status="suppressed", reason__contains="tenant_fault_budget").count()
+        # Webhook deliveries run in the hooks pool alone: a node worker that ran one could be held by it.
+        deliveries_on_node_workers = sum(
+            stack.plane.workers[name].output().count("workflows.tasks.deliver_webhooks[") for name in NODE_WORKERS
+        )
     finally:
         stack.stop()
 
@@ -403,7 +471,14 @@ def main() -> None:
         ("nodes struck again after their return", len(soak.struck_again)),
         ("quarantines by cause", ", ".join(f"{event} {n}" for event, n in sorted(quarantines.items())) or "none"),
         ("automatic remediations let act by the cap (incidents)", incidents),
-        ("alerts suppressed by the cap", suppressed),
+        ("alerts suppressed (the cap, or a tenant's own budget)", suppressed),
+        ("  of them self-reported past the tenant's budget", over_budget),
+        ("hostile: connections to its dripping receivers", dripped_to),
+        ("webhook deliveries run by node workers", f"{deliveries_on_node_workers}  (must be 0)"),
+        (
+            "honest reservations, s from request to active: p50 / max",
+            f"{statistics.median(soak.to_active):.1f} / {max(soak.to_active):.1f}" if soak.to_active else "none",
+        ),
         ("late results discarded by fencing", discarded),
         ("kills and stalls", len(soak.kills)),
         *(
@@ -415,7 +490,7 @@ def main() -> None:
         ("reservations lost", f"{len(lost)}  (must be 0)"),
     ]
     print_table(rows)
-    if violations or lost or any(s is None for _, s in soak.kills):
+    if violations or lost or deliveries_on_node_workers or any(s is None for _, s in soak.kills):
         print(report.getvalue(), *lost, sep="\n", file=sys.stderr)
         raise SystemExit(f"soak failed: its database {SOAK_DB} and logs in {scratch} are kept")
     connection.close()

@@ -14,7 +14,16 @@ from fleet.selectors import nodes_owing_work
 from remediation import services as remediation_services
 from reservations import services as reservation_services
 from reservations.selectors import live_allocations
-from workflows import bmc_event_logs, fabric_health, idle_diagnostics, node_workflows, repairs, triggers, webhooks
+from workflows import (
+    bmc_event_logs,
+    fabric_health,
+    idle_diagnostics,
+    node_workflows,
+    repairs,
+    retention,
+    triggers,
+    webhooks,
+)
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -51,25 +60,32 @@ def reconcile_nodes(limit: int = 500) -> dict:
 
 
 @shared_task(ignore_result=True)
-def power_action(node_id: int, action: str, reservation_id: int) -> str:
-    """A tenant's reboot (graceful; forced after TENANT_REBOOT_GRACE_SECONDS if the OS did not
-    restart) or power cycle, while the node still serves the reservation that asked."""
-    return node_workflows.power_action(
-        node_id=node_id, action=action, reservation_id=reservation_id, force_later=_force_if_stuck
-    )
+def power_action(power_action_id: int) -> str:
+    """A tenant's reboot (graceful; checked after TENANT_REBOOT_GRACE_SECONDS and forced if the OS
+    did not restart) or power cycle, once, while the reservation that asked still holds the node."""
+    return node_workflows.power_action(power_action_id=power_action_id)
 
 
 @shared_task(ignore_result=True)
-def force_restart_if_stuck(node_id: int, reservation_id: int, reset_before: str | None) -> str:
-    return node_workflows.force_restart_if_stuck(
-        node_id=node_id, reservation_id=reservation_id, reset_before=reset_before
-    )
+def force_restart_if_stuck(power_action_id: int) -> str:
+    return node_workflows.force_restart_if_stuck(power_action_id=power_action_id)
 
 
-def _force_if_stuck(node_id: int, reservation_id: int, reset_before: str | None) -> None:
-    force_restart_if_stuck.apply_async(
-        args=(node_id, reservation_id, reset_before), countdown=settings.TENANT_REBOOT_GRACE_SECONDS
-    )
+def send_power_action(power_action_id: int) -> None:
+    """A message for the worker to carry out the action; the reconciler sends another if it is lost."""
+    power_action.apply_async(args=(power_action_id,), expires=settings.WORKER_SWEEP_EXPIRES)
+
+
+@shared_task(ignore_result=True)
+def reconcile_power_actions(limit: int = 500) -> dict:
+    """Send the tenants' power actions that no worker took (the message lost, or expired in a
+    backlog), and the reboots' forced-restart checks whose grace is over."""
+    asks, checks = fleet_services.take_due_power_actions(limit=limit)
+    for power_action_id in asks:
+        send_power_action(power_action_id)
+    for power_action_id in checks:
+        force_restart_if_stuck.apply_async(args=(power_action_id,), expires=settings.WORKER_SWEEP_EXPIRES)
+    return {"power_actions_sent": len(asks), "restart_checks_sent": len(checks)}
 
 
 # -- reservations ----------------------------------------------------------------------------
@@ -153,3 +169,12 @@ def advance_firmware_rollouts() -> dict:
 def read_fabric_health() -> dict:
     """Read the health of the fabric's switches from their switch manager."""
     return fabric_health.read_switches()
+
+
+# -- retention -------------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def delete_old_rows() -> dict:
+    """Delete the rows the growing tables keep no longer (GPUFLEET_RETAIN_*_DAYS)."""
+    return retention.delete_old_rows()

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from tests.support import REPO_ROOT
+from tests.support.bmcsim import agents_tls
 from tests.support.ports import free_port
 from tests.support.processes import (
     Process,
@@ -29,6 +30,7 @@ from tests.support.processes import (
 )
 
 WEBHOOK_TOKEN = "e2e-webhook-token"
+PROMETHEUS_TOKEN = "e2e-prometheus-token"
 
 
 class ControlPlane:
@@ -46,7 +48,9 @@ class ControlPlane:
     ):
         self.tmp_path = tmp_path
         self.bmcsim_url = bmcsim_url
-        self.web_port = web_port  # where bmcsim's agents report XIDs, if it was told (start_bmcsim)
+        # Where the web server listens: bmcsim's agents report XIDs there (if start_bmcsim was told),
+        # and the BMCs fetch the config drives of every boot from it.
+        self.web_port = web_port or free_port()
         self.scrape_interval = scrape_interval
         self.redis = redis_server
         self.env = {
@@ -60,14 +64,18 @@ class ControlPlane:
             "GPUFLEET_AGENT_BOOT_TIMEOUT": "20",
             "GPUFLEET_WIPE_TIMEOUT": "30",
             "GPUFLEET_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
+            "GPUFLEET_CONFIG_DRIVE_BASE_URL": f"http://127.0.0.1:{self.web_port}",
+            "GPUFLEET_PROMETHEUS_TOKEN": PROMETHEUS_TOKEN,
             **overrides,
         }
         self.workers: dict[str, Process] = {}
         self.beat: Process | None = None
         self.monitoring: Monitoring | None = None
 
-    def start_worker(self, name: str) -> Process:
-        self.workers[name] = start_worker(name, self.env, self.tmp_path)
+    def start_worker(self, name: str, **options) -> Process:
+        if "web" not in self.workers:  # a worker boots nodes whose BMCs fetch their config drives from it
+            self.start_web()
+        self.workers[name] = start_worker(name, self.env, self.tmp_path, **options)
         return self.workers[name]
 
     def start_beat(self) -> Process:
@@ -79,7 +87,11 @@ class ControlPlane:
         return Path(self.env["GPUFLEET_SIGNING_KEY"])
 
     def start_web(self, name: str = "web", processes: int = 2, port: int | None = None) -> str:
-        """gunicorn serving the private listener; returns its base URL once it answers."""
+        """gunicorn serving the private listener (on web_port unless told); returns its base URL
+        once it answers. The web server a worker started already is the one asked for."""
+        port = port or self.web_port
+        if name in self.workers and self.workers[name].popen.poll() is None:
+            return f"http://127.0.0.1:{port}"
         self.workers[name], url = start_gunicorn(name, "gpufleet.wsgi", self.env, self.tmp_path, processes, port)
         return url
 
@@ -126,9 +138,11 @@ class ControlPlane:
 
 class Monitoring:
     """Prometheus and Alertmanager from Debian's packages, with the shipped configs pointed at
-    this test's web server, each with its own data folder."""
+    this test's web server, each with its own data folder; Prometheus scrapes the agents of the
+    bmcsim whose data is in `bmcsim_data` (tmp_path/bmcsim unless said) over its TLS listener,
+    with the client certificate of its metrics CA."""
 
-    def __init__(self, tmp_path: Path, web_url: str, scrape_interval: str = "1s"):
+    def __init__(self, tmp_path: Path, web_url: str, scrape_interval: str = "1s", bmcsim_data: Path | None = None):
         self.tmp_path = tmp_path
         self.dir = tmp_path / "monitoring"
         shutil.copytree(REPO_ROOT / "deploy", self.dir / "deploy")
@@ -136,10 +150,17 @@ class Monitoring:
         self.prometheus_port = free_port()
         token_file = self.dir / "webhook-token"
         token_file.write_text(WEBHOOK_TOKEN)
+        prometheus_token_file = self.dir / "prometheus-token"
+        prometheus_token_file.write_text(PROMETHEUS_TOKEN)
         web = web_url.removeprefix("http://")
+        metrics_port, metrics_ca = agents_tls(bmcsim_data or tmp_path / "bmcsim")
         self.prometheus_yml = self.dir / "deploy" / "prometheus" / "prometheus.yml"
         self.prometheus_yml.write_text(
             self.prometheus_yml.read_text()
+            .replace("../../var/metrics-ca", str(metrics_ca.directory))
+            .replace('regex: "(.+):8100"', 'regex: "(.+):[0-9]+"')  # every target is that bmcsim's
+            .replace(":8143", f":{metrics_port}")
+            .replace("../../var/prometheus-token", str(prometheus_token_file))
             .replace("127.0.0.1:8000", web)
             .replace("127.0.0.1:9093", f"127.0.0.1:{self.alertmanager_port}")
             .replace("scrape_interval: 1s", f"scrape_interval: {scrape_interval}")
