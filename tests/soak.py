@@ -68,7 +68,7 @@ from fleet import lifecycle  # noqa: E402
 from fleet.models import AuditEvent, Node  # noqa: E402
 from fleet.services import transition  # noqa: E402
 from remediation.models import Remediation  # noqa: E402
-from reservations.models import Reservation, ReservationState  # noqa: E402
+from reservations.models import Reservation, ReservationState, WebhookEvent  # noqa: E402
 from tests.support.bmcsim import Bmcsim, start_bmcsim  # noqa: E402
 from tests.support.factories import tenant_token  # noqa: E402
 from tests.support.hostile_servers import Dripping, running  # noqa: E402
@@ -222,7 +222,8 @@ class Soak:
 
     def register_dripping_webhooks(self, receivers: list[Dripping]) -> None:
         for receiver in receivers:
-            made = self.api(HOSTILE, "POST", "/v1/webhooks", json={"url": f"{receiver.url}/hooks"})
+            body = {"url": f"{receiver.url}/hooks", "events": list(WebhookEvent.values)}
+            made = self.api(HOSTILE, "POST", "/v1/webhooks", json=body)
             if made is None or made.status_code != 201:
                 raise SystemExit(f"the hostile tenant's webhook was refused: {made and made.text[:300]}")
 

@@ -12,6 +12,7 @@ from tests.support.processes import run_schemathesis
 pytestmark = pytest.mark.fuzzing
 
 WEBHOOK_TOKEN = "fuzz-webhook-token"
+PROMETHEUS_TOKEN = "fuzz-prometheus-token"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -23,10 +24,18 @@ def test_schemathesis_with_every_declared_credential_finds_no_server_error_on_th
     (tmp_path / "schemathesis.toml").write_text(
         f'[auth.openapi.tokenAuth]\napi_key = "Token {tenant_token("fuzzer")}"\n'
         f'[auth.openapi.bearerAuth]\nbearer = "{WEBHOOK_TOKEN}"\n'
+        f'[auth.openapi.prometheusBearerAuth]\nbearer = "{PROMETHEUS_TOKEN}"\n'
         f'[auth.openapi.nodeAgentBearerAuth]\nbearer = "{report_token(Node.objects.get(name="node-001"))}"\n'
         '[[operations]]\ninclude-path = "/v1/agents/{node}/xids"\nparameters = { "path.node" = "node-001" }\n'
     )
-    result = run_schemathesis("gpufleet.wsgi", tmp_path, "--max-examples", "25", GPUFLEET_WEBHOOK_TOKEN=WEBHOOK_TOKEN)
+    result = run_schemathesis(
+        "gpufleet.wsgi",
+        tmp_path,
+        "--max-examples",
+        "25",
+        GPUFLEET_WEBHOOK_TOKEN=WEBHOOK_TOKEN,
+        GPUFLEET_PROMETHEUS_TOKEN=PROMETHEUS_TOKEN,
+    )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
     # Every operation was reached with its credential, the webhook's included, not only refused.
     assert "Authentication failed" not in result.stdout, result.stdout[-3000:]

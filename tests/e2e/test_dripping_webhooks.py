@@ -22,7 +22,7 @@ import requests
 from django.core.management import call_command
 
 from fleet.models import Node
-from reservations.models import WebhookDelivery
+from reservations.models import WebhookDelivery, WebhookEvent
 from tests.support.factories import make_available, tenant_token
 from tests.support.hostile_servers import Dripping, running
 from tests.support.processes import wait_for
@@ -33,6 +33,7 @@ PLANE = {
     "GPUFLEET_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
 }
 WEBHOOKS = 10
+EVENTS = list(WebhookEvent.values)
 
 
 def seconds_to_active(session: requests.Session, web: str) -> float:
@@ -64,7 +65,7 @@ def test_dripping_receivers_hold_no_worker_past_the_deadline_and_no_node_work(bm
     with ExitStack() as stack:
         drippers = [stack.enter_context(running(Dripping(interval=2.0, give_up_after=60))) for _ in range(WEBHOOKS)]
         for dripper in drippers:
-            made = hostile.post(f"{web}/v1/webhooks", json={"url": f"{dripper.url}/hooks"})
+            made = hostile.post(f"{web}/v1/webhooks", json={"url": f"{dripper.url}/hooks", "events": EVENTS})
             assert made.status_code == 201, made.text
         # Events for every webhook: reservations for later, released at once (no node is provisioned).
         now = datetime.now(UTC)

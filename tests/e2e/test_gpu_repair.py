@@ -13,6 +13,7 @@ from fleet.models import AuditEvent, Node
 from remediation import rules, services
 from remediation.models import Remediation
 from reservations.models import Webhook, WebhookDelivery
+from tests.support.agent_credentials import boot_service_image
 from tests.support.factories import alert, make_available, payload
 from tests.support.processes import wait_for
 from tests.support.tenancy import active_under_watch, state_of
@@ -55,8 +56,11 @@ def rung_seconds(remediation: Remediation) -> str:
     return ", ".join(f"{e.step} +{(e.at - events[0].at).total_seconds():.1f}s" for e in events[1:])
 
 
-# Four nodes of one pod acted on within minutes: over the default pod cap of 3 (every rung counts).
-@pytest.mark.parametrize("control_plane", [{"GPUFLEET_REMEDIATION_POD_CAP": "4"}], indirect=True)
+# Four nodes of one pod acted on within minutes: over the default pod cap of 3 (every rung counts),
+# and, each reported by the tenant's own node, over the tenant's default fault budget of 3.
+@pytest.mark.parametrize(
+    "control_plane", [{"GPUFLEET_REMEDIATION_POD_CAP": "4", "GPUFLEET_TENANT_FAULT_BUDGET": "4"}], indirect=True
+)
 def test_each_rung_of_the_ladder_repairs_what_it_can_and_a_dead_gpu_is_quarantined_and_replaced(bmcsim, control_plane):
     reservation = active_under_watch(control_plane)
     Webhook.objects.create(
@@ -123,7 +127,10 @@ def test_each_rung_of_the_ladder_repairs_what_it_can_and_a_dead_gpu_is_quarantin
 def test_a_repair_whose_message_was_never_enqueued_is_made_by_the_reconciler(bmcsim, control_plane, settings):
     call_command("seed_fleet", "--bmcsim-url", bmcsim.url, stdout=StringIO())
     node = make_available(list(Node.objects.order_by("name")))[0]
-    bmcsim.reset(node.system_id, "On")  # its agent answers, and reports every GPU healthy
+    # Booted with a service boot's credentials, as a worker would have: its agent answers the
+    # control plane's token, and reports every GPU healthy.
+    drive, _ = boot_service_image(node)
+    bmcsim.boot_with_drive_at(node.system_id, f"{control_plane.start_web()}/v1/config-drives/{drive}")
     # Received in this process: whatever it sends goes to the tests' own broker, which no worker reads.
     [firing] = rules.parse_webhook(payload(alert(node.name, xid=RESET_XID, name="GPUResetRequiredXid")))
     assert isinstance(firing, rules.Alert)

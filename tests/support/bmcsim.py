@@ -112,13 +112,17 @@ class Bmcsim:
         image: credentials of the test's making, which the node's agent takes for this boot."""
         given = {"agent_token": secrets.token_urlsafe(32), "report_token": secrets.token_urlsafe(32)}
         files = {"meta-data": f"instance-id: {node}-test\n", "user-data": "", "gpu-agent.json": json.dumps(given)}
+        self.boot_with_drive_at(node, drive_server().serve(nocloud.iso(files)))
+        return given
+
+    def boot_with_drive_at(self, node: str, url: str) -> None:
+        """Reboot `node` with the config drive at `url` beside it (one the control plane minted, say)."""
         inserted = self.post(
             f"/redfish/v1/Managers/{node}/VirtualMedia/Floppy/Actions/VirtualMedia.InsertMedia",
-            json={"Image": drive_server().serve(nocloud.iso(files)), "Inserted": True, "WriteProtected": True},
+            json={"Image": url, "Inserted": True, "WriteProtected": True},
         )
         assert inserted.status_code in (200, 204), inserted.text
         self.reset(node, "ForceRestart")
-        return given
 
     def agent_token(self, node: str) -> str:
         """The agent token on the config drive in the node's BMC, as root on the node reads it
