@@ -9,13 +9,14 @@ address, by name, by literal, or by a name that rebinds between the check and th
 from __future__ import annotations
 
 import ipaddress
+import ssl
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from core import outbound
+from core import metrics_ca, outbound
 from reservations.models import Tenant, Webhook, WebhookDelivery
 from tests.support.api import post, tenant_client
 from tests.support.hostile_servers import Dripping, Listener, Rebinding, asking, dns_server, running
@@ -169,6 +170,46 @@ def test_a_name_that_rebinds_to_loopback_is_never_connected_to():
             outbound.request("POST", url, check=admitted, deadline=5, max_body_bytes=1024, resolver=asking(dns_port))
     assert inside.connections == 0
     assert outside.connections == 1 and f"Host: rebind.test:{port}".encode() in outside.heads[0]
+
+
+def test_over_https_the_pinned_address_is_checked_against_the_name_in_the_url(tmp_path):
+    """The connection goes to the address checked, while TLS (SNI and the certificate's check)
+    speaks for the name in the URL: a name the certificate holds passes, another name that
+    resolves to the same address is refused in the handshake."""
+    ca = metrics_ca.ensure(tmp_path / "ca", server_names=("agent.fleet.test",))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answers204)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(ca.server_cert, ca.server_key)
+    server.socket = served.wrap_socket(server.socket, server_side=True)
+    trusting = ssl.create_default_context(cafile=ca.ca_cert)
+
+    def to_loopback(host: str, port: int) -> list[outbound.IPAddress]:
+        return [ipaddress.ip_address("127.0.0.1")]
+
+    def call(name: str) -> outbound.Answer:
+        return outbound.request(
+            "GET",
+            f"https://{name}:{server.server_address[1]}/",
+            check=outbound.any_address,
+            deadline=5,
+            max_body_bytes=1024,
+            resolver=to_loopback,
+            ssl_context=trusting,
+        )
+
+    with serving(server):
+        assert call("agent.fleet.test").status_code == 204
+        with pytest.raises(outbound.OutboundUnreachable, match=r"certificate|hostname|match"):
+            call("other.fleet.test")
+
+
+class Answers204(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
 
 
 # -- special-purpose addresses ------------------------------------------------------------------
