@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models.functions import Now
 
 from fleet import agent_credentials, lifecycle
 from fleet.leases import Lease, LeaseLost, fenced, record_discarded_result
-from fleet.models import AuditOnlyEvent, ConfigDrive, CredentialHolder, Node, NodeCredential
+from fleet.models import AuditEvent, AuditOnlyEvent, ConfigDrive, CredentialHolder, Node, NodeCredential
 from fleet.services.transitions import audit_only
 
 REFUSED_BY = "node agent"  # the audit's actor for a refused credential: whoever presented it
+# A refused credential is audited once in this long, however often it is presented: the audit rows
+# are kept for ever, and the refusals come before the reports' rate limit (authentication first).
+REFUSAL_AUDITED_EVERY = timedelta(hours=1)
 
 
 class CredentialRefused(Exception):
@@ -91,7 +96,8 @@ def tenancy_drive_token(*, node_id: int, files: Callable[[], dict[str, str]]) ->
 def authenticate_report(*, node_name: str, token: str) -> Node:
     """The node named `node_name`, if `token` is the report token of its live credential.
     CredentialRefused otherwise; audited on the credential's node when the token is one it was
-    given (a revoked one, of an earlier boot or tenancy, or presented for another node)."""
+    given (a revoked one, of an earlier boot or tenancy, or presented for another node), once an
+    hour at most per credential."""
     credential = (
         NodeCredential.objects.select_related("node")
         .filter(report_token_sha256=agent_credentials.digest(token))
@@ -107,6 +113,21 @@ def authenticate_report(*, node_name: str, token: str) -> Node:
         why = f"{what}, revoked at {credential.revoked_at.isoformat()}"
     else:
         why = f"{what} of {node.name}, presented for {node_name}"
+    if not _refusal_audited_lately(credential):
+        _audit_refusal(credential, node_name, why)
+    raise CredentialRefused(why)
+
+
+def _refusal_audited_lately(credential: NodeCredential) -> bool:
+    return AuditEvent.objects.filter(
+        node_id=credential.node_id,
+        event=AuditOnlyEvent.CREDENTIAL_REFUSED,
+        detail__credential=credential.pk,
+        at__gte=Now() - REFUSAL_AUDITED_EVERY,
+    ).exists()
+
+
+def _audit_refusal(credential: NodeCredential, node_name: str, why: str) -> None:
     detail = {
         "credential": credential.pk,
         "holder": credential.holder,
@@ -114,5 +135,4 @@ def authenticate_report(*, node_name: str, token: str) -> Node:
         "revoked_at": credential.revoked_at.isoformat() if credential.revoked_at else None,
         "presented_for": node_name,
     }
-    audit_only(node, AuditOnlyEvent.CREDENTIAL_REFUSED, actor=REFUSED_BY, reason=why, detail=detail).save()
-    raise CredentialRefused(why)
+    audit_only(credential.node, AuditOnlyEvent.CREDENTIAL_REFUSED, actor=REFUSED_BY, reason=why, detail=detail).save()

@@ -69,6 +69,15 @@ def test_an_xid_report_with_the_last_tenants_token_is_refused_and_audited(handed
     assert xid_report(node, bobs["report_token"]).status_code == 202  # Bob's node, with Bob's credential
 
 
+def test_a_kept_token_presented_again_and_again_is_audited_once_an_hour(handed_over):
+    """The refusals come before the reports' rate limit: a tenant must not grow the audit log,
+    which is kept for ever, by presenting its old token in a loop."""
+    node, _, alices, _ = handed_over
+    for _ in range(20):
+        assert xid_report(node, alices["report_token"]).status_code == 401
+    assert AuditEvent.objects.filter(node=node, event=AuditOnlyEvent.CREDENTIAL_REFUSED).count() == 1
+
+
 def test_the_last_tenants_config_drive_is_gone_and_the_control_plane_calls_with_bobs(handed_over):
     node, alices_drive, alices, bobs = handed_over
     assert Client().get(f"/v1/config-drives/{alices_drive}").status_code == 404
