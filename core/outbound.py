@@ -256,14 +256,18 @@ def request(
     max_body_bytes: int,
     headers: Mapping[str, str] | None = None,
     body: bytes | None = None,
+    json_body: Any = None,
     read_body: bool = True,
     resolver: Resolver = system_resolver,
     ssl_context: ssl.SSLContext | None = None,
 ) -> Answer:
     """One request, answered within `deadline` seconds or OutboundUnreachable; a body over
-    `max_body_bytes` is AnswerTooLarge; a redirect is returned as it came, not followed. With
-    `read_body` false only the status and headers are read."""
+    `max_body_bytes` is AnswerTooLarge; a redirect is returned as it came, not followed. The body
+    is `body`'s bytes, or `json_body` as JSON. With `read_body` false only the status and headers
+    are read."""
     began = time.monotonic()
+    if json_body is not None:
+        body, headers = json.dumps(json_body).encode(), {**(headers or {}), "Content-Type": "application/json"}
     target = resolve_checked(url, check, resolver)
     remaining = deadline - (time.monotonic() - began)
     if remaining <= 0:

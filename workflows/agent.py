@@ -10,7 +10,6 @@ the workflows wait out, within their timeouts.
 
 from __future__ import annotations
 
-import json as _json
 import time
 
 from django.conf import settings
@@ -49,9 +48,6 @@ class AgentClient:
 
     def _request(self, method: str, path: str, json: dict | None = None) -> outbound.Answer:
         """One call; AgentUnavailable if it got no answer in time, AgentError if the answer is refused."""
-        headers = dict(self.headers)
-        if json is not None:
-            headers["Content-Type"] = "application/json"
         began = time.perf_counter()
         try:
             return outbound.request(
@@ -60,8 +56,8 @@ class AgentClient:
                 check=refusal_outside_bmc_networks,
                 deadline=self.timeout,
                 max_body_bytes=self.max_body_bytes,
-                headers=headers,
-                body=None if json is None else _json.dumps(json).encode(),
+                headers=self.headers,
+                json_body=json,
             )
         except outbound.OutboundUnreachable as error:
             name = "Timeout" if isinstance(error, outbound.DeadlinePassed) else "ConnectionError"

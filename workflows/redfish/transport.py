@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import datetime
 import email.utils
-import json as _json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -144,9 +143,6 @@ class RedfishTransport:
         """One HTTP request; BMCTransientError if it is worth repeating, BMCPermanentError if not."""
         self.calls += 1
         began = time.perf_counter()
-        sent = {**self.headers, **(headers or {})}
-        if json is not None:
-            sent["Content-Type"] = "application/json"
         try:
             response = outbound.request(
                 method,
@@ -154,8 +150,8 @@ class RedfishTransport:
                 check=refusal_outside_bmc_networks,
                 deadline=self.timeout,
                 max_body_bytes=self.max_body_bytes,
-                headers=sent,
-                body=None if json is None else _json.dumps(json).encode(),
+                headers={**self.headers, **(headers or {})},
+                json_body=json,
             )
         except outbound.DeadlinePassed as error:
             raise BMCTransientError(self.access.node, call, f"Timeout: {error.reason}") from None
