@@ -201,14 +201,17 @@ def add_routes(router: web.UrlDispatcher, find: Find, prefix: str = "") -> None:
 
 @web.middleware
 async def json_errors(request: web.Request, handler):
-    """Unknown paths, wrong methods (with their Allow header) and crashes answer JSON
-    {"detail": ...}, never a traceback. bmcsim puts it in front of its own routes too."""
+    """Unknown paths, wrong methods (with their Allow header), refusals (their reason the detail, a
+    401 keeping its WWW-Authenticate) and crashes answer JSON {"detail": ...}, never a traceback.
+    bmcsim puts it in front of its own routes too."""
     try:
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return detail(exc.status, exc.reason, **{k: v for k, v in exc.headers.items() if k == "Allow"})
+        return detail(
+            exc.status, exc.reason, **{k: v for k, v in exc.headers.items() if k in ("Allow", "WWW-Authenticate")}
+        )
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return detail(500, "internal error")

@@ -14,16 +14,18 @@ import json
 from aiohttp import web
 
 from agent.app import detail
-from core.topology import fabric_levels
+from core.topology import ETHERNET, INFINIBAND, NVLINK, NetworkPorts, fabric_levels
 
-from . import evidence, faults, images, releases, state
+from . import evidence, fabric_apis, faults, images, releases, state
 from .sim import SIM, Simulator
 
 
 @functools.cache
 def inventory(sim: Simulator) -> bytes:
     """The fleet as a data-center inventory hands it over, with its fabric's levels, each node's
-    domain at every level and the fabric's switches; it never changes, so it is built once."""
+    domain at every level and its ports on the fabrics that keep tenants apart, the fabric's
+    switches and where each fabric's managers answer (a template per switch, pod or NVLink domain);
+    it never changes, so it is built once."""
     base = sim.settings.base_url
     specs = [node.spec for node in sim.fleet.nodes.values()]
     nodes = [
@@ -40,6 +42,7 @@ def inventory(sim: Simulator) -> bytes:
             "macs": state.macs(spec.name),
             "gpus": [{"index": g.index, "uuid": g.uuid, "serial": g.serial, "model": g.model} for g in spec.gpus],
             "fabric": dict(spec.fabric),
+            "network": _network(sim.fleet.fabric.ports[spec.name]),
         }
         for spec in specs
     ]
@@ -47,7 +50,25 @@ def inventory(sim: Simulator) -> bytes:
         {"name": s.spec.name, "kind": s.spec.kind, "level": s.spec.level, "domain": s.spec.domain}
         for s in sim.fleet.switches.values()
     ]
-    return json.dumps({"fabric_levels": fabric_levels(specs), "nodes": nodes, "switches": switches}).encode()
+    return json.dumps(
+        {
+            "fabric_levels": fabric_levels(specs),
+            "nodes": nodes,
+            "switches": switches,
+            "fabric_managers": {fabric: f"{base}{prefix}" for fabric, prefix in fabric_apis.PREFIXES.items()},
+        }
+    ).encode()
+
+
+def _network(ports: NetworkPorts) -> dict:
+    """Where the node plugs into each fabric, as the control plane finds its ports on the managers."""
+    return {
+        ETHERNET: {"switch": ports.ethernet_switch, "port": ports.ethernet_port},
+        INFINIBAND: {"fabric": ports.infiniband_fabric, "guids": list(ports.hca_guids)},
+        NVLINK: {"domain": ports.nvlink_domain},
+        "provisioning_address": ports.provisioning_address,
+        "management_address": ports.management_address,
+    }
 
 
 async def get_inventory(request: web.Request) -> web.Response:
@@ -85,7 +106,8 @@ async def post_fault(request: web.Request) -> web.Response:
 async def delete_faults(request: web.Request) -> web.Response:
     sim = request.app[SIM]
     try:
-        cleared = faults.clear(sim.fleet, request.query.get("node"), request.query.get("switch"))
+        query = request.query
+        cleared = faults.clear(sim.fleet, query.get("node"), query.get("switch"), query.get("fabric"))
     except faults.FaultError as err:
         return detail(err.status, err.detail)
     sim.faults_cleared()

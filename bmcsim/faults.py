@@ -1,4 +1,4 @@
-"""Fault injection: parse a request, apply it to a node or a fabric switch, clear it.
+"""Fault injection: parse a request, apply it to a node, a fabric switch or a fabric's managers, clear it.
 
 Kinds of a node (POST /bmcsim/v1/faults with {"node", "kind", ...}):
 - xid {"gpu", "xid", "clears"?}: the GPU reports that XID; it counts in the metrics (once, when
@@ -49,6 +49,18 @@ core.topology.fabric_switches', listed in the inventory; what their ports do is 
 Both are listed with "switch" instead of "node", and end with DELETE /bmcsim/v1/faults (all) or
 ?switch=<name> (that switch's).
 
+Kinds of a fabric (POST /bmcsim/v1/faults with {"fabric": "ethernet", "infiniband" or "nvlink",
+"kind", ...}; the managers bmcsim simulates for it are in fabric_managers/):
+- fabric_api_down: every call of that fabric's managers' API answers 503.
+- fabric_apply_fails: reads work; every change fails as the real manager reports a failure.
+- fabric_slow: every call of that fabric's API waits SLOW_S simulated seconds first.
+These three stand until cleared, are listed with "fabric", and end with DELETE /bmcsim/v1/faults
+(all) or ?fabric=<kind> (that fabric's); injected again, a standing one stays as it is.
+- fabric_drift {"node", "segment"?}: an act, not listed: someone moves the node's port(s) by hand,
+  outside the manager's API (its leaf port, its HCA GUIDs or its GPUs), into `segment` ("1001", a
+  VLAN; "0x1001", a P_Key, as a full member; an NVLink partition's name) or, without one, a
+  segment the manager picks. Answered with what moved: {"port", "from", "to"}.
+
 `clears` says what, beside DELETE /bmcsim/v1/faults, ends a GPU health fault (xid, ecc_dbe,
 row_remap_failure); each action also ends what a weaker one does:
 - "gpu_reset": a GPU reset of that GPU through its agent (POST /gpu-reset) that succeeds; the GPU
@@ -72,6 +84,7 @@ from agent.sim import DIAGNOSTIC_TESTS
 
 from . import bios, releases, sel
 from .fabric import PORT_FLAP, SWITCH_DOWN
+from .fabric_managers import ETHERNET, FABRIC_DRIFT, FABRICS, INFINIBAND, NVLINK, STANDING_KINDS, nmx
 from .state import CLEARS, Fleet, NodeState
 
 KINDS = (
@@ -93,8 +106,11 @@ KINDS = (
     "sel",
     SWITCH_DOWN,
     PORT_FLAP,
+    *STANDING_KINDS,
+    FABRIC_DRIFT,
 )
 SWITCH_KINDS = (SWITCH_DOWN, PORT_FLAP)
+FABRIC_KINDS = (*STANDING_KINDS, FABRIC_DRIFT)
 GPU_KINDS = ("xid", "ecc_dbe", "row_remap_failure", "diag_fail")
 CLEARABLE_KINDS = ("xid", "ecc_dbe", "row_remap_failure")
 TESTS = tuple(test for level in sorted(DIAGNOSTIC_TESTS) for test in DIAGNOSTIC_TESTS[level])
@@ -105,6 +121,15 @@ MESSAGE_ID = re.compile(r"[A-Za-z0-9_.]{1,128}")
 MAX_MESSAGE_CHARS = 1024
 FLAP_PERIOD_S = 5.0
 MAX_FLAP_PERIOD_S = 3600.0
+VLAN = re.compile(r"[1-9][0-9]{0,3}")  # a drift's Ethernet segment, up to MAX_VLAN
+MAX_VLAN = 4094
+PKEY = re.compile(r"0x[0-9a-fA-F]{1,4}")  # a drift's InfiniBand segment, up to MAX_PKEY
+MAX_PKEY = 0x7FFF  # the partition number: the top bit of a P_Key is the membership
+SEGMENTS = {  # what a drift's segment is, per fabric
+    ETHERNET: f'a VLAN as a string, "1" to "{MAX_VLAN}" (such as "1001")',
+    INFINIBAND: f'a P_Key as a string, "0x0001" to "{MAX_PKEY:#06x}" (such as "0x1001")',
+    NVLINK: f"an NVLink partition's name, 1 to {nmx.MAX_NAME} printable ASCII characters",
+}
 
 
 class FaultError(Exception):
@@ -119,12 +144,14 @@ def inject(fleet: Fleet, payload: object, now: float | None = None) -> dict:
     "switch" (a `sel` event, which is not stored: as logged)."""
     now = time.time() if now is None else now
     if not isinstance(payload, dict):
-        raise FaultError(400, "body must be a JSON object with 'kind' and 'node' (or 'switch')")
+        raise FaultError(400, "body must be a JSON object with 'kind' and 'node' (or 'switch' or 'fabric')")
     kind = payload.get("kind")
     if kind not in KINDS:
         raise FaultError(400, f"'kind' must be one of {', '.join(KINDS)}")
     if kind in SWITCH_KINDS:
         return _switch_fault(fleet, kind, payload, now)
+    if kind in FABRIC_KINDS:
+        return _fabric_fault(fleet, kind, payload)
     name = payload.get("node")
     if not isinstance(name, str) or not name:
         raise FaultError(400, "'node' is required")
@@ -187,20 +214,25 @@ def _node_fault(node: NodeState, kind: str, payload: dict, now: float) -> dict:
     return fault
 
 
-def clear(fleet: Fleet, node: str | None = None, switch: str | None = None) -> int:
-    """Clear every fault, or one node's, or one switch's; returns how many were cleared."""
-    if node is not None and switch is not None:
-        raise FaultError(400, "give 'node' or 'switch', not both")
+def clear(fleet: Fleet, node: str | None = None, switch: str | None = None, fabric: str | None = None) -> int:
+    """Clear every fault, or one node's, one switch's or one fabric's; returns how many were cleared."""
+    if sum(name is not None for name in (node, switch, fabric)) > 1:
+        raise FaultError(400, "give one of 'node', 'switch' or 'fabric', not several")
     if node is not None and node not in fleet.nodes:
         raise FaultError(404, f"no node named {node!r}")
     if switch is not None and switch not in fleet.switches:
         raise FaultError(404, f"no switch named {switch!r}")
+    if fabric is not None and fabric not in FABRICS:
+        raise FaultError(400, f"'fabric' must be one of {', '.join(FABRICS)}")
+    fabrics: list[str]
     if node is not None:
-        nodes, switches = [fleet.nodes[node]], []
+        nodes, switches, fabrics = [fleet.nodes[node]], [], []
     elif switch is not None:
-        nodes, switches = [], [fleet.switches[switch]]
+        nodes, switches, fabrics = [], [fleet.switches[switch]], []
+    elif fabric is not None:
+        nodes, switches, fabrics = [], [], [fabric]
     else:
-        nodes, switches = list(fleet.nodes.values()), list(fleet.switches.values())
+        nodes, switches, fabrics = list(fleet.nodes.values()), list(fleet.switches.values()), list(FABRICS)
     cleared = 0
     for node_state in nodes:
         if node_state.faults:
@@ -210,13 +242,55 @@ def clear(fleet: Fleet, node: str | None = None, switch: str | None = None) -> i
         if switch_state.faults:
             cleared += switch_state.clear_faults()
             fleet.touch_switch(switch_state)
-    return cleared
+    standing = sum(len(fleet.fabric.faults[name]) for name in fabrics)
+    if standing:
+        fleet.fabric.faults.update({name: {} for name in fabrics})
+        fleet.fabric.touch("faults")
+    return cleared + standing
 
 
 def listing(fleet: Fleet) -> list[dict]:
-    return [{"node": n.name, **f} for n in fleet.nodes.values() for f in n.faults] + [
-        {"switch": s.name, **f} for s in fleet.switches.values() for f in s.faults
-    ]
+    return (
+        [{"node": n.name, **f} for n in fleet.nodes.values() for f in n.faults]
+        + [{"switch": s.name, **f} for s in fleet.switches.values() for f in s.faults]
+        + [{"fabric": fabric, **f} for fabric, kinds in fleet.fabric.faults.items() for f in kinds.values()]
+    )
+
+
+def _fabric_fault(fleet: Fleet, kind: str, payload: dict) -> dict:
+    fabric = payload.get("fabric")
+    if fabric not in FABRICS:
+        raise FaultError(400, f"'fabric' must be one of {', '.join(FABRICS)}")
+    if kind == FABRIC_DRIFT:
+        return _fabric_drift(fleet, fabric, payload)
+    fault = fleet.fabric.faults[fabric].setdefault(kind, {"kind": kind})
+    fleet.fabric.touch("faults")
+    return {"fabric": fabric, **fault}
+
+
+def _fabric_drift(fleet: Fleet, fabric: str, payload: dict) -> dict:
+    name = payload.get("node")
+    if not isinstance(name, str) or not name:
+        raise FaultError(400, "'node' is required")
+    if name not in fleet.nodes:
+        raise FaultError(404, f"no node named {name!r}")
+    segment = payload.get("segment")
+    if segment is not None and not _is_segment(fabric, segment):
+        raise FaultError(400, f"'segment' must be {SEGMENTS[fabric]}")
+    if fabric == NVLINK and not fleet.fabric.gpus[name]:
+        raise FaultError(400, f"node {name!r} has no GPUs on NVLink")
+    moved = fleet.fabric.drift(fabric, name, segment)
+    return {"kind": FABRIC_DRIFT, "fabric": fabric, "node": name, **moved}
+
+
+def _is_segment(fabric: str, segment: object) -> bool:
+    if not isinstance(segment, str):
+        return False
+    if fabric == ETHERNET:
+        return VLAN.fullmatch(segment) is not None and int(segment) <= MAX_VLAN
+    if fabric == INFINIBAND:
+        return PKEY.fullmatch(segment) is not None and 0 < int(segment, 16) <= MAX_PKEY
+    return 0 < len(segment) <= nmx.MAX_NAME and segment.isascii() and segment.isprintable()
 
 
 def _switch_fault(fleet: Fleet, kind: str, payload: dict, now: float) -> dict:

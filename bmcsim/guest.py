@@ -3,8 +3,10 @@
 A node that boots a fetched image from its virtual CD runs the tenant OS, which cloud-init
 configures from a NoCloud config drive among the inserted media: the host name (meta-data's
 local-hostname), the authorized keys (meta-data's public-keys and a cloud-config's
-ssh_authorized_keys) and the address (network-config v2, the first address of the first
-ethernet that has one); its sshd (bmcsim/sshd.py) listens there if the address is a loopback one.
+ssh_authorized_keys), the address (network-config v2, the first address of the first
+ethernet that has one, other than `private0`) and the private address (the first of the ethernet
+`private0`: the node's address on its tenant's Ethernet segment, which reachability.py routes);
+its sshd (bmcsim/sshd.py) listens on the address if it is a loopback one.
 Whatever else a node boots (its disk, PXE, a CD whose image the BMC could not fetch, such as the
 control plane's service image) runs the node agent only. Either way the agent takes the credentials
 of that boot from the config drive's gpu-agent.json, if one is inserted, as a real node's does.
@@ -28,6 +30,7 @@ from . import images
 CLOUD_INIT = "Cloud-init v. 24.4-0ubuntu1~24.04.2"
 UNKNOWN_KERNEL = "6.8.0-gpufleet"  # a fetched image that is not one of bmcsim's samples
 HOST_KEY_TYPE = "ssh-ed25519"
+PRIVATE_ETHERNET = "private0"  # network-config's ethernet on the tenant's private segment
 CD_BOOT_OPTION = 'Boot0003 "UEFI bmcsim Virtual CD"'
 BOOT_OPTIONS = {
     "Hdd": 'Boot0001 "NVMe drive 0"',
@@ -98,6 +101,7 @@ def tenant_os(cd: dict, documents: dict[str, str] | None, host_key: str) -> tupl
     cloud_config = _yaml_mapping(documents, "user-data", warnings) if user_data.startswith("#cloud-config") else {}
     keys = _authorized_keys(meta_data.get("public-keys"), warnings)
     keys += [key for key in _authorized_keys(cloud_config.get("ssh_authorized_keys"), warnings) if key not in keys]
+    network = _yaml_mapping(documents, "network-config", warnings)
     key = asyncssh.import_private_key(host_key)
     return {
         "image": cd["image"],
@@ -106,7 +110,8 @@ def tenant_os(cd: dict, documents: dict[str, str] | None, host_key: str) -> tupl
         "instance_id": str(meta_data.get("instance-id", "")),
         "hostname": str(meta_data.get("local-hostname") or "localhost"),
         "authorized_keys": keys,
-        "address": _address(_yaml_mapping(documents, "network-config", warnings), warnings),
+        "address": _address(network, warnings, private=False),
+        "private_address": _address(network, warnings, private=True),
         "host_key_type": HOST_KEY_TYPE,
         "host_key_fingerprint": key.get_fingerprint("sha256"),
         "host_public_key": key.export_public_key().decode().strip(),
@@ -155,13 +160,16 @@ def _authorized_keys(value: object, warnings: list[str]) -> list[str]:
     return keys
 
 
-def _address(network: dict, warnings: list[str]) -> str | None:
-    """The first static address of network-config version 2, without its prefix length."""
+def _address(network: dict, warnings: list[str], private: bool) -> str | None:
+    """The first static address of network-config version 2, without its prefix length: of the
+    ethernet PRIVATE_ETHERNET if `private`, else of the first other ethernet that has one."""
     network = network.get("network", network)  # cloud-init accepts the document wrapped in "network:"
     ethernets = network.get("ethernets") if isinstance(network, dict) else None
     if not isinstance(ethernets, dict):
         return None
-    for ethernet in ethernets.values():
+    for name, ethernet in ethernets.items():
+        if (name == PRIVATE_ETHERNET) != private:
+            continue
         addresses = ethernet.get("addresses") if isinstance(ethernet, dict) else None
         if isinstance(addresses, list) and addresses:
             try:
@@ -257,6 +265,8 @@ def _cloud_init_script(guest: dict, warnings: list[str], timeline: Timeline) -> 
         script.append((init, "cloud-init: WARNING: no NoCloud datasource found (no medium labelled CIDATA)"))
     script += [(init, f"cloud-init: WARNING: {warning}") for warning in warnings]
     script.append((init, f"ci-info: | tenant0 | True | {address or '.'} | global |"))
+    if guest["private_address"]:
+        script.append((init, f"ci-info: | {PRIVATE_ETHERNET} | True | {guest['private_address']} | global |"))
     if guest["authorized_keys"]:
         script.append((final, "ci-info: Authorized keys from /root/.ssh/authorized_keys for user root"))
         script += [(final, f"ci-info: | {_key_row(key)} |") for key in guest["authorized_keys"]]

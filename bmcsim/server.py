@@ -12,7 +12,7 @@ from aiohttp import web
 
 from agent.app import json_errors
 
-from . import admin, agent, redfish
+from . import admin, agent, fabric_apis, redfish
 from .settings import MAX_BODY_BYTES, Settings
 from .sim import SIM, Simulator
 
@@ -94,6 +94,7 @@ def make_app(settings: Settings) -> web.Application:
     redfish.add_routes(app.router)
     agent.add_routes(app)
     admin.add_routes(app.router)
+    fabric_apis.add_routes(app.router)
     app.cleanup_ctx.append(_flusher)
     app.cleanup_ctx.append(_tenant_sshd)  # after the flusher, so cleaned up before it
     tls = _metrics_tls(settings)

@@ -4,22 +4,36 @@ It listens on the node's address from its config drive, if that is a loopback ad
 BMCSIM_SSH_PORT, from the moment the OS is up until the node powers off, boots something else or
 bmcsim stops; bmcsim starting again starts it again from the node's persisted state. Only public
 keys are accepted, exactly the authorized keys of the config drive, under any user name. An exec
-channel answers a few commands; anything else exits 127.
+channel answers a few commands; anything else exits 127. Among them the tenant's probes of the
+fabrics, answered from the managers' state (reachability.py) as the real tools answer:
+`ping -c COUNT [-W SECONDS] ADDRESS` (iputils), `ibping -c COUNT -G GUID` (infiniband-diags) and
+`nvlink-peers` (the GPU UUIDs of other nodes this node's GPUs reach over NVLink, one a line).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import getopt
+import ipaddress
+import re
+import shlex
 from collections.abc import Callable
 
 import asyncssh
 
-from . import guest
+from . import guest, reachability
 from .state import Fleet, NodeState
 
 LOGIN_TIMEOUT_S = 30
 NOT_SIMULATED = 127  # a shell's "command not found"
+UNREACHED, USAGE = 1, 2  # what ping and ibping exit with when nothing answers, and on bad arguments
+MAX_COUNT = 100
+GUID = re.compile(r"(0x)?[0-9a-fA-F]{1,16}")
+PING_USAGE = "Usage: ping -c COUNT [-W TIMEOUT] ADDRESS (bmcsim simulates these options only)\n"
+IBPING_USAGE = "Usage: ibping -c COUNT -G GUID (bmcsim simulates port GUIDs only)\n"
+NVLINK_PEERS_USAGE = "Usage: nvlink-peers (no arguments)\n"
+Answer = tuple[int, str, str]  # exit status, stdout, stderr
 
 
 class TenantSSH:
@@ -86,7 +100,7 @@ class TenantSSH:
                     self.port,
                     server_host_keys=[asyncssh.import_private_key(node.ssh_host_key)],
                     authorized_client_keys=asyncssh.import_authorized_keys("\n".join(tenant["authorized_keys"])),
-                    process_factory=functools.partial(_answer, tenant),
+                    process_factory=functools.partial(_answer, _Probes(self.fleet, node.name, self.clock), tenant),
                     password_auth=False,
                     kbdint_auth=False,
                     gss_host=None,
@@ -125,7 +139,7 @@ class _Server(asyncssh.SSHServer):
         self._connections.discard(self._connection)
 
 
-def _answer(tenant: dict, process: asyncssh.SSHServerProcess) -> None:
+def _answer(probes: _Probes, tenant: dict, process: asyncssh.SSHServerProcess) -> None:
     command = (process.command or "").strip()
     keys = "".join(f"{key}\n" for key in tenant["authorized_keys"])
     answers = {
@@ -136,6 +150,103 @@ def _answer(tenant: dict, process: asyncssh.SSHServerProcess) -> None:
     if command in answers:
         process.stdout.write(answers[command])
         process.exit(0)
-    else:
+        return
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = []
+    probe = probes.commands().get(argv[0]) if argv else None
+    if probe is None:
         process.stderr.write(f"bmcsim: {command or 'an interactive shell'}: command not simulated\n")
         process.exit(NOT_SIMULATED)
+        return
+    status, stdout, stderr = probe(argv[1:])
+    process.stdout.write(stdout)
+    process.stderr.write(stderr)
+    process.exit(status)
+
+
+class _Probes:
+    """The tenant's probes of the fabrics from inside one node, answered from the fleet's state."""
+
+    def __init__(self, fleet: Fleet, node: str, clock: Callable[[], float]):
+        self.fleet = fleet
+        self.node = node
+        self.clock = clock
+
+    def commands(self) -> dict[str, Callable[[list[str]], Answer]]:
+        return {"ping": self.ping, "ibping": self.ibping, "nvlink-peers": self.nvlink_peers}
+
+    def ping(self, args: list[str]) -> Answer:
+        """iputils' ping, briefly: a reply per packet when the address is reached, none otherwise."""
+        try:
+            options, operands = getopt.getopt(args, "c:W:")
+            given = dict(options)
+            count = _count(given.get("-c"))
+            if "-W" in given and not _positive_number(given["-W"]):
+                return USAGE, "", f"ping: invalid argument: '{given['-W']}'\n"
+        except (getopt.GetoptError, ValueError) as error:
+            return USAGE, "", f"ping: {error}\n{PING_USAGE}"
+        if len(operands) != 1:
+            return USAGE, "", PING_USAGE
+        (address,) = operands
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            return USAGE, "", f"ping: {address}: Name or service not known\n"
+        reached = reachability.ping(self.fleet, self.node, address, self.clock())
+        replies = [f"64 bytes from {address}: icmp_seq={seq} ttl=64 time=0.050 ms\n" for seq in range(1, count + 1)]
+        stdout = (
+            f"PING {address} ({address}) 56(84) bytes of data.\n"
+            + ("".join(replies) if reached else "")
+            + f"\n--- {address} ping statistics ---\n"
+            + _statistics(count, reached, "0ms")
+        )
+        return (0 if reached else UNREACHED), stdout, ""
+
+    def ibping(self, args: list[str]) -> Answer:
+        """infiniband-diags' ibping to a port GUID, briefly: a pong per packet when reached, none otherwise."""
+        try:
+            options, operands = getopt.getopt(args, "c:G")
+            given = dict(options)
+            count = _count(given.get("-c"))
+        except (getopt.GetoptError, ValueError) as error:
+            return USAGE, "", f"ibping: {error}\n{IBPING_USAGE}"
+        if "-G" not in given or len(operands) != 1 or not GUID.fullmatch(operands[0]):
+            return USAGE, "", IBPING_USAGE
+        guid = f"{int(operands[0], 16):016x}"
+        reached = reachability.ib_reaches(self.fleet, self.node, guid)
+        stdout = (
+            (f"Pong from 0x{guid}: time 0.050 ms\n" * count if reached else "")
+            + f"\n--- 0x{guid} ibping statistics ---\n"
+            + _statistics(count, reached, "0 ms")
+        )
+        return (0 if reached else UNREACHED), stdout, ""
+
+    def nvlink_peers(self, args: list[str]) -> Answer:
+        """The UUIDs of other nodes' GPUs in an NVLink partition with this node's, one a line."""
+        if args:
+            return USAGE, "", NVLINK_PEERS_USAGE
+        return 0, "".join(f"{uuid}\n" for uuid in reachability.nvlink_peers(self.fleet, self.node)), ""
+
+
+def _statistics(count: int, reached: bool, elapsed: str) -> str:
+    """The last line of ping's and ibping's statistics: every packet answered, or none."""
+    received, loss = (count, 0) if reached else (0, 100)
+    return f"{count} packets transmitted, {received} received, {loss}% packet loss, time {elapsed}\n"
+
+
+def _count(value: str | None) -> int:
+    """-c COUNT: required (a probe that never ends has no place in an exec channel), 1 to MAX_COUNT."""
+    if value is None:
+        raise ValueError("option -c COUNT is required")
+    if not value.isdigit() or not 1 <= int(value) <= MAX_COUNT:
+        raise ValueError(f"invalid argument: '{value}': out of range: 1 <= value <= {MAX_COUNT}")
+    return int(value)
+
+
+def _positive_number(value: str) -> bool:
+    try:
+        return float(value) > 0
+    except ValueError:
+        return False

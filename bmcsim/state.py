@@ -21,6 +21,7 @@ from core.topology import NodeSpec, fabric_switches
 
 from . import bios, guest, releases, sel
 from .fabric import SwitchState
+from .fabric_managers import FabricManagers
 from .persisted import PersistedState
 from .store import Store
 
@@ -461,6 +462,7 @@ class Fleet:
         self.store = store
         self.nodes: dict[str, NodeState] = {spec.name: NodeState(spec) for spec in specs}
         self.switches: dict[str, SwitchState] = {spec.name: SwitchState(spec) for spec in fabric_switches(specs)}
+        self.fabric = FabricManagers(specs)
         self.by_password = {spec.bmc_password: spec.name for spec in specs}
         self._dirty: set[str] = set()
         self._dirty_switches: set[str] = set()
@@ -468,6 +470,7 @@ class Fleet:
             for name, data in store.load(table).items():
                 if name in held:
                     held[name].restore(data)
+        self.fabric.restore(store.load("fabrics"))
 
     def touch(self, node: NodeState) -> None:
         """Mark a node changed; `flush` writes it."""
@@ -477,12 +480,14 @@ class Fleet:
         self._dirty_switches.add(switch.name)
 
     def flush(self) -> None:
-        if self._dirty or self._dirty_switches:
+        fabrics = self.fabric.dump_dirty()
+        if self._dirty or self._dirty_switches or fabrics:
             nodes, self._dirty = self._dirty, set()
             switches, self._dirty_switches = self._dirty_switches, set()
             self.store.save(
                 {
                     "nodes": {name: self.nodes[name].dump() for name in nodes},
                     "switches": {name: self.switches[name].dump() for name in switches},
+                    "fabrics": fabrics,
                 }
             )

@@ -1,5 +1,5 @@
-"""Persistence under the data directory: one SQLite file for node and switch state and issued
-certificates.
+"""Persistence under the data directory: one SQLite file for node, switch and fabric-manager state
+and issued certificates.
 
 SQLite commits are atomic, so a crash never leaves half a state; node and switch rows are written
 in batches by the debounced flusher in `server.py`, so a burst of requests costs one commit.
@@ -13,7 +13,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-STATE_TABLES = ("nodes", "switches")
+STATE_TABLES = ("nodes", "switches", "fabrics")
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:

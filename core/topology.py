@@ -28,6 +28,7 @@ import math
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from ipaddress import IPv4Address
 
 DEFAULT_NODE_COUNT = 50
 NODES_PER_RACK = 8
@@ -195,3 +196,47 @@ def fabric_switches(nodes: Iterable[NodeSpec]) -> list[SwitchSpec]:
         switches += [SwitchSpec(spine, SPINE_SWITCH, level, domain, tuple(leaves)) for spine in spines]
         switches += [SwitchSpec(leaf, LEAF_SWITCH, LEAF, leaf, (*members, *spines)) for leaf, members in leaves.items()]
     return switches
+
+
+# -- where each node plugs into the fabrics that isolate tenants ----------------------------------
+
+ETHERNET, INFINIBAND, NVLINK = "ethernet", "infiniband", "nvlink"
+FABRICS = (ETHERNET, INFINIBAND, NVLINK)
+PROVISIONING_VLAN = 10  # every leaf port's access VLAN while the node serves no tenant
+DEFAULT_PKEY = 0x7FFF  # InfiniBand's default partition: every HCA port a limited member
+_PROVISIONING_NETWORK = IPv4Address("172.20.0.0")  # a /14: the provisioning network, one address per node
+_MANAGEMENT_NETWORK = IPv4Address("172.24.0.0")  # a /14: the BMCs, out of band
+_MELLANOX_GUID_PREFIX = "b8cef603"  # the OUI NVIDIA's ConnectX HCAs carry, as UFM spells GUIDs
+
+
+@dataclass(frozen=True)
+class NetworkPorts:
+    """One node's ends on the three fabrics, and its addresses outside any tenant's network."""
+
+    ethernet_switch: str  # the leaf switch that holds its port (its leaf, else its rack's top-of-rack switch)
+    ethernet_port: str  # "swpN", as Cumulus Linux names a switch port
+    infiniband_fabric: str  # the InfiniBand fabric its HCAs are on (its pod): one UFM each
+    hca_guids: tuple[str, ...]  # one HCA port per GPU, 16 hex digits as UFM writes them
+    nvlink_domain: str  # its NVLink domain (its rack): one NMX-M each
+    provisioning_address: str
+    management_address: str
+
+
+def network_ports(nodes: Sequence[NodeSpec]) -> dict[str, NetworkPorts]:
+    """Every node's NetworkPorts, by name: ports numbered in the nodes' order on each leaf switch."""
+    on_switch: dict[str, int] = {}
+    ports = {}
+    for number, node in enumerate(nodes):
+        path = dict(node.fabric)
+        switch = path.get(LEAF) or f"{node.rack}-tor"
+        on_switch[switch] = on_switch.get(switch, 0) + 1
+        ports[node.name] = NetworkPorts(
+            ethernet_switch=switch,
+            ethernet_port=f"swp{on_switch[switch]}",
+            infiniband_fabric=node.pod,
+            hca_guids=tuple(f"{_MELLANOX_GUID_PREFIX}{number:06x}{i:02x}" for i in range(max(1, len(node.gpus)))),
+            nvlink_domain=path.get(NVLINK_DOMAIN, node.rack),
+            provisioning_address=str(_PROVISIONING_NETWORK + 16 + number),
+            management_address=str(_MANAGEMENT_NETWORK + 16 + number),
+        )
+    return ports
