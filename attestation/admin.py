@@ -52,11 +52,11 @@ class AttestationPolicyAdmin(admin.ModelAdmin):
 
 @admin.register(AttestationResult)
 class AttestationResultAdmin(admin.ModelAdmin):
-    list_display = ["at", "node", "affirming", "policy", "kid"]
-    list_filter = ["affirming", "policy"]
+    list_display = ["at", "node", "kind", "affirming", "policy", "kid"]
+    list_filter = ["kind", "affirming", "policy"]
     search_fields = ["node__name", "nonce"]
     list_select_related = ["node"]
-    readonly_fields = ["node", "at", "nonce", "affirming", "failures", "measurements", "policy", "kid", "token"]
+    readonly_fields = ["node", "at", "kind", "nonce", "affirming", "failures", "measurements", "policy", "kid", "token"]
 
     def has_add_permission(self, request):
         return False

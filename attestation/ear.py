@@ -10,11 +10,20 @@ Claims::
      "node": <node>, "failures": [{"code", "component", "expected", "found"}, ...],
      "measurements": {<component>: <hex digest>, ...},
      "firmware": {"baseline": <name>, "components": {<component>: {"version", "digest"}, ...},
-                  "secure_boot": "Enabled", "repaired": [<component>, ...]}}
+                  "secure_boot": "Enabled", "repaired": [<component>, ...]},
+     "networks": {"read_at": <ISO time>, "reservation": <id> | null,
+                  "fabrics": {<fabric>: {"membership": "1001", "tenant": true, "read_at": <ISO time>}, ...}}}
 
 `firmware` is what the control plane's firmware check read through the node's BMC (Redfish) at
 that inspection, and what it repaired there; a result of a node without a firmware baseline, or
 signed before there were any, has none.
+
+`networks` is each fabric's membership of the node (fleet/networks.py's spelling: an access VLAN,
+full-member P_Keys, an NVLink partition) as the control plane last read it back from the fabric's
+manager, and whether it is a tenant's network; a fabric whose membership was not confirmed by that
+read says `"confirmed": false`. An inspection's result carries the memberships after the previous
+tenant was taken off; a handoff's (`sign_handoff`) carries the inspection's verdict unchanged,
+with its `iat` as `attested_at`, and the memberships of the tenant's networks it is handed on.
 
 The JWT header carries `kid`, the RFC 7638 thumbprint of the signing key, so anyone holding
 the JWKS can verify a result offline with any JWT library; gpufleet_client.offline_verification
@@ -77,6 +86,8 @@ CLAIM_OF = {
     "secure_boot_off": "configuration",
 }
 CLAIMS = ("instance-identity", "configuration", "executables", "hardware")
+# What a handoff's result says of its own moment, not taken over from the inspection's.
+HANDOFF_OWN_CLAIMS = {"iat", "attested_at", "networks"}
 
 
 class SigningKeyError(ValueError):
@@ -103,6 +114,7 @@ def sign_result(
     kid: str,
     now: datetime,
     firmware: Mapping[str, object] | None = None,
+    networks: Mapping[str, object] | None = None,
 ) -> str:
     claims: dict[str, object] = {
         "eat_profile": EAR_PROFILE,
@@ -124,6 +136,24 @@ def sign_result(
     }
     if firmware is not None:
         claims["firmware"] = firmware
+    if networks is not None:
+        claims["networks"] = networks
+    return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
+
+
+def sign_handoff(
+    *,
+    inspection: Mapping[str, object],
+    networks: Mapping[str, object],
+    private_key: Ed25519PrivateKey,
+    kid: str,
+    now: datetime,
+) -> str:
+    """A result for the node's handoff to a tenant: the claims of its inspection's result (verified
+    by the caller) as they were signed, verdict, nonce and firmware alike, so that nothing is judged
+    again; signed now, with the inspection's `iat` as `attested_at` and the networks read back now."""
+    claims = {name: value for name, value in inspection.items() if name not in HANDOFF_OWN_CLAIMS}
+    claims.update(iat=int(now.timestamp()), attested_at=inspection["iat"], networks=networks)
     return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
 
 

@@ -87,10 +87,18 @@ class AttestationPolicy(models.Model):
         return load_policy(self.source, format="toml")
 
 
+class ResultKind(models.TextChoices):
+    INSPECTION = "inspection", "Inspection (the verdict on fresh evidence)"
+    HANDOFF = "handoff", "Handoff to a tenant (the inspection's verdict, with the tenant's networks)"
+
+
 class AttestationResult(models.Model):
-    """One signed verdict on one node's evidence: the JWT is the proof, the rest is for searching."""
+    """One signed verdict on one node's evidence: the JWT is the proof, the rest is for searching.
+    A handoff's result signs its inspection's verdict again (its nonce, failures and measurements
+    too) with the networks the node was handed on."""
 
     node = models.ForeignKey("fleet.Node", on_delete=models.PROTECT, related_name="attestations")
+    kind = models.CharField(max_length=16, choices=ResultKind.choices, default=ResultKind.INSPECTION)
     at = models.DateTimeField(db_default=Now(), db_index=True)
     nonce = models.CharField(max_length=128)
     affirming = models.BooleanField()
@@ -107,6 +115,7 @@ class AttestationResult(models.Model):
                 condition=(Q(affirming=True) & Q(failures=[])) | (Q(affirming=False) & ~Q(failures=[])),
                 name="attestation_affirms_exactly_without_failures",
             ),
+            models.CheckConstraint(condition=Q(kind__in=ResultKind.values), name="attestation_result_kind_known"),
         ]
 
     def __str__(self):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,9 +19,17 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
+from gpufleet_client.offline_verification import ResultInvalid, verify_result
 
 from attestation import ear, reference, verifier
-from attestation.models import AttestationPolicy, AttestationResult, ReferenceValue, TrustAnchor, TrustAnchorRole
+from attestation.models import (
+    AttestationPolicy,
+    AttestationResult,
+    ReferenceValue,
+    ResultKind,
+    TrustAnchor,
+    TrustAnchorRole,
+)
 from attestation.policy import Policy, load_policy_file
 from core import clock
 
@@ -33,6 +41,10 @@ class NotConfigured(Exception):
     """The verifier lacks something it needs (trust anchors, reference values, a signing key)."""
 
 
+class NothingToHandOff(Exception):
+    """The node has no affirming inspection result that still verifies: nothing vouches for it."""
+
+
 @dataclass(frozen=True)
 class NodeToAppraise:
     identity: verifier.NodeIdentity  # name, serial and the GPUs expected
@@ -42,6 +54,9 @@ class NodeToAppraise:
     firmware: dict | None = None
     # The releases its class may boot (its firmware baseline's boot_releases); empty: any not retired.
     boot_releases: Collection[str] = ()
+    # Its memberships of the fabrics as the caller last read them back (ear.py's `networks` claim):
+    # signed into the result as given; None where the caller read none.
+    networks: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +161,7 @@ def appraise(*, node: NodeToAppraise, evidence: object, nonce: bytes, now: datet
         kid=kid,
         now=now,
         firmware=node.firmware,
+        networks=node.networks,
     )
     return Appraisal(verdict=verdict, token=token, kid=kid, policy=policy.name)
 
@@ -164,6 +180,38 @@ def record(*, node_id: int, nonce: bytes, appraisal: Appraisal) -> AttestationRe
         policy=appraisal.policy,
         kid=appraisal.kid,
         token=appraisal.token,
+    )
+
+
+def sign_handoff(
+    *, node_id: int, node_name: str, networks: Mapping[str, object], now: datetime | None = None
+) -> AttestationResult:
+    """Sign the node's latest inspection verdict again, unchanged, with the networks its caller read
+    back for the tenant it is handed to, as of `now` (None: core.clock's); kept as the node's latest
+    result. Raises NothingToHandOff, or NotConfigured without a signing key."""
+    inspection = AttestationResult.objects.filter(node_id=node_id, kind=ResultKind.INSPECTION).first()
+    if inspection is None:
+        raise NothingToHandOff(f"node {node_name} has no inspection result")
+    if not inspection.affirming:
+        raise NothingToHandOff(f"node {node_name}'s latest inspection did not affirm it")
+    try:
+        claims = verify_result(inspection.token, public_keys())
+    except ResultInvalid as invalid:
+        raise NothingToHandOff(f"node {node_name}'s inspection result does not verify: {invalid}") from invalid
+    if claims.get("node") != node_name:
+        raise NothingToHandOff(f"node {node_name}'s inspection result is about {claims.get('node')!r}")
+    kid, key = signing_keys()[0]
+    token = ear.sign_handoff(inspection=claims, networks=networks, private_key=key, kid=kid, now=now or clock.now())
+    return AttestationResult.objects.create(
+        node_id=node_id,
+        kind=ResultKind.HANDOFF,
+        nonce=inspection.nonce,
+        affirming=inspection.affirming,
+        failures=inspection.failures,
+        measurements=inspection.measurements,
+        policy=inspection.policy,
+        kid=kid,
+        token=token,
     )
 
 

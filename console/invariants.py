@@ -17,11 +17,15 @@ from django.db import connection
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from fleet.lifecycle import Event, State
-from fleet.models import AuditEvent, AuditOnlyEvent, Node
+from core import clock
+from core.topology import ETHERNET, INFINIBAND, NVLINK
+from fleet.lifecycle import SERVING_STATES, Event, State
+from fleet.models import AuditEvent, AuditOnlyEvent, NetworkAttachment, Node, TenantNetwork
+from fleet.workflow_steps import StepName
 from remediation import blast_radius, selectors
 from remediation.services import AUTOMATIC_ACTOR
 from reservations.models import Reservation, ReservationState
+from workflows.node_workflows.engine import deadline_runs_since
 
 
 @dataclass(frozen=True)
@@ -153,10 +157,17 @@ def stuck_without_a_lease() -> Iterator[Violation]:
         State.WIPING: settings.WIPE_DEADLINE,
     }
     unleased = Q(lease_owner="") | Q(lease_expires_at__lte=Now())
+    now = clock.now()
     for state, seconds in deadlines.items():
-        late = Node.objects.filter(unleased, state=state, state_since__lt=Now() - timedelta(seconds=seconds))
-        for name, since in late.values_list("name", "state_since"):
-            yield Violation("stuck", f"{name} has been {state} since {since:%Y-%m-%d %H:%M:%S} with no worker on it")
+        late = Node.objects.filter(unleased, state=state, state_since__lt=now - timedelta(seconds=seconds))
+        for node in late.order_by("pk"):
+            # A wipe's deadline runs only from when the node left its tenant's networks (the engine's).
+            since = deadline_runs_since(node)
+            if since is None or since >= now - timedelta(seconds=seconds):
+                continue
+            yield Violation(
+                "stuck", f"{node.name} has been {state} since {since:%Y-%m-%d %H:%M:%S} with no worker on it"
+            )
 
 
 def unsettled_reservations() -> Iterator[Violation]:
@@ -172,6 +183,91 @@ def unsettled_reservations() -> Iterator[Violation]:
         )
 
 
+def _tenant_memberships(fabric: str, found: str) -> list[str]:
+    """The tenant segments a read-back names (not the provisioning VLAN, not none)."""
+    idle = {"", str(settings.PROVISIONING_VLAN)} if fabric == ETHERNET else {""}
+    return [member for member in found.split(",") if member not in idle]
+
+
+def _attachments_with_reservations() -> Iterator[tuple[NetworkAttachment, set[int]]]:
+    """Each attachment, and the reservations whose live networks its read-back names."""
+    live: dict[tuple[str, str, str], int] = {
+        (network.fabric, network.scope, network.value): network.reservation_id
+        for network in TenantNetwork.objects.filter(released_at__isnull=True)
+    }
+    attachments = NetworkAttachment.objects.select_related("node__rack__pod", "wanted").order_by("node_id", "fabric")
+    for attachment in attachments:
+        node = attachment.node
+        scope = {ETHERNET: "", INFINIBAND: node.rack.pod.name, NVLINK: node.rack.name}[attachment.fabric]
+        found = {
+            live[key]
+            for member in _tenant_memberships(attachment.fabric, attachment.found)
+            if (key := (attachment.fabric, scope, member)) in live
+        }
+        yield attachment, found
+
+
+def nodes_on_two_tenants() -> Iterator[Violation]:
+    """No node is on, or wanted on, the networks of two reservations, nor on a network of one while
+    it serves another."""
+    reservations: dict[int, set[int]] = {}
+    names: dict[int, str] = {}
+    for attachment, found in _attachments_with_reservations():
+        node = attachment.node
+        names[node.pk] = node.name
+        held = reservations.setdefault(node.pk, set())
+        held |= found
+        if attachment.wanted is not None:
+            held.add(attachment.wanted.reservation_id)
+        if node.state in SERVING_STATES and node.reservation_id is not None:
+            held.add(node.reservation_id)
+    for node_id, held in reservations.items():
+        if len(held) > 1:
+            yield Violation(
+                "node_on_two_tenants",
+                f"{names[node_id]} is on, wanted on, or serves the networks of reservations {sorted(held)}",
+                tuple(f"reservation {pk}" for pk in sorted(held)),
+            )
+
+
+def held_nodes_on_tenant_segments() -> Iterator[Violation]:
+    """A node outside service whose wipe has gone past leave_tenant_networks (wiping further on,
+    inspecting, available) is read back on no tenant's segment."""
+    past_leaving = Q(state__in=[State.INSPECTING, State.AVAILABLE]) | (
+        Q(state=State.WIPING) & ~Q(step__in=["", StepName.LEAVE_TENANT_NETWORKS])
+    )
+    attachments = NetworkAttachment.objects.filter(node__in=Node.objects.filter(past_leaving))
+    for pk, name, state, fabric, found in attachments.values_list("pk", "node__name", "node__state", "fabric", "found"):
+        if members := _tenant_memberships(fabric, found):
+            yield Violation(
+                "held_node_on_tenant_segment",
+                f"{name} is {state} but its {fabric} ports were read back on {', '.join(members)}",
+                (f"network attachment {pk}",),
+            )
+
+
+def tenant_segments_without_live_reservation() -> Iterator[Violation]:
+    """A tenant network is given back once its reservation has ended and no node is on it or
+    leaving it (fleet.services.tenant_networks.release_finished_networks, after every sync: a
+    reservation that ended two sync periods ago has had one)."""
+    on_or_leaving: set[int] = set()
+    wanted = set(NetworkAttachment.objects.filter(wanted__isnull=False).values_list("wanted_id", flat=True))
+    for _attachment, found in _attachments_with_reservations():
+        on_or_leaving |= found
+    settled = Now() - timedelta(seconds=2 * settings.FABRIC_SYNC_SECONDS)
+    ended = TenantNetwork.objects.filter(
+        released_at__isnull=True, reservation__state__in=[ReservationState.RELEASED, ReservationState.FAILED]
+    ).exclude(reservation__events__at__gt=settled)
+    for network in ended.exclude(pk__in=wanted):
+        if network.reservation_id not in on_or_leaving:
+            yield Violation(
+                "tenant_segment_without_live_reservation",
+                f"reservation {network.reservation_id} has ended, yet its {network.fabric} network"
+                f" {network.value} is still held with no node on it",
+                (f"tenant network {network.pk}",),
+            )
+
+
 CHECKS: dict[str, Callable[[], Iterator[Violation]]] = {
     "overlapping_allocations": overlapping_allocations,
     "dirty_node_available": dirty_nodes_made_available,
@@ -180,4 +276,7 @@ CHECKS: dict[str, Callable[[], Iterator[Violation]]] = {
     "stuck": stuck_without_a_lease,
     "unsettled_reservation": unsettled_reservations,
     "audit_gap": audit_gaps,
+    "node_on_two_tenants": nodes_on_two_tenants,
+    "held_node_on_tenant_segment": held_nodes_on_tenant_segments,
+    "tenant_segment_without_live_reservation": tenant_segments_without_live_reservation,
 }

@@ -23,10 +23,13 @@ from fleet.models import (
     FirmwareRollout,
     FirmwareRolloutNode,
     Image,
+    NetworkAttachment,
     Node,
     NodeAddress,
     Pod,
     Rack,
+    SegmentPool,
+    TenantNetwork,
 )
 from fleet.selectors import rollout_progress
 from fleet.services import (
@@ -409,3 +412,32 @@ class FirmwareRolloutAdmin(ViewOnlyAdmin):
     )
     def cancel(self, request, queryset):
         self._each(request, queryset, lambda r: firmware_rollouts.cancel(rollout_id=r.pk), "cancelled")
+
+
+@admin.register(SegmentPool)
+class SegmentPoolAdmin(admin.ModelAdmin):
+    """The numbers tenants' networks are given: the lowest free of a fabric's pool goes to each new
+    reservation. A changed range leaves the numbers live networks hold theirs."""
+
+    list_display = ["fabric", "scope", "kind", "first", "last"]
+    list_filter = ["fabric", "kind"]
+
+
+@admin.register(TenantNetwork)
+class TenantNetworkAdmin(ViewOnlyAdmin):
+    """Read-only: placement gives a reservation its networks, the sweep gives them back."""
+
+    list_display = ["reservation", "fabric", "scope", "kind", "segment", "vlan", "partition", "subnet", "released_at"]
+    list_filter = ["fabric", "kind", ("released_at", admin.EmptyFieldListFilter)]
+    search_fields = ["reservation__id", "scope", "partition", "subnet"]
+    list_select_related = ["reservation__tenant"]
+
+
+@admin.register(NetworkAttachment)
+class NetworkAttachmentAdmin(ViewOnlyAdmin):
+    """Read-only: each node's place on each fabric, what it should be on and what was read back."""
+
+    list_display = ["node", "fabric", "wanted", "found", "confirmed", "checked_at", "problem"]
+    list_filter = ["fabric", "confirmed"]
+    search_fields = ["node__name", "found", "problem"]
+    list_select_related = ["node", "wanted__reservation__tenant"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core import validation
-from core.topology import POD, NodeSpec, fabric_switches
+from core.topology import POD, NodeSpec, fabric_switches, network_ports
 from fleet import fabric
 from fleet.fabric import Switch  # by name: NodeRecord's field `fabric` hides the module in its body
 
@@ -59,6 +59,11 @@ class NodeRecord:
     switches: tuple[Switch, ...] = ()
     # What the operator says of it beyond its GPUs ({"nic": "cx7"}): tenants may ask for nodes by them.
     attributes: Mapping[str, str] = field(default_factory=dict)
+    # Its ends on the fabrics that keep tenants apart: its Ethernet leaf switch and port, its HCA
+    # ports' GUIDs (its InfiniBand fabric is its pod, its NVLink domain its rack). None: not on that fabric.
+    ethernet_switch: str = ""
+    ethernet_port: str = ""
+    hca_guids: tuple[str, ...] = ()
 
 
 def _field(entry: Mapping[str, object], key: str, kind: type, where: str) -> Any:
@@ -77,6 +82,64 @@ def _parse_gpu(gpu: Any, where: str) -> GPURecord:
         serial=str(gpu.get("serial", "")),
         model=_field(gpu, "model", str, where),
     )
+
+
+SWITCH_NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,63}")
+PORT_NAME = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_./:]{0,31}")
+HCA_GUID = re.compile(r"[0-9a-f]{16}")
+MAX_HCA_GUIDS = 64
+
+
+def parse_network(value: Any, path: str) -> tuple[str, str, tuple[str, ...]]:
+    """A node's fabric ends, `{"ethernet": {"switch", "port"}, "infiniband": {"guids": [...]}}`,
+    either fabric optional: its leaf switch, its port and its HCA GUIDs (16 hex digits, written
+    lowercase as UFM does). validation.Invalid naming the place otherwise."""
+    network = validation.mapping(value, path)
+    switch = port = ""
+    if (ethernet := network.get("ethernet")) is not None:
+        where = validation.at(path, "ethernet")
+        ethernet = validation.mapping(ethernet, where)
+        switch = validation.matches(
+            ethernet.get("switch"), validation.at(where, "switch"), SWITCH_NAME, "a switch name (letters, digits, -_.)"
+        )
+        port = validation.matches(
+            ethernet.get("port"), validation.at(where, "port"), PORT_NAME, 'a port name such as "swp1"'
+        )
+    guids: tuple[str, ...] = ()
+    if (infiniband := network.get("infiniband")) is not None:
+        where = validation.at(path, "infiniband")
+        listed = validation.sequence(
+            validation.mapping(infiniband, where).get("guids"),
+            validation.at(where, "guids"),
+            min_items=1,
+            max_items=MAX_HCA_GUIDS,
+            expected="a list of HCA port GUIDs",
+        )
+        guids = tuple(
+            validation.matches(
+                guid.lower() if isinstance(guid, str) else guid,
+                validation.at(validation.at(where, "guids"), number),
+                HCA_GUID,
+                "a GUID of 16 hex digits",
+            )
+            for number, guid in enumerate(listed)
+        )
+    return switch, port, guids
+
+
+def check_fabric_ends(records: Iterable[NodeRecord]) -> None:
+    """No two nodes share an Ethernet switch port or an HCA GUID, nor does a node name a GUID
+    twice. InventoryError naming the end and its nodes otherwise."""
+    owners: dict[str, str] = {}
+    for record in records:
+        ends = [f"HCA GUID {guid}" for guid in record.hca_guids]
+        if record.ethernet_port:
+            ends.append(f"port {record.ethernet_port} of {record.ethernet_switch}")
+        if len(set(ends)) < len(ends):
+            raise InventoryError(f"{record.name}: names an HCA GUID twice")
+        for end in ends:
+            if (owner := owners.setdefault(end, record.name)) != record.name:
+                raise InventoryError(f"{record.name}: {end} is {owner}'s too")
 
 
 ATTRIBUTE_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -119,6 +182,7 @@ def _records(document: Any) -> list[NodeRecord]:
         credentials = _field(entry, "credentials", dict, name)
         gpus = _field(entry, "gpus", list, name)
         pod, rack = _field(entry, "pod", str, name), _field(entry, "rack", str, name)
+        switch, port, guids = parse_network(entry.get("network", {}), f"{name}.network")
         records.append(
             NodeRecord(
                 name=name,
@@ -136,11 +200,15 @@ def _records(document: Any) -> list[NodeRecord]:
                 if levels is None
                 else fabric.parse_position(entry.get("fabric"), f"{name}.fabric", levels=levels, pod=pod, rack=rack),
                 attributes=parse_attributes(entry.get("attributes", {}), f"{name}.attributes"),
+                ethernet_switch=switch,
+                ethernet_port=port,
+                hca_guids=guids,
             )
         )
     names = [r.name for r in records]
     if len(set(names)) != len(names):
         raise InventoryError("inventory names a node twice")
+    check_fabric_ends(records)
     if levels is not None:
         fabric.check_tree((r.pod, r.rack, r.fabric) for r in records)
     if isinstance(document, dict) and "switches" in document:
@@ -229,6 +297,7 @@ def records_from_layout(layout: list[NodeSpec], bmcsim_url: str) -> list[NodeRec
     """The records bmcsim's inventory would give for this layout."""
     base = bmcsim_url.rstrip("/")
     switches = [Switch(s.name, s.kind, s.level, s.domain) for s in fabric_switches(layout)]
+    ports = network_ports(layout)
     records = [
         NodeRecord(
             name=spec.name,
@@ -243,6 +312,9 @@ def records_from_layout(layout: list[NodeSpec], bmcsim_url: str) -> list[NodeRec
             agent_url=f"{base}/agent/{spec.name}",
             gpus=tuple(GPURecord(index=g.index, uuid=g.uuid, serial=g.serial, model=g.model) for g in spec.gpus),
             fabric=spec.fabric[1:-1],
+            ethernet_switch=ports[spec.name].ethernet_switch,
+            ethernet_port=ports[spec.name].ethernet_port,
+            hca_guids=ports[spec.name].hca_guids,
         )
         for spec in layout
     ]

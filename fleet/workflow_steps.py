@@ -31,7 +31,11 @@ class StepName(enum.StrEnum):
     BOOT_TENANT_IMAGE = "boot_tenant_image"
     CHECK_SECURE_BOOT_FOR_IMAGE = "check_secure_boot_for_image"
     CHECK_BOOTED_IMAGE = "check_booted_image"
+    JOIN_TENANT_NETWORKS = "join_tenant_networks"
+    WAIT_FOR_TENANT_NETWORKS = "wait_for_tenant_networks"
+    SIGN_HANDOFF = "sign_handoff"
     # wiping
+    LEAVE_TENANT_NETWORKS = "leave_tenant_networks"
     START_GPU_WIPE = "start_gpu_wipe"
     WAIT_FOR_GPU_WIPE = "wait_for_gpu_wipe"
     START_DRIVE_ERASE = "start_drive_erase"

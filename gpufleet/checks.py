@@ -45,6 +45,15 @@ def development_secrets(app_configs, **kwargs):
                 id="gpufleet.W004",
             )
         )
+    for fabric, setting in (("ethernet", "ETHERNET"), ("infiniband", "INFINIBAND"), ("nvlink", "NVLINK")):
+        if getattr(settings, f"{setting}_MANAGER_URL") == settings.FABRIC_MANAGER_DEFAULT_URLS[fabric]:
+            problems.append(
+                Warning(
+                    f"GPUFLEET_{setting}_MANAGER_URL is bmcsim's: tenants' {fabric} networks would be simulated.",
+                    hint=f"Set GPUFLEET_{setting}_MANAGER_URL, _USERNAME and _PASSWORD to the fabric's manager.",
+                    id="gpufleet.W006",
+                )
+            )
     return problems
 
 

@@ -39,14 +39,19 @@ def boolean(name: str, default: bool) -> bool:
     return raw.lower() in _TRUE
 
 
-def integer(name: str, default: int, *, minimum: int) -> int:
+def integer(name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
     raw = _raw(name, str(default))
+    wanted = (
+        f"a whole number from {minimum} to {maximum}"
+        if maximum is not None
+        else f"a whole number of at least {minimum}"
+    )
     try:
         value = int(raw)
     except ValueError:
-        _refuse(name, raw, f"a whole number of at least {minimum}")
-    if value < minimum:
-        _refuse(name, raw, f"a whole number of at least {minimum}")
+        _refuse(name, raw, wanted)
+    if value < minimum or (maximum is not None and value > maximum):
+        _refuse(name, raw, wanted)
     return value
 
 

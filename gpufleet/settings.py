@@ -1,7 +1,11 @@
 """Settings for gpu-fleet, read from the environment; every variable has a working default."""
 
+import sys
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
+from fleet import segments
 from gpufleet import environment
 from gpufleet.settings_shared import *  # noqa: F403
 from gpufleet.settings_shared import BASE_DIR, database
@@ -161,6 +165,29 @@ FABRIC_POLL_SECONDS = environment.number("GPUFLEET_FABRIC_POLL_SECONDS", 15, pos
 # Placement keeps off a cut-off node at once; the reservation it serves loses it (and it is wiped)
 # only once its switch's trouble has lasted this long, so that a link that flaps once costs no node.
 FABRIC_LET_GO_AFTER_SECONDS = environment.number("GPUFLEET_FABRIC_LET_GO_AFTER_SECONDS", 60)
+# Tenants' networks (workflows/fabric_sync.py): each fabric's manager, reached through a URL
+# template per manager ({switch}: a leaf switch's NVUE; {fabric}: an InfiniBand fabric's UFM, one a
+# pod; {domain}: an NVLink domain's NMX-M, one a rack), with its credential, on these networks only.
+# The demo's are bmcsim's, which `check --deploy` refuses. A node on no tenant's network is on the
+# provisioning VLAN. Every FABRIC_SYNC_SECONDS every attachment is read back, for drift.
+FABRIC_MANAGER_DEFAULT_URLS = {
+    "ethernet": f"{BMCSIM_URL}/switches/{{switch}}",
+    "infiniband": f"{BMCSIM_URL}/pods/{{fabric}}",
+    "nvlink": f"{BMCSIM_URL}/nvlink-domains/{{domain}}",
+}
+ETHERNET_MANAGER_URL = environment.text("GPUFLEET_ETHERNET_MANAGER_URL", FABRIC_MANAGER_DEFAULT_URLS["ethernet"])
+INFINIBAND_MANAGER_URL = environment.text("GPUFLEET_INFINIBAND_MANAGER_URL", FABRIC_MANAGER_DEFAULT_URLS["infiniband"])
+NVLINK_MANAGER_URL = environment.text("GPUFLEET_NVLINK_MANAGER_URL", FABRIC_MANAGER_DEFAULT_URLS["nvlink"])
+ETHERNET_MANAGER_USERNAME = environment.text("GPUFLEET_ETHERNET_MANAGER_USERNAME", FABRIC_REDFISH_USERNAME)
+ETHERNET_MANAGER_PASSWORD = environment.text("GPUFLEET_ETHERNET_MANAGER_PASSWORD", FABRIC_REDFISH_PASSWORD)
+INFINIBAND_MANAGER_USERNAME = environment.text("GPUFLEET_INFINIBAND_MANAGER_USERNAME", FABRIC_REDFISH_USERNAME)
+INFINIBAND_MANAGER_PASSWORD = environment.text("GPUFLEET_INFINIBAND_MANAGER_PASSWORD", FABRIC_REDFISH_PASSWORD)
+NVLINK_MANAGER_USERNAME = environment.text("GPUFLEET_NVLINK_MANAGER_USERNAME", FABRIC_REDFISH_USERNAME)
+NVLINK_MANAGER_PASSWORD = environment.text("GPUFLEET_NVLINK_MANAGER_PASSWORD", FABRIC_REDFISH_PASSWORD)
+FABRIC_MANAGER_NETWORKS = environment.networks(
+    "GPUFLEET_FABRIC_MANAGER_NETWORKS", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
+)
+FABRIC_SYNC_SECONDS = environment.number("GPUFLEET_FABRIC_SYNC_SECONDS", 30, positive=True)
 # A sweep on the workers' queue waits behind the workflow runs there: it must outlive a backlog, or
 # a busy fleet discards every sweep before a worker takes it. Each sweep claims its rows in the
 # database, so a late one does nothing twice; the limit only keeps messages from piling up while no
@@ -228,6 +255,13 @@ CELERY_BEAT_SCHEDULE = {
     "read-fabric-health": {
         "task": "workflows.tasks.read_fabric_health",
         "schedule": FABRIC_POLL_SECONDS,
+        "options": {"expires": WORKER_SWEEP_EXPIRES},
+    },
+    # Every attachment read back from the fabrics' managers, which may hang as a BMC may: drift.
+    "sync-fabrics": {
+        "task": "workflows.tasks.sync_fabrics",
+        "schedule": FABRIC_SYNC_SECONDS,
+        "kwargs": {"full": True},
         "options": {"expires": WORKER_SWEEP_EXPIRES},
     },
     # On the workers' queue: a long backlog of old rows must not hold the reconcilers (RETAIN_*).
@@ -336,6 +370,33 @@ IDLE_DIAGNOSTICS_AT_ONCE = environment.integer("GPUFLEET_IDLE_DIAGNOSTICS_AT_ONC
 IDLE_DIAGNOSTICS_POLL_SECONDS = environment.number("GPUFLEET_IDLE_DIAGNOSTICS_POLL_SECONDS", 30, positive=True)
 IDLE_DIAGNOSTICS_RETRY_SECONDS = environment.number("GPUFLEET_IDLE_DIAGNOSTICS_RETRY_SECONDS", 3600, positive=True)
 
+
+# Tenants' networks (fleet/services/tenant_networks.py): each reservation gets an Ethernet segment
+# (VLANs, or VXLAN VNIs with a VLAN each on the leaf ports), a subnet of the tenant address space
+# (IPv4: a /24 at least, room for twice its nodes) and an InfiniBand P_Key per fabric. The segment
+# and P_Key ranges are where the pools start: operators edit them in the admin (SegmentPool).
+def _refuse_unless(name: str, raw: str, parse: Callable[[str], Any]) -> Any:
+    """`parse(raw)`; a ValueError stops the process as the environment's readers do, naming the variable."""
+    try:
+        return parse(raw)
+    except ValueError as expected:
+        sys.exit(f"gpu-fleet: {name}={raw!r}: expected {expected}")
+
+
+ETHERNET_SEGMENTS: tuple[str, int, int] = _refuse_unless(  # (kind, first, last)
+    "GPUFLEET_ETHERNET_SEGMENTS",
+    environment.text("GPUFLEET_ETHERNET_SEGMENTS", "vlan:1000-3999"),
+    segments.parse_ethernet_segments,
+)
+INFINIBAND_PKEYS: tuple[int, int] = _refuse_unless(
+    "GPUFLEET_INFINIBAND_PKEYS",
+    environment.text("GPUFLEET_INFINIBAND_PKEYS", "0x1000-0x7ffe"),
+    lambda raw: segments.parse_range(raw, "pkey"),
+)
+TENANT_SUBNETS = environment.networks("GPUFLEET_TENANT_SUBNETS", "10.128.0.0/9")
+if any(network.version != 4 for network in TENANT_SUBNETS) or not TENANT_SUBNETS:
+    sys.exit(f"gpu-fleet: GPUFLEET_TENANT_SUBNETS={','.join(map(str, TENANT_SUBNETS))!r}: expected IPv4 networks")
+
 # BMC access (fleet/bmc_access.py): BMC and node-agent URLs must resolve into these networks
 # (comma-separated CIDRs), wherever they come in and before a worker connects, so a changed
 # address cannot send a BMC's password, or any request, elsewhere.
@@ -385,6 +446,7 @@ CELERY_TASK_ANNOTATIONS = {
     "workflows.tasks.look_at_idle_diagnostics": _NODE_WORK,
     "workflows.tasks.read_bmc_event_logs": _NODE_WORK,
     "workflows.tasks.read_fabric_health": _NODE_WORK,
+    "workflows.tasks.sync_fabrics": _NODE_WORK,
     "workflows.tasks.deliver_webhooks": _time_limits(max(120.0, 4 * OUTBOUND_DEADLINE_SECONDS)),
     # Its batches commit one by one: a sweep stopped at its limit has lost nothing, the next goes on.
     "workflows.tasks.delete_old_rows": _time_limits(600.0),

@@ -25,6 +25,10 @@ if environment.boolean("GPUFLEET_HTTPS", False):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
 
+# The VLAN every leaf port is on while its node serves no tenant: both listeners tell a node held
+# until its removal from a tenant's network is read back (fleet.services.network_attachments).
+PROVISIONING_VLAN = environment.integer("GPUFLEET_PROVISIONING_VLAN", 10, minimum=2, maximum=4094)
+
 # Every connection gives up on a statement, a lock wait and an idle open transaction after these
 # (0 turns one off): one stuck lock must not stop the reconcilers' single process for ever.
 DB_STATEMENT_TIMEOUT_MS = environment.integer("GPUFLEET_DB_STATEMENT_TIMEOUT_MS", 30_000, minimum=0)

@@ -3,9 +3,10 @@
 cloud-init's NoCloud source finds a filesystem labelled CIDATA (fleet/nocloud.py writes it) with
 three files: `meta-data` (the instance id, the host name and the tenant's SSH public keys),
 `user-data` (the tenant's own, passed through untouched: a cloud-config document or a script)
-and `network-config` (version 2: the node's address on the tenant network). The service image's
-drive has meta-data and an empty user-data only. Beside them, every drive carries the agent's
-credentials of that boot or tenancy, added as the drive is served (fleet/agent_credentials.py).
+and `network-config` (version 2: the node's address on the tenant network, and on its
+reservation's private network where it has one, the ethernet named `private0`). The service
+image's drive has meta-data and an empty user-data only. Beside them, every drive carries the
+agent's credentials of that boot or tenancy, added as the drive is served (fleet/agent_credentials.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ class NoCloudConfig:
     interface: IPv4Interface | IPv6Interface | None  # the node's address and prefix; None: DHCP
     gateway: str | None
     mac: str | None  # the NIC the address goes on; the first NIC if None
+    # The node's address on its reservation's private network (fleet/services/tenant_networks.py):
+    # the ethernet `private0`, with no default route (tenant0 keeps it). None: on none.
+    private_interface: IPv4Interface | None = None
 
     def documents(self) -> dict[str, str]:
         meta_data = {
@@ -41,7 +45,10 @@ class NoCloudConfig:
         if self.gateway and self.interface:
             default = "::/0" if self.interface.version == 6 else "0.0.0.0/0"
             ethernet["routes"] = [{"to": default, "via": self.gateway}]
-        network = {"version": 2, "ethernets": {"tenant0": ethernet}}
+        ethernets = {"tenant0": ethernet}
+        if self.private_interface:
+            ethernets["private0"] = {"addresses": [str(self.private_interface)]}
+        network = {"version": 2, "ethernets": ethernets}
         return {
             "meta-data": yaml.safe_dump(meta_data, sort_keys=False),
             "user-data": self.user_data,

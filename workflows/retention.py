@@ -21,7 +21,7 @@ from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
-from attestation.models import AttestationResult
+from attestation.models import AttestationResult, ResultKind
 from core import clock, retention
 from fleet.models import IdleDiagnosticRun, IdleDiagnosticStatus, NodeCredential, PowerAction
 from fleet.models.power_actions import OPEN as OPEN_POWER_ACTIONS
@@ -48,8 +48,11 @@ def _remediations(now: datetime) -> QuerySet[Remediation]:
 
 def _attestation_results(now: datetime) -> QuerySet[AttestationResult]:
     old = retention.cutoff(now, days=settings.RETAIN_ATTESTATION_RESULTS_DAYS)
-    latest = AttestationResult.objects.filter(node=OuterRef("node")).order_by("-at", "-id").values("pk")[:1]
-    return AttestationResult.objects.filter(at__lt=old).exclude(pk=Subquery(latest))
+    newest = AttestationResult.objects.filter(node=OuterRef("node")).order_by("-at", "-id").values("pk")
+    latest = newest[:1]
+    # A handoff result re-signs the node's latest inspection: that one stays while the tenant does.
+    inspected = newest.filter(kind=ResultKind.INSPECTION)[:1]
+    return AttestationResult.objects.filter(at__lt=old).exclude(pk=Subquery(latest)).exclude(pk=Subquery(inspected))
 
 
 def _idle_diagnostic_runs(now: datetime) -> QuerySet[IdleDiagnosticRun]:

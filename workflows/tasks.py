@@ -10,13 +10,15 @@ from django.db.models.functions import Now
 
 from fleet import firmware_rollouts
 from fleet import services as fleet_services
-from fleet.selectors import nodes_owing_work
+from fleet.selectors import nodes_owing_work, unleased_nodes_owing_work
+from fleet.services import network_attachments
 from remediation import services as remediation_services
 from reservations import services as reservation_services
 from reservations.selectors import live_allocations
 from workflows import (
     bmc_event_logs,
     fabric_health,
+    fabric_sync,
     idle_diagnostics,
     node_workflows,
     repairs,
@@ -24,6 +26,7 @@ from workflows import (
     triggers,
     webhooks,
 )
+from workflows.fabric_managers import drivers_from_settings
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -56,7 +59,14 @@ def reconcile_nodes(limit: int = 500) -> dict:
     lease holds and that has no message waiting."""
     started = fleet_services.start_inspections(actor="system:reconciler", limit=limit)
     owing = nodes_owing_work(limit=limit, quiet_for=timedelta(seconds=2 * settings.RECONCILE_SECONDS))
-    return {"inspections_started": started, "owing": len(owing), "enqueued": enqueue_workflows(owing)}
+    # A node waits on its networks' read-back: a sync, unless one waits already.
+    resynced = network_attachments.syncs_owed() and fabric_sync.request_sync()
+    return {
+        "inspections_started": started,
+        "owing": len(owing),
+        "enqueued": enqueue_workflows(owing),
+        "fabric sync sent": resynced,
+    }
 
 
 @shared_task(ignore_result=True)
@@ -169,6 +179,24 @@ def advance_firmware_rollouts() -> dict:
 def read_fabric_health() -> dict:
     """Read the health of the fabric's switches from their switch manager."""
     return fabric_health.read_switches()
+
+
+@shared_task(ignore_result=True)
+def sync_fabrics(full: bool = False) -> dict:
+    """Put nodes on the networks their attachments name and read the fabrics back (full: every
+    attachment, for drift), one fabric at a time across the workers; then wake the nodes whose
+    workflows waited for it."""
+    fabric_sync.sync_picked_up()  # first: whatever changes from now on is sent again
+    drivers = drivers_from_settings()
+    try:
+        figures = fabric_sync.sync_fabrics(drivers=drivers, full=full)
+    finally:
+        for driver in drivers.values():
+            driver.close()
+    # Nodes parked until their memberships were read back go on now.
+    woken = network_attachments.wake_waiting(figures.pop("settled"))
+    figures["workflows sent"] = enqueue_workflows(unleased_nodes_owing_work(woken))
+    return figures
 
 
 # -- retention -------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ exit status:
   3  not found (404): no such reservation or webhook
   4  the server could not be reached, or failed (5xx)
   verify: 0 genuine and affirming, 1 not genuine or not as asked (another node, nonce, too
-  old; or no result for the node), 3 genuine but contraindicated, 4 server unreachable
+  old, other networks; or no result for the node), 3 genuine but contraindicated, 4 server
+  unreachable
 
 configuration: GPUFLEET_URL (default http://127.0.0.1:8000) and GPUFLEET_TOKEN, else `url` and
 `token` in $XDG_CONFIG_HOME/gpufleet/config.toml (~/.config/gpufleet/config.toml).
@@ -162,6 +163,7 @@ def _verify_arguments(verify: argparse.ArgumentParser) -> None:
     verify.add_argument(
         "--max-age", type=verification.seconds, metavar="SECONDS", help="refuse a result signed longer ago"
     )
+    verification.add_network_expectations(verify)
     verify.add_argument(
         "--allow-contraindicated", action="store_true", help="exit 0 on a genuine contraindicated result too"
     )

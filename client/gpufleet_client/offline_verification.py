@@ -11,20 +11,29 @@ node, at some time; the options say what else to require:
                              (padding optional), or hex, as the node's agent received it;
     --max-age SECONDS        it was signed (`iat`) at most this long ago by this machine's clock,
                              and not more than 60 s in this clock's future;
+    --expect-network FABRIC=MEMBERSHIP
+                             its `networks` claim reads the node on FABRIC (ethernet, infiniband,
+                             nvlink) as MEMBERSHIP, confirmed by the fabric's read-back: the
+                             access VLAN (`ethernet=1001`), the full-member P_Keys
+                             (`infiniband=0x1001`), the NVLink partition (`nvlink=gpufleet-r42`);
+                             repeatable, one a fabric (`infiniband=`: no P_Key at all);
     --allow-contraindicated  a genuine contraindicated result is an answer too (exit 0).
 
 Exit status:
 
     0  genuine, as asked, and affirming (or contraindicated, with --allow-contraindicated);
     1  not genuine (signature, key, algorithm, malformed), or genuine but not as asked
-       (another node, another nonce, too old, from the future);
+       (another node, another nonce, too old, from the future, other fabric memberships);
     2  an unreadable file or a bad argument;
     3  genuine and as asked, but contraindicated: the node failed attestation.
 
 Every reason for a status other than 0 goes to stderr, one a line. The claims go to stdout whenever
 the signature verifies, so a refused result can be read; only status 0 means it is the answer.
 Among them, `firmware` (when the node has a firmware baseline) lists each firmware component's
-version and digest as the node's BMC reported them at that inspection, and what it repaired.
+version and digest as the node's BMC reported them at that inspection, and what it repaired;
+`networks` the node's membership of each fabric as the control plane last read it back from the
+fabric's manager: at an inspection, off every tenant's network; at a handoff to a tenant (a
+result with `attested_at`, the inspection's time, whose verdict it carries), on that tenant's.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import math
 import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import jwt
@@ -48,6 +58,7 @@ ANSWERED, REFUSED, UNREADABLE, CONTRAINDICATED = 0, 1, 2, 3
 CLOCK_SKEW_SECONDS = 60  # how far in the future of the reader's clock a result may be signed
 HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
 BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
+FABRICS = ("ethernet", "infiniband", "nvlink")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node", help="refuse a result about another node")
     parser.add_argument("--nonce", type=nonce_readings, help="refuse a result for another nonce (base64url or hex)")
     parser.add_argument("--max-age", type=seconds, metavar="SECONDS", help="refuse a result signed longer ago")
+    add_network_expectations(parser)
     parser.add_argument(
         "--allow-contraindicated", action="store_true", help="exit 0 on a genuine contraindicated result too"
     )
@@ -81,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         node=args.node,
         nonce=args.nonce,
         max_age=args.max_age,
+        networks=dict(args.expect_network),
         allow_contraindicated=args.allow_contraindicated,
         now=time.time(),
     )
@@ -108,6 +121,7 @@ def check_result(
     node: str | None = None,
     nonce: frozenset[bytes] | None = None,
     max_age: float | None = None,
+    networks: Mapping[str, str] | None = None,
     allow_contraindicated: bool = False,
     now: float,
 ) -> Checked:
@@ -117,6 +131,7 @@ def check_result(
     except ResultInvalid as err:
         return Checked(REFUSED, None, [f"invalid result: {err}"])
     mismatches = not_as_asked(claims, node=node, nonce=nonce, max_age=max_age, now=now)
+    mismatches += networks_not_as_asked(claims, networks or {})
     contraindications = contraindicated(claims, node=node)
     reasons = [f"not as asked: {reason}" for reason in mismatches]
     reasons += [f"contraindicated: {reason}" for reason in contraindications]
@@ -155,6 +170,25 @@ def not_as_asked(
             )
         elif now - signed > max_age:
             reasons.append(f"it was signed at {_when(signed)}, {now - signed:.0f} s ago: more than {max_age:g} s")
+    return reasons
+
+
+def networks_not_as_asked(claims: dict, expected: Mapping[str, str]) -> list[str]:
+    """Every fabric whose membership the `networks` claim does not prove to be the one `expected`
+    (fabric -> membership): another, none, or one the fabric's read-back did not confirm."""
+    if not expected:
+        return []
+    if not isinstance(claims.get("networks"), dict):
+        return ["it carries no networks claim: no fabric membership is proven"]
+    read_back = {fabric: (membership, confirmed) for fabric, membership, _, _, confirmed in network_facts(claims)}
+    reasons = []
+    for fabric, membership in expected.items():
+        if fabric not in read_back:
+            reasons.append(f"it reads no {fabric} membership")
+        elif read_back[fabric][0] != membership:
+            reasons.append(f"it reads {fabric} membership {read_back[fabric][0]!r}, not {membership!r}")
+        elif not read_back[fabric][1]:
+            reasons.append(f"its {fabric} membership {membership!r} was not confirmed by the fabric's read-back")
     return reasons
 
 
@@ -198,6 +232,48 @@ def firmware_facts(claims: dict) -> list[tuple[str, str, str, bool]]:
         for name, component in sorted(components.items())
         if isinstance(component, dict)
     ]
+
+
+def network_facts(claims: dict) -> list[tuple[str, str, bool, str | None, bool]]:
+    """(fabric, membership, a tenant's network?, read at, confirmed) of each fabric the result's
+    `networks` claim lists, the three fabrics first. Empty for a result without the claim (signed
+    before there was one): it is not required unless a membership is expected."""
+    claim = claims.get("networks")
+    fabrics = claim.get("fabrics") if isinstance(claim, dict) else None
+    if not isinstance(fabrics, dict):
+        return []
+    order = sorted(fabrics, key=lambda fabric: (FABRICS.index(fabric) if fabric in FABRICS else len(FABRICS), fabric))
+    return [
+        (
+            str(fabric),
+            str(shown.get("membership", "")),
+            shown.get("tenant") is True,
+            shown.get("read_at") if isinstance(shown.get("read_at"), str) else None,
+            shown.get("confirmed", True) is True,
+        )
+        for fabric in order
+        if isinstance(shown := fabrics[fabric], dict)
+    ]
+
+
+def add_network_expectations(parser: argparse.ArgumentParser) -> None:
+    """--expect-network FABRIC=MEMBERSHIP, repeatable: `args.expect_network`, (fabric, membership) pairs."""
+    parser.add_argument(
+        "--expect-network",
+        type=network_expectation,
+        action="append",
+        default=[],
+        metavar="FABRIC=MEMBERSHIP",
+        help="refuse a result that does not read the node on this membership of FABRIC (ethernet=1001, "
+        "infiniband=0x1001, nvlink=PARTITION), confirmed; repeatable",
+    )
+
+
+def network_expectation(text: str) -> tuple[str, str]:
+    fabric, equals, membership = text.partition("=")
+    if not equals or fabric not in FABRICS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FABRIC=MEMBERSHIP with FABRIC one of {', '.join(FABRICS)}")
+    return fabric, membership
 
 
 def nonce_readings(text: str) -> frozenset[bytes]:

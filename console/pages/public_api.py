@@ -24,6 +24,7 @@ class DisclosedNodeSerializer(NodeSerializer):
     def to_representation(self, instance):
         node = super().to_representation(instance)
         node["quarantine_reason"] = self.context["disclosure"].text(node["quarantine_reason"])
+        node["hold_reason"] = self.context["disclosure"].text(node["hold_reason"])
         return node
 
 

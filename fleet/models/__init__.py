@@ -7,6 +7,8 @@
 - images, addresses, config_drives: what a tenant's node is given (an OS image from the
   catalogue, an address from its pod's pool, a config drive; the service image gets a drive too);
 - node_credentials: the agent credentials of each boot of the service image and each tenancy;
+- networks: the segments each fabric hands tenants, each reservation's networks, each node's place
+  on every fabric and its private address;
 - power_actions: tenants' reboots and power cycles, kept as due work;
 - baselines and rollouts: the firmware every node of a class must run, and its rollouts.
 
@@ -18,6 +20,14 @@ from fleet.models.baselines import FirmwareBaseline, FirmwareBaselineComponent
 from fleet.models.config_drives import ConfigDrive
 from fleet.models.idle_diagnostics import IdleDiagnosticRun, IdleDiagnosticStatus
 from fleet.models.images import Image
+from fleet.models.networks import (
+    Fabric,
+    NetworkAttachment,
+    PrivateAddress,
+    SegmentKind,
+    SegmentPool,
+    TenantNetwork,
+)
 from fleet.models.node_credentials import CredentialHolder, NodeCredential
 from fleet.models.nodes import GPU, AuditEvent, AuditOnlyEvent, Node, NodeState
 from fleet.models.power_actions import PowerAction, PowerActionKind, PowerActionState
@@ -32,6 +42,7 @@ __all__ = [
     "AuditOnlyEvent",
     "ConfigDrive",
     "CredentialHolder",
+    "Fabric",
     "FabricDomain",
     "FabricLevel",
     "FabricSwitch",
@@ -42,6 +53,7 @@ __all__ = [
     "IdleDiagnosticRun",
     "IdleDiagnosticStatus",
     "Image",
+    "NetworkAttachment",
     "Node",
     "NodeAddress",
     "NodeCredential",
@@ -50,5 +62,9 @@ __all__ = [
     "PowerAction",
     "PowerActionKind",
     "PowerActionState",
+    "PrivateAddress",
     "Rack",
+    "SegmentKind",
+    "SegmentPool",
+    "TenantNetwork",
 ]

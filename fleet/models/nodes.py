@@ -8,6 +8,7 @@ created, without an audit row written in the same transaction.
 
 from collections.abc import Iterable
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
@@ -68,6 +69,10 @@ class AuditOnlyEvent(models.TextChoices):
     FIRMWARE_CHECKED = "firmware_checked", "firmware checked"
     # A report with an agent credential that is revoked (an earlier boot's or tenancy's) or another node's.
     CREDENTIAL_REFUSED = "credential_refused", "agent credential refused"
+    # A port or GUID read back on a segment it must not be on, and put back; every membership of the
+    # node read back as it should be (fleet/models/networks.py).
+    FABRIC_DRIFT_REPAIRED = "fabric_drift_repaired", "fabric drift repaired"
+    NETWORKS_CONFIRMED = "networks_confirmed", "networks confirmed"
 
 
 class GPUHealth(models.TextChoices):
@@ -116,6 +121,14 @@ class Node(models.Model):
     diagnostic_passed_at = models.DateTimeField(null=True, blank=True)
     diagnostic_level = models.PositiveSmallIntegerField(null=True, blank=True)
 
+    # Where it plugs into the fabrics that keep tenants apart, as the inventory says
+    # (fleet/models/networks.py): its Ethernet leaf switch and port, its HCA ports' GUIDs.
+    ethernet_switch = models.CharField(max_length=64, blank=True)
+    ethernet_port = models.CharField(max_length=32, blank=True, help_text='As the switch names it: "swp1".')
+    hca_guids = ArrayField(
+        models.CharField(max_length=16), default=list, blank=True, help_text="16 hex digits each, as UFM writes them."
+    )
+
     # Lease with fencing (fleet/leases.py): the token grows on every claim.
     lease_owner = models.CharField(max_length=128, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -159,6 +172,15 @@ class Node(models.Model):
                 name="node_lease_owner_has_expiry_and_token",
             ),
             models.CheckConstraint(condition=Q(fencing_token__gte=0), name="node_fencing_token_not_negative"),
+            models.UniqueConstraint(
+                fields=["ethernet_switch", "ethernet_port"],
+                condition=~Q(ethernet_port=""),
+                name="node_one_per_ethernet_port",
+            ),
+            models.CheckConstraint(
+                condition=Q(ethernet_switch="", ethernet_port="") | (~Q(ethernet_switch="") & ~Q(ethernet_port="")),
+                name="node_ethernet_switch_and_port_together",
+            ),
             models.CheckConstraint(condition=json_type_is("attributes", "object"), name="node_attributes_object"),
             models.CheckConstraint(
                 condition=_in(lifecycle.SERVING_STATES) | Q(ssh_host_key_fingerprint="", reinstall_image__isnull=True),

@@ -22,7 +22,7 @@ from fleet.services.credentials import (
     start_service_boot,
     tenancy_drive_token,
 )
-from fleet.services.enrolment import EnrolmentResult, FabricLevelsChanged, enrol_nodes
+from fleet.services.enrolment import EnrolmentResult, FabricEndTaken, FabricLevelsChanged, enrol_nodes
 from fleet.services.idle_diagnostics import (
     end_idle_diagnostics,
     idle_diagnostics_started,
@@ -51,6 +51,7 @@ __all__ = [
     "ConcurrentTransition",
     "CredentialRefused",
     "EnrolmentResult",
+    "FabricEndTaken",
     "FabricLevelsChanged",
     "NoAddressFree",
     "NotServing",

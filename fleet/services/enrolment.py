@@ -1,18 +1,21 @@
-"""Enrolment: new nodes from an inventory's records, with their racks, fabric domains and
-switches; known nodes keep their state and take the records' access and attributes.
+"""Enrolment: new nodes from an inventory's records, with their racks, fabric domains, switches
+and places on the fabrics that keep tenants apart; known nodes keep their state and take the
+records' access, attributes and fabric ends.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import Q
 
 from core.errors import Conflict
-from core.topology import POD
+from core.topology import ETHERNET, INFINIBAND, NVLINK, POD
 from fleet.bmc_access import BMCAddressRefused, bmc_host, check_bmc_host
-from fleet.inventory import NodeRecord
+from fleet.inventory import NodeRecord, check_fabric_ends
 from fleet.models import (
     GPU,
     AuditEvent,
@@ -20,12 +23,14 @@ from fleet.models import (
     FabricDomain,
     FabricLevel,
     FabricSwitch,
+    NetworkAttachment,
     Node,
     NodeState,
     Pod,
     Rack,
 )
 from fleet.services.access_changes import BMC_ACCESS_FIELDS, bmc_change, bmc_change_audit
+from fleet.services.tenant_networks import ensure_segment_pools
 
 ENROLMENT_BATCH = 500
 
@@ -47,7 +52,9 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
     Idempotent: a node already enrolled keeps its state, position and GPUs; a change of its BMC
     access is audited, and its attributes become the records'. Raises BMCAddressRefused, before
     writing anything, if a record's BMC or agent URL is outside the BMC networks, and
-    FabricLevelsChanged if the records name other fabric levels than the fleet has. Racks move
+    FabricLevelsChanged if the records name other fabric levels than the fleet has, and
+    FabricEndTaken if they give a node an Ethernet port or HCA GUID another node holds. Each node
+    gets its place on each fabric it is on (NetworkAttachment, on no tenant's network). Racks move
     to the fabric domains the records give them, and the switches they name are enrolled (health
     unknown until read) or moved to the domain they now serve. `progress`, if given, is called
     with the number of records handled after each batch.
@@ -55,6 +62,9 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
     records = list(records)
     _check_bmc_addresses(records)
     _check_fabric_levels(records)
+    _check_fabric_ends(records)
+    _let_go_of_moved_ports(records)
+    ensure_segment_pools()
     pods = {name: Pod.objects.get_or_create(name=name)[0] for name in sorted({r.pod for r in records})}
     racks = _enrol_racks(records, pods)
     _place_racks_in_fabric(records, pods, racks)
@@ -68,6 +78,7 @@ def enrol_nodes(*, records: Iterable[NodeRecord], actor: str, progress=None) -> 
             _describe_known_nodes(batch, known)
         if progress:
             progress(len(batch))
+    _attach_to_fabrics(records)
     return EnrolmentResult(created=created, updated=updated)
 
 
@@ -93,6 +104,9 @@ def _enrol_new_nodes(new: list[NodeRecord], racks: dict[str, Rack], actor: str) 
             bmc_password=r.bmc_password,
             agent_url=r.agent_url,
             attributes=dict(r.attributes),
+            ethernet_switch=r.ethernet_switch,
+            ethernet_port=r.ethernet_port,
+            hca_guids=list(r.hca_guids),
         )
         for r in new
     )
@@ -123,14 +137,87 @@ def _refresh_bmc_access(batch: list[NodeRecord], known: dict[str, Node], actor: 
     return len(changed)
 
 
+DESCRIBED_FIELDS = ["attributes", "ethernet_switch", "ethernet_port", "hca_guids"]
+
+
 def _describe_known_nodes(batch: list[NodeRecord], known: dict[str, Node]) -> None:
-    """Attributes are the inventory's to say: the latest one's stand, as placement reads them."""
+    """Attributes and fabric ends are the inventory's to say: the latest one's stand, as placement
+    and the fabric syncer read them."""
     described = []
     for r in batch:
-        if (node := known.get(r.name)) and node.attributes != r.attributes:
-            node.attributes = dict(r.attributes)
+        said = {
+            "attributes": dict(r.attributes),
+            "ethernet_switch": r.ethernet_switch,
+            "ethernet_port": r.ethernet_port,
+            "hca_guids": list(r.hca_guids),
+        }
+        if (node := known.get(r.name)) and any(getattr(node, field) != value for field, value in said.items()):
+            for field, value in said.items():
+                setattr(node, field, value)
             described.append(node)
-    Node.objects.bulk_update(described, ["attributes"])
+    Node.objects.bulk_update(described, DESCRIBED_FIELDS)
+
+
+def _let_go_of_moved_ports(records: list[NodeRecord]) -> None:
+    """Known nodes whose Ethernet port the inventory moves let go of it first, so that a port may
+    pass from one node to another (a new layout); a holder outside the inventory is FabricEndTaken."""
+    said = {r.name: (r.ethernet_switch, r.ethernet_port) for r in records}
+    held = Node.objects.filter(name__in=said).exclude(ethernet_port="")
+    moved = [
+        pk
+        for pk, name, *port in held.values_list("pk", "name", "ethernet_switch", "ethernet_port")
+        if said[name] != tuple(port)
+    ]
+    Node.objects.filter(pk__in=moved).update(ethernet_switch="", ethernet_port="")
+
+
+class FabricEndTaken(Conflict):
+    """An inventory gives a node an Ethernet port or an HCA GUID that another node holds."""
+
+
+def _check_fabric_ends(records: list[NodeRecord]) -> None:
+    """Each port and GUID belongs to one node: among the records, and against the fleet's other nodes."""
+    check_fabric_ends(records)
+    names = {r.name for r in records}
+    ports = {(r.ethernet_switch, r.ethernet_port): r.name for r in records if r.ethernet_port}
+    guids = {guid: r.name for r in records for guid in r.hca_guids}
+    others = Node.objects.exclude(name__in=names)
+    holders = others.filter(
+        Q(ethernet_switch__in={switch for switch, _ in ports}, ethernet_port__in={port for _, port in ports})
+        | Q(hca_guids__overlap=list(guids))
+    ).values_list("name", "ethernet_switch", "ethernet_port", "hca_guids")
+    for holder, switch, port, held in holders:
+        if (switch, port) in ports:
+            raise FabricEndTaken(f"{ports[switch, port]}: port {port} of {switch} is {holder}'s")
+        if taken := sorted(set(held) & guids.keys()):
+            raise FabricEndTaken(f"{guids[taken[0]]}: HCA GUID {taken[0]} is {holder}'s")
+
+
+def _attach_to_fabrics(records: list[NodeRecord]) -> None:
+    """Each node its place on each fabric it is on, on no tenant's network yet: Ethernet with a
+    port, InfiniBand with HCA GUIDs, NVLink with GPUs in a rack (its NVLink domain) of more than
+    one such node. Places a node already has stay as they are; a fabric it has left keeps its
+    place (its membership must still be taken off there)."""
+    for batch in _batches(records, ENROLMENT_BATCH):
+        nodes = Node.objects.filter(name__in=[r.name for r in batch]).values_list("pk", "ethernet_port", "hca_guids")
+        NetworkAttachment.objects.bulk_create(
+            [
+                NetworkAttachment(node_id=pk, fabric=fabric)
+                for pk, port, guids in nodes
+                for fabric, on in ((ETHERNET, port), (INFINIBAND, guids))
+                if on
+            ],
+            ignore_conflicts=True,
+        )
+    # A rack's nodes with GPUs, the records' or not: a second one makes the first one's an NVLink domain too.
+    with_gpus = Node.objects.filter(rack__name__in={r.rack for r in records}, gpus__isnull=False)
+    racks = dict(with_gpus.values_list("pk", "rack_id").distinct())
+    per_rack = Counter(racks.values())
+    NetworkAttachment.objects.bulk_create(
+        (NetworkAttachment(node_id=pk, fabric=NVLINK) for pk, rack in racks.items() if per_rack[rack] > 1),
+        ignore_conflicts=True,
+        batch_size=ENROLMENT_BATCH,
+    )
 
 
 def _check_bmc_addresses(records: list[NodeRecord]) -> None:

@@ -24,6 +24,7 @@ from fleet.models import (
     NodeCredential,
     NodeState,
 )
+from fleet.services.network_attachments import forget_tenant_networks
 from fleet.signals import node_transitioned
 
 
@@ -138,6 +139,8 @@ def _follow_through(
     gets new ones with its new drive), the audit row, and node_transitioned."""
     if new_state not in lifecycle.SERVING_STATES:
         _forget_tenant_network(node.pk)
+        if node.state in lifecycle.SERVING_STATES:
+            forget_tenant_networks(node_id=node.pk)  # held until a sync reads its removal back
     elif event is lifecycle.Event.REINSTALL_REQUESTED:
         with connection.cursor() as cursor:
             cursor.execute(REVOKE_TENANCY, {"node": node.pk})

@@ -1,3 +1,4 @@
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import cast
 
@@ -21,6 +22,7 @@ from reservations.models import (
     WebhookEvent,
     user_data_too_large,
 )
+from reservations.selectors.answers import networks_of_reservations
 
 MAX_NODES_PER_RESERVATION = 10_000
 
@@ -181,6 +183,42 @@ class MachineSerializer(serializers.Serializer):
     address = serializers.IPAddressField(allow_null=True, help_text="On the tenant network; null until assigned.")
     ssh_port = serializers.IntegerField(allow_null=True)
     host_key_fingerprint = serializers.CharField(allow_null=True, help_text="SHA256:..., once the node reported it.")
+    private_address = serializers.IPAddressField(
+        allow_null=True, help_text="On the reservation's private Ethernet network; null until assigned."
+    )
+
+
+class NetworkStateSerializer(serializers.Serializer):
+    confirmed = serializers.BooleanField(help_text="Every node that should be on it was read back on it.")
+    problem = serializers.CharField(
+        allow_null=True, help_text="What holds a node back from it, the first of them: the fabric manager's refusal..."
+    )
+
+
+class EthernetNetworkSerializer(NetworkStateSerializer):
+    kind = serializers.ChoiceField(choices=["vlan", "vxlan"])
+    segment = serializers.IntegerField(help_text="The VLAN, or the VXLAN VNI.")
+    subnet = serializers.CharField(help_text="CIDR of the private network.")
+    gateway = serializers.IPAddressField()
+
+
+class InfinibandNetworkSerializer(NetworkStateSerializer):
+    pkey = serializers.CharField(help_text='The partition key, "0x1001"; the first if it spans several fabrics.')
+    pkeys = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Every P_Key, where it spans several fabrics."
+    )
+
+
+class NvlinkNetworkSerializer(NetworkStateSerializer):
+    partition = serializers.CharField(help_text="The NVLink partition, one name in every NVLink domain.")
+
+
+class NetworksSerializer(serializers.Serializer):
+    """The reservation's own network on each fabric, which no other tenant's node is on; null: none there."""
+
+    ethernet = EthernetNetworkSerializer(allow_null=True)
+    infiniband = InfinibandNetworkSerializer(allow_null=True)
+    nvlink = NvlinkNetworkSerializer(allow_null=True)
 
 
 class TopologySerializer(serializers.Serializer):
@@ -203,6 +241,7 @@ class ReservationSerializer(serializers.ModelSerializer):
     image: "serializers.SlugRelatedField[Image]" = serializers.SlugRelatedField(slug_field="name", read_only=True)
     ssh_keys = serializers.SerializerMethodField()
     machines = serializers.SerializerMethodField()
+    networks = serializers.SerializerMethodField()
 
     class Meta:
         model = Reservation
@@ -219,6 +258,7 @@ class ReservationSerializer(serializers.ModelSerializer):
             "placed_in",
             "nodes",
             "machines",
+            "networks",
             "image",
             "ssh_keys",
             "starts_at",
@@ -246,6 +286,17 @@ class ReservationSerializer(serializers.ModelSerializer):
     def get_machines(self, reservation) -> list[dict]:
         # many=True makes a ListSerializer, whose data is a list; the stubs know only Serializer's dict.
         return cast(list[dict], MachineSerializer(self.context["machines"].get(reservation.pk, []), many=True).data)
+
+    @extend_schema_field(NetworksSerializer)
+    def get_networks(self, reservation) -> dict:
+        # Read for every reservation of the answer at once, at the first one: one query for a page.
+        context = cast(dict, self.context)  # the root serializer's, shared by every row's
+        if "networks" not in context:
+            answered = self.root.instance
+            context["networks"] = networks_of_reservations(
+                list(answered) if isinstance(answered, Iterable) else [reservation]
+            )
+        return context["networks"][reservation.pk]
 
 
 class DomainCapacitySerializer(serializers.Serializer):

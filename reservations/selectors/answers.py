@@ -1,5 +1,5 @@
-"""What the API's answers about a reservation read: its machines, nodes, SSH keys, and the
-tenant's quota and use of it.
+"""What the API's answers about a reservation read: its machines, nodes, SSH keys, networks, and
+the tenant's quota and use of it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 
 from core import clock
 from fleet.models import Node
+from fleet.network_selectors import NO_NETWORKS, networks_by_reservation, private_address_of_node
 from reservations import usage
 from reservations.models import Quota, Reservation, ReservationState, Tenant
 from reservations.selectors.holds import INSTANT, booking_limits, live_allocations, node_hours_booked, nodes_held
@@ -24,7 +25,12 @@ def reservation_machines(reservations: list[Reservation]) -> dict[int, list[dict
     started = [r for r in reservations if r.state != ReservationState.PENDING]
     if not started:
         return machines
-    serving = Node.objects.filter(reservation__in=started).select_related("address__pool").order_by("name")
+    serving = (
+        Node.objects.filter(reservation__in=started)
+        .select_related("address__pool")
+        .annotate(private_address=private_address_of_node())
+        .order_by("name")
+    )
     for node in serving:
         assert node.reservation_id is not None  # it serves one of `started`
         address = getattr(node, "address", None)
@@ -35,9 +41,17 @@ def reservation_machines(reservations: list[Reservation]) -> dict[int, list[dict
                 "address": address.address if address else None,
                 "ssh_port": address.pool.ssh_port if address else None,
                 "host_key_fingerprint": node.ssh_host_key_fingerprint or None,
+                "private_address": node.private_address,
             }
         )
     return machines
+
+
+def networks_of_reservations(reservations: list[Reservation]) -> dict[int, dict]:
+    """Each reservation's networks on every fabric (fleet.network_selectors), in one query; a
+    reservation not given any yet has none on any fabric."""
+    found = networks_by_reservation(r.pk for r in reservations if r.state != ReservationState.PENDING)
+    return {r.pk: found.get(r.pk, dict(NO_NETWORKS)) for r in reservations}
 
 
 def reservation_nodes(reservations: list[Reservation]) -> dict[int, list[str]]:

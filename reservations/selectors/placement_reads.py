@@ -18,6 +18,7 @@ from core.kept import Kept
 from fleet.fabric_health import RackNodes
 from fleet.models import GPU, Node
 from fleet.selectors import nodes_cut_off_in, rack_fabric_paths
+from fleet.services.network_attachments import hold_reasons
 from reservations.free_capacity import FreeCapacity, RackState
 from reservations.placement import RackCapacity
 from reservations.selectors.holds import INSTANT, ids_of_each, not_free_sources, tested_source
@@ -182,17 +183,21 @@ def warm_placement() -> None:
 
 
 def nodes_cut_off(fleet: Topology | None = None, *, lasting: timedelta = timedelta(0)) -> dict[int, str]:
-    """The ids of the nodes an unhealthy switch cuts off from the fabric, each with why
-    (fleet/fabric_health.py): placement gives them to nobody, for any period, until the switch
-    manager reads their switch healthy again. With `lasting`, only trouble that has lasted so long."""
+    """The ids of the nodes an unhealthy switch cuts off from the fabric, and of those held because
+    their removal from a tenant's networks is not read back yet (network_cleanup_pending; a
+    serving node is never held), each with why (fleet/fabric_health.py,
+    fleet.services.network_attachments): placement gives them to nobody, for any period, until the
+    switch manager reads their switch healthy again, or the fabrics their removal. With
+    `lasting`, only switch trouble that has lasted so long."""
     fleet = fleet or topology()
-    return nodes_cut_off_in(
+    cut_off = nodes_cut_off_in(
         (
             RackNodes(pod=rack.pod, path=rack.path, ids=ids, names=rack.nodes)
             for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True)
         ),
         lasting=lasting,
     )
+    return hold_reasons() | cut_off
 
 
 def _by_rack(fleet: Topology, node_ids: Iterable[int]) -> dict[int, set[int]]:

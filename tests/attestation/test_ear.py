@@ -79,6 +79,71 @@ def test_the_firmware_a_check_read_is_signed_as_given_and_absent_without_one(key
     assert "firmware" not in verify_result(signed(AFFIRMING, key), keys)
 
 
+NETWORKS_AFTER_INSPECTION = {
+    "read_at": "2026-11-29T11:59:58+00:00",
+    "reservation": None,
+    "fabrics": {
+        "ethernet": {"membership": "10", "tenant": False, "read_at": "2026-11-29T11:59:58+00:00"},
+        "infiniband": {"membership": "", "tenant": False, "read_at": "2026-11-29T11:59:59+00:00"},
+        "nvlink": {"membership": "gpufleet-r7", "tenant": True, "read_at": None, "confirmed": False},
+    },
+}
+TENANTS_NETWORKS = {
+    "read_at": "2026-11-29T13:00:00+00:00",
+    "reservation": 42,
+    "fabrics": {"ethernet": {"membership": "1001", "tenant": True, "read_at": "2026-11-29T13:00:00+00:00"}},
+}
+
+
+def test_the_networks_read_back_are_signed_as_given_and_absent_without_them(key, keys):
+    token = ear.sign_result(
+        verdict=AFFIRMING,
+        node="node-001",
+        nonce=NONCE,
+        verifier_id="gpu-fleet 1.0",
+        private_key=key,
+        kid=ear.key_id(key.public_key()),
+        now=NOW,
+        networks=NETWORKS_AFTER_INSPECTION,
+    )
+    assert verify_result(token, keys)["networks"] == NETWORKS_AFTER_INSPECTION
+    assert "networks" not in verify_result(signed(AFFIRMING, key), keys)
+
+
+def test_a_handoff_signs_the_inspections_verdict_unchanged_with_the_tenants_networks(key, keys):
+    inspection = verify_result(
+        ear.sign_result(
+            verdict=CONTRAINDICATED,
+            node="node-001",
+            nonce=NONCE,
+            verifier_id="gpu-fleet 1.0",
+            private_key=key,
+            kid=ear.key_id(key.public_key()),
+            now=NOW,
+            firmware=FIRMWARE,
+            networks=NETWORKS_AFTER_INSPECTION,
+        ),
+        keys,
+    )
+    an_hour_later = NOW + datetime.timedelta(hours=1)
+    handoff = verify_result(
+        ear.sign_handoff(
+            inspection=inspection,
+            networks=TENANTS_NETWORKS,
+            private_key=key,
+            kid=ear.key_id(key.public_key()),
+            now=an_hour_later,
+        ),
+        keys,
+    )
+    assert handoff["iat"] == int(an_hour_later.timestamp())
+    assert handoff["attested_at"] == int(NOW.timestamp())
+    assert handoff["networks"] == TENANTS_NETWORKS
+    verdict = {name: value for name, value in handoff.items() if name not in {"iat", "attested_at", "networks"}}
+    assert verdict == {name: value for name, value in inspection.items() if name not in {"iat", "networks"}}
+    assert verdict["eat_nonce"] == inspection["eat_nonce"] and verdict["firmware"] == FIRMWARE
+
+
 def test_an_affirming_result_has_an_all_affirming_vector(key, keys):
     claims = verify_result(signed(AFFIRMING, key), keys)
     assert claims["submods"]["node-001"]["ear.status"] == "affirming"

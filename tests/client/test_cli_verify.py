@@ -31,7 +31,13 @@ def signing_key(settings, tmp_path):
 
 
 def attest(
-    node: Node, verdict: Verdict = AFFIRMING, *, nonce: bytes = NONCE, signed_at=None, firmware: dict | None = None
+    node: Node,
+    verdict: Verdict = AFFIRMING,
+    *,
+    nonce: bytes = NONCE,
+    signed_at=None,
+    firmware: dict | None = None,
+    networks: dict | None = None,
 ) -> str:
     """A result signed as services.appraise signs one, and recorded as the node's latest."""
     kid, key = services.signing_keys()[0]
@@ -44,6 +50,7 @@ def attest(
         kid=kid,
         now=signed_at or datetime.datetime.now(datetime.UTC),
         firmware=firmware,
+        networks=networks,
     )
     services.record(node_id=node.pk, nonce=nonce, appraisal=services.Appraisal(verdict, token, kid, "default"))
     return token
@@ -94,6 +101,97 @@ def test_the_firmware_the_inspection_found_is_listed_with_what_it_repaired(anony
 def test_a_result_without_firmware_lists_none(anonymous, fleet, signing_key):
     attest(fleet[0])
     assert "FIRMWARE" not in anonymous.run("verify", fleet[0].name).stdout
+
+
+READ_AT = "2026-12-06T10:59:00+00:00"
+OFF_EVERY_TENANT = {
+    "read_at": READ_AT,
+    "reservation": None,
+    "fabrics": {
+        "ethernet": {"membership": "10", "tenant": False, "read_at": READ_AT},
+        "infiniband": {"membership": "", "tenant": False, "read_at": READ_AT},
+        "nvlink": {"membership": "", "tenant": False, "read_at": READ_AT},
+    },
+}
+ON_R42_FABRICS = {
+    "ethernet": {"membership": "1001", "tenant": True, "read_at": READ_AT},
+    "infiniband": {"membership": "0x1001", "tenant": True, "read_at": READ_AT},
+    "nvlink": {"membership": "gpufleet-r42", "tenant": True, "read_at": READ_AT},
+}
+ON_R42 = {"read_at": READ_AT, "reservation": 42, "fabrics": ON_R42_FABRICS}
+R42 = ("ethernet=1001", "infiniband=0x1001", "nvlink=gpufleet-r42")
+
+
+def expecting(*memberships: str) -> list[str]:
+    return [argument for membership in memberships for argument in ("--expect-network", membership)]
+
+
+def last_table(stdout: str) -> list[list[str]]:
+    return [line.split() for line in stdout.split("\n\n")[-1].splitlines()]
+
+
+def test_an_inspections_result_lists_the_node_off_every_tenants_network(anonymous, fleet, signing_key):
+    attest(fleet[0], networks=OFF_EVERY_TENANT)
+    completed = anonymous.run("verify", fleet[0].name)
+    assert completed.returncode == 0, completed.stderr
+    assert last_table(completed.stdout) == [
+        ["FABRIC", "MEMBERSHIP", "TENANT", "NETWORK", "READ", "AT"],
+        ["ethernet", "10", "no", "2026-12-06", "10:59:00Z"],
+        ["infiniband", "none", "no", "2026-12-06", "10:59:00Z"],
+        ["nvlink", "none", "no", "2026-12-06", "10:59:00Z"],
+    ]
+
+
+def test_a_handoffs_result_lists_the_tenants_networks_and_when_the_verdict_was_reached(anonymous, fleet, signing_key):
+    node = fleet[0]
+    inspected_at = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    attest(node, signed_at=inspected_at, networks=OFF_EVERY_TENANT)
+    services.sign_handoff(node_id=node.pk, node_name=node.name, networks=ON_R42)
+    completed = anonymous.run("verify", node.name, *expecting(*R42))
+    assert completed.returncode == 0, completed.stderr
+    summary = dict(line.split(None, 1) for line in completed.stdout.split("\n\n")[1].splitlines())
+    assert summary["attested"] == f"{inspected_at:%Y-%m-%d %H:%M:%S}Z" and summary["reservation"] == "42"
+    assert summary["nonce"] == b64url(NONCE)
+    assert last_table(completed.stdout)[1:] == [
+        ["ethernet", "1001", "yes", "2026-12-06", "10:59:00Z"],
+        ["infiniband", "0x1001", "yes", "2026-12-06", "10:59:00Z"],
+        ["nvlink", "gpufleet-r42", "yes", "2026-12-06", "10:59:00Z"],
+    ]
+
+
+def test_networks_other_than_expected_are_not_as_asked_offline_too(anonymous, fleet, signing_key, tmp_path):
+    node = fleet[0]
+    drifted = {"membership": "gpufleet-r42", "tenant": True, "read_at": None, "confirmed": False}
+    unconfirmed = {**ON_R42, "fabrics": {**ON_R42_FABRICS, "nvlink": drifted}}
+    (tmp_path / "keys.json").write_text(json.dumps(services.public_keys()))
+    for networks, expected, says in (
+        (ON_R42, ("ethernet=1002",), "it reads ethernet membership '1001', not '1002'"),
+        (OFF_EVERY_TENANT, R42[:1], "it reads ethernet membership '10', not '1001'"),
+        (None, R42[:1], "it carries no networks claim: no fabric membership is proven"),
+        ({**ON_R42, "fabrics": {}}, ("nvlink=gpufleet-r42",), "it reads no nvlink membership"),
+        (unconfirmed, R42, "its nvlink membership 'gpufleet-r42' was not confirmed by the fabric's read-back"),
+    ):
+        (tmp_path / "result.jwt").write_text(attest(node, networks=networks))
+        fetched = anonymous.run("verify", node.name, *expecting(*expected))
+        assert fetched.returncode == 1 and fetched.stderr == f"not as asked: {says}\n", fetched.stderr
+        assert fetched.stdout.startswith(f"{node.name}: genuine, but NOT as asked\n")
+        offline = subprocess.run(
+            [sys.executable, "-m", "attestation.verify", "result.jwt", "--jwks", "keys.json", *expecting(*expected)],
+            cwd=tmp_path,
+            env={"PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert (offline.returncode, offline.stderr) == (fetched.returncode, fetched.stderr)
+    assert "unconfirmed" in last_table(fetched.stdout)[-1]
+
+
+def test_an_expected_network_must_name_a_fabric(anonymous, fleet, signing_key):
+    attest(fleet[0], networks=ON_R42)
+    for wrong in ("vlan=1001", "ethernet", "Ethernet=1001"):
+        completed = anonymous.run("verify", fleet[0].name, "--expect-network", wrong)
+        assert completed.returncode == 2 and "is not FABRIC=MEMBERSHIP" in completed.stderr
 
 
 def test_a_tampered_result_is_not_genuine(anonymous, fleet, signing_key):

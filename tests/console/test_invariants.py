@@ -1,5 +1,6 @@
 """manage.py check_invariants finds what a bug elsewhere could leave behind, and nothing in a sound history."""
 
+from collections.abc import Mapping
 from datetime import timedelta
 from io import StringIO
 
@@ -8,10 +9,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from fleet.models import Node
-from fleet.services import transition
+from fleet.models import NetworkAttachment, Node, TenantNetwork
+from fleet.services import network_attachments, tenant_networks, transition
 from remediation.models import Remediation
-from reservations.models import Reservation
+from reservations.models import Reservation, ReservationEvent
 from tests.support.factories import drive
 from tests.support.invariants import check_all
 
@@ -126,3 +127,51 @@ def test_an_automatic_quarantine_the_cap_never_counted_is_found(available_fleet)
         found.message
         == f"node-001 was quarantined automatically by remediation {uncounted.pk}, which the cap never counted"
     )
+
+
+# -- tenants' networks ----------------------------------------------------------------------------
+
+
+def networks_of(reservation: Reservation, node: Node) -> Mapping[str, TenantNetwork]:
+    return tenant_networks.ensure_tenant_networks(reservation_id=reservation.pk, node_id=node.pk).networks
+
+
+def test_a_node_on_another_tenants_segment_than_it_serves_is_found(available_fleet, alices_reservation, bob):
+    node, neighbour = available_fleet[:2]
+    bobs = Reservation.objects.create(tenant=bob, node_count=1)
+    drive(node, "provision_requested", reservation=alices_reservation)
+    network_attachments.want_tenant_networks(node_id=node.pk, networks=networks_of(alices_reservation, node))
+    assert not [v for v in check_all() if v.check == "node_on_two_tenants"]
+    theirs = networks_of(bobs, neighbour)["ethernet"]
+    NetworkAttachment.objects.filter(node=node, fabric="ethernet").update(found=theirs.value)  # as a read-back records
+    found = [v for v in check_all() if v.check == "node_on_two_tenants"]
+    assert len(found) == 1 and node.name in found[0].message
+    assert set(found[0].rows) == {f"reservation {alices_reservation.pk}", f"reservation {bobs.pk}"}
+
+
+def test_a_node_past_leaving_its_tenants_networks_yet_read_back_on_one_is_found(available_fleet, alices_reservation):
+    node = available_fleet[0]
+    theirs = networks_of(alices_reservation, node)["infiniband"]
+    NetworkAttachment.objects.filter(node=node, fabric="infiniband").update(found=theirs.value)
+    found = [v for v in check_all() if v.check == "held_node_on_tenant_segment"]
+    assert len(found) == 1 and f"read back on {theirs.value}" in found[0].message
+    # Still at leave_tenant_networks, the same read-back is the wipe waiting, not a violation.
+    drive(node, "provision_requested", reservation=alices_reservation)
+    drive(Node.objects.get(pk=node.pk), "released")
+    assert not [v for v in check_all() if v.check == "held_node_on_tenant_segment"]
+
+
+def test_a_tenant_network_kept_after_its_reservation_ended_with_no_node_on_it_is_found(
+    available_fleet, alices_reservation, settings
+):
+    settings.FABRIC_SYNC_SECONDS = 0  # every sync since the end has had its chance to give it back
+    networks_of(alices_reservation, available_fleet[0])
+    Reservation.objects.filter(pk=alices_reservation.pk).update(state="released")
+    ReservationEvent.objects.create(reservation=alices_reservation, actor="test", event="released")
+    kept = [v for v in check_all() if v.check == "tenant_segment_without_live_reservation"]
+    assert {v.message.split(" network ")[0] for v in kept} == {
+        f"reservation {alices_reservation.pk} has ended, yet its {fabric}"
+        for fabric in ("ethernet", "infiniband", "nvlink")
+    }
+    tenant_networks.release_finished_networks()
+    assert not [v for v in check_all() if v.check == "tenant_segment_without_live_reservation"]

@@ -93,7 +93,13 @@ def test_a_hung_wipe_parked_mid_wait_still_fails_at_its_timeout_after_a_redis_re
     assert failed.reason.startswith("wait_for_gpu_wipe: timed out after 8s")
     assert (failed.at - began).total_seconds() >= 8
     steps = AuditEvent.objects.filter(node=node, event="step_changed").order_by("id").values_list("reason", flat=True)
-    assert list(steps) == ["boot_service_image", "wait_for_agent", "start_gpu_wipe", "wait_for_gpu_wipe"]  # no restart
+    assert list(steps) == [
+        "leave_tenant_networks",
+        "boot_service_image",
+        "wait_for_agent",
+        "start_gpu_wipe",
+        "wait_for_gpu_wipe",
+    ]  # no restart
 
 
 @pytest.fixture

@@ -84,6 +84,7 @@ def test_twenty_four_nodes_are_inspected_then_wiped_by_two_workers(bmcsim, contr
         .values_list("reason", flat=True)
     )
     assert steps == [
+        "leave_tenant_networks",
         "boot_service_image",
         "wait_for_agent",
         "start_gpu_wipe",

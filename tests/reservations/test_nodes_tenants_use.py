@@ -144,9 +144,9 @@ def test_a_page_of_reservations_is_read_in_as_many_queries_however_long(
     for image in ("rocky-9", "rocky-9", "ubuntu-24-04"):
         body = {"node_count": 1, "image": image, "ssh_keys": [key["id"]]}
         assert post(acme, "/v1/reservations", body).status_code == 201
-    # The token, the count, the page, and its nodes, machines and keys: one query each.
+    # The token, the count, the page, and its nodes, machines, keys and networks: one query each.
     for limit in (1, 3):
-        with django_assert_num_queries(6):
+        with django_assert_num_queries(7):
             page = acme.get(f"/v1/reservations?limit={limit}").json()["results"]
         assert [r["image"] for r in page] == ["ubuntu-24-04", "rocky-9", "rocky-9"][:limit]
         assert all(r["ssh_keys"] == [key["id"]] and len(r["machines"]) == 1 for r in page)
@@ -201,6 +201,7 @@ def test_each_serving_node_gets_the_lowest_free_address_of_its_pods_pool_until_i
         "address": "10.100.2.2",
         "ssh_port": 2222,
         "host_key_fingerprint": "SHA256:abc",
+        "private_address": None,
     }
     token = fleet_services.tenancy_drive_token(node_id=nodes[0].pk, files=lambda: {"user-data": "#!/bin/sh\n"})
     assert drive_files(acme.get(f"/v1/config-drives/{token}").content)["user-data"] == "#!/bin/sh\n"

@@ -4,7 +4,7 @@ meta-data, user-data and network-config under their own names."""
 from __future__ import annotations
 
 import io
-from ipaddress import ip_interface
+from ipaddress import IPv4Interface, ip_interface
 
 import pycdlib
 import yaml
@@ -66,3 +66,18 @@ def test_an_ipv6_address_without_a_gateway_or_a_known_nic():
     ethernet = yaml.safe_load(files["network-config"])["ethernets"]["tenant0"]
     assert ethernet == {"addresses": ["fd00:100::7/64"], "match": {"name": "e*"}}
     assert yaml.safe_load(files["meta-data"])["public-keys"] == []
+
+
+def test_a_private_address_is_the_ethernet_private0_without_a_default_route():
+    tenant, private = ip_interface("10.100.0.7/24"), IPv4Interface("10.128.0.2/24")
+    drive = NoCloudConfig("i", "node-1", (), "", tenant, "10.100.0.1", None, private_interface=private)
+    _, files = read(nocloud.iso(drive.documents()))
+    ethernets = yaml.safe_load(files["network-config"])["ethernets"]
+    assert list(ethernets) == ["tenant0", "private0"]  # the tenant network's first: the address a node is reached at
+    assert ethernets["private0"] == {"addresses": ["10.128.0.2/24"]}
+    assert ethernets["tenant0"]["routes"] == [{"to": "0.0.0.0/0", "via": "10.100.0.1"}]
+
+
+def test_no_private_address_no_private0():
+    drive = NoCloudConfig("i", "node-1", (), "", ip_interface("10.100.0.7/24"), None, None)
+    assert "private0" not in drive.documents()["network-config"]

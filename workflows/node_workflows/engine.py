@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -16,7 +17,7 @@ from django.db.models.functions import Now
 from fleet import leases, lifecycle, services
 from fleet.leases import Lease, LeaseLost, record_discarded_result
 from fleet.lifecycle import Event, State
-from fleet.models import Node
+from fleet.models import AuditEvent, AuditOnlyEvent, Node
 from fleet.workflow_steps import StepName
 from workflows.agent import AgentError, AgentUnavailable
 from workflows.clients import HARDWARE, Clients
@@ -27,6 +28,7 @@ from workflows.node_workflows.booting import (
     power_off,
     wait_for_agent,
 )
+from workflows.node_workflows.handoff import sign_handoff
 from workflows.node_workflows.inspection import (
     attest,
     check_firmware,
@@ -42,12 +44,15 @@ from workflows.node_workflows.provisioning import (
     check_secure_boot_for_image,
     enable_secure_boot_for_image,
     erase_drives_if_reinstalling,
+    join_tenant_networks,
     prepare_config_drive,
     stop_idle_diagnostics,
+    wait_for_tenant_networks,
 )
 from workflows.node_workflows.run import GoOnAt, NotYet, Run, StepFailed, Waiting
 from workflows.node_workflows.wiping import (
     clear_console_log,
+    leave_tenant_networks,
     start_drive_erase,
     start_gpu_wipe,
     wait_for_drive_erase,
@@ -67,6 +72,9 @@ class Workflow:
     succeeded: lifecycle.Event | None  # None: the last step applies the outcome itself
     failed: lifecycle.Event
     deadline_setting: str  # how long the node may stay in this state, all retries included
+    # A first step whose wait no deadline bounds; the state's deadline then counts from when the
+    # node first went past it (deadline_runs_since).
+    unbounded_first_step: StepName | None = None
 
 
 WORKFLOWS: dict[lifecycle.State, Workflow] = {
@@ -97,6 +105,9 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
             (StepName.WAIT_FOR_AGENT, wait_for_agent),
             (StepName.CHECK_SECURE_BOOT_FOR_IMAGE, check_secure_boot_for_image),
             (StepName.CHECK_BOOTED_IMAGE, check_booted_image),
+            (StepName.JOIN_TENANT_NETWORKS, join_tenant_networks),
+            (StepName.WAIT_FOR_TENANT_NETWORKS, wait_for_tenant_networks),
+            (StepName.SIGN_HANDOFF, sign_handoff),
         ),
         succeeded=Event.PROVISION_SUCCEEDED,
         failed=Event.PROVISION_FAILED,
@@ -104,6 +115,7 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
     ),
     State.WIPING: Workflow(
         steps=(
+            (StepName.LEAVE_TENANT_NETWORKS, leave_tenant_networks),
             (StepName.BOOT_SERVICE_IMAGE, boot_service_image),
             (StepName.WAIT_FOR_AGENT, wait_for_agent),
             (StepName.START_GPU_WIPE, start_gpu_wipe),
@@ -118,6 +130,7 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
         succeeded=Event.WIPE_SUCCEEDED,
         failed=Event.WIPE_FAILED,
         deadline_setting="WIPE_DEADLINE",
+        unbounded_first_step=StepName.LEAVE_TENANT_NETWORKS,
     ),
 }
 
@@ -166,12 +179,35 @@ def _node_and_time_in_state(node_id: int) -> tuple[Node, float]:
     return node, node.in_state.total_seconds()
 
 
+def deadline_runs_since(node: Node) -> datetime | None:
+    """When the node's state's deadline began to run: when it entered the state, or, for a workflow
+    with an unbounded first step (a wipe waits for the node's removal from its tenant's networks
+    as long as a manager takes), when it first went past that step in this stay, as its audit rows
+    of step_changed say (they survive every run and takeover; a takeover that starts over at the
+    first step does not start the clock again). None while the node has not gone past that step:
+    no deadline runs yet."""
+    workflow = WORKFLOWS.get(lifecycle.State(node.state))
+    unbounded = workflow.unbounded_first_step if workflow is not None else None
+    if unbounded is None:
+        return node.state_since
+    if node.step in ("", unbounded):
+        return None
+    past = AuditEvent.objects.filter(
+        node_id=node.pk, event=AuditOnlyEvent.STEP_CHANGED, at__gte=node.state_since
+    ).exclude(reason=unbounded)
+    return past.order_by("id").values_list("at", flat=True).first()
+
+
 def _run_steps(run: Run, workflow: Workflow, in_state: float) -> str:
     """Run the workflow's steps left, unless the node, `in_state` seconds in its state already, is
-    past the workflow's deadline."""
+    past the workflow's deadline (counted from deadline_runs_since where the workflow has an
+    unbounded first step)."""
     deadline = getattr(settings, workflow.deadline_setting)
     current = run.node.step or "start"
     try:
+        if workflow.unbounded_first_step is not None and in_state > deadline:
+            since = deadline_runs_since(run.node)
+            in_state = 0.0 if since is None else in_state - (since - run.node.state_since).total_seconds()
         if in_state > deadline:
             raise StepFailed(f"still {run.node.state} after {in_state:.0f}s (deadline {deadline:g}s, retries included)")
         handed_on: dict | None = None  # what a step returned for the next one: audited with it, read from there

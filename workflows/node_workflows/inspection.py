@@ -21,6 +21,7 @@ from fleet.models import GPU, AuditEvent, Node
 from fleet.workflow_steps import StepName
 from workflows.agent import AgentCannot, AgentError
 from workflows.node_workflows.booting import boot_service_image, wait_for_agent
+from workflows.node_workflows.handoff import networks_read_back
 from workflows.node_workflows.run import DiagnosticFailed, FirmwareDrift, GoOnAt, NotYet, Run, StepFailed, handed_on
 from workflows.node_workflows.wiping import wait_for_tasks
 from workflows.redfish import BMCPermanentError
@@ -207,8 +208,9 @@ def wait_for_diagnostics(run: Run) -> None:
 
 def to_appraise(node: Node) -> attestation_services.NodeToAppraise:
     """What attestation needs to know of the node: who it is, the GPUs it must have, its class and
-    the releases its class may boot, and the firmware this inspection found it running (and
-    repaired), for the signed result."""
+    the releases its class may boot; and for the signed result, the firmware this inspection found
+    it running (and repaired), and its fabric memberships as last read back: off the previous
+    tenant's networks before the next tenant gets it."""
     gpus = list(GPU.objects.filter(node=node).order_by("index"))
     baseline = selectors.firmware_baseline_for(node_id=node.pk)
     return attestation_services.NodeToAppraise(
@@ -220,6 +222,7 @@ def to_appraise(node: Node) -> attestation_services.NodeToAppraise:
         gpu_models=frozenset(gpu.model for gpu in gpus),
         firmware=selectors.firmware_checked_in_this_state(node),
         boot_releases=baseline.boot_releases if baseline is not None else (),
+        networks=networks_read_back(node),
     )
 
 

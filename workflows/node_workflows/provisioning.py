@@ -11,13 +11,15 @@ from django.conf import settings
 from fleet import firmware, selectors, services
 from fleet.lifecycle import Event, State
 from fleet.models import AuditEvent, Node
+from fleet.services import network_attachments, tenant_networks
 from reservations.models import Reservation
-from workflows import idle_diagnostics
+from reservations.services.networks import say_why_networks_wait
+from workflows import fabric_sync, idle_diagnostics
 from workflows.agent import AgentError
 from workflows.config_drive import NoCloudConfig
 from workflows.node_workflows.booting import boot_image, power_off
 from workflows.node_workflows.run import NotYet, Run, StepFailed
-from workflows.node_workflows.wiping import start_drive_erase
+from workflows.node_workflows.wiping import start_drive_erase, wait_for_fabrics
 
 
 def _reinstalling(node: Node) -> bool:
@@ -55,13 +57,16 @@ def _tenant_image(node: Node):
 
 def prepare_config_drive(run: Run) -> None:
     """The node's address on the tenant network, and its config drive: the tenant's keys and
-    user data, its name and address, for cloud-init, and the tenancy's agent credentials. Both
-    stay until the node stops serving (the drive and its credentials, until a reinstall)."""
+    user data, its name and address, its private interface on the reservation's own Ethernet
+    segment (the networks created where missing: fleet.services.tenant_networks), for cloud-init,
+    and the tenancy's agent credentials. Both stay until the node stops serving (the drive and its
+    credentials, until a reinstall). The node joins those networks at the end of provisioning."""
     assert run.node.reservation_id is not None  # a provisioning node has one (Node.Meta)
     reservation = Reservation.objects.prefetch_related("ssh_keys").get(pk=run.node.reservation_id)
     try:
         address = services.assign_address(node_id=run.node.pk)
-    except services.NoAddressFree as full:
+        private = tenant_networks.ensure_tenant_networks(reservation_id=reservation.pk, node_id=run.node.pk)
+    except (services.NoAddressFree, tenant_networks.NetworkPoolExhausted, tenant_networks.NetworksReleased) as full:
         raise StepFailed(str(full)) from full
 
     def files() -> dict[str, str]:
@@ -78,6 +83,7 @@ def prepare_config_drive(run: Run) -> None:
             interface=interface,
             gateway=address.pool.gateway if address else None,
             mac=None,
+            private_interface=private.private_interface,
         ).documents()
 
     try:
@@ -138,3 +144,33 @@ def check_secure_boot_for_image(run: Run) -> None:
             f"{image.name} needs Secure Boot, but the node booted with it {found.current_boot or 'unreported'}"
             f" (SecureBootEnable {str(found.enabled).lower()}, SecureBootMode {resource.get('SecureBootMode', '?')})"
         )
+
+
+def join_tenant_networks(run: Run) -> None:
+    """Put the node on its reservation's networks, last of all: the booted image has been checked,
+    so no half-provisioned node is ever on a tenant's segment. A sync is sent to do it."""
+    assert run.node.reservation_id is not None  # a provisioning node has one (Node.Meta)
+    try:
+        wanted = tenant_networks.ensure_tenant_networks(reservation_id=run.node.reservation_id, node_id=run.node.pk)
+    except (tenant_networks.NetworkPoolExhausted, tenant_networks.NetworksReleased) as refused:
+        raise StepFailed(str(refused)) from refused
+    network_attachments.want_tenant_networks(node_id=run.node.pk, networks=wanted.networks)
+    fabric_sync.request_sync()
+
+
+def wait_for_tenant_networks(run: Run) -> None:
+    """Wait until every membership of the node was read back from the fabrics as it should be: a
+    reservation becomes active only then. A manager that refuses or is down does not fail the
+    provisioning (its deadline does); meanwhile the reservation says why it waits, naming the fabric."""
+    node_id = run.node.pk
+
+    def confirmed() -> bool:
+        if network_attachments.networks_confirmed(node_id=node_id):
+            return True
+        if problems := network_attachments.network_problems(node_id=node_id):
+            assert run.node.reservation_id is not None  # a provisioning node has one (Node.Meta)
+            reason = f"waiting for {run.node.name}'s networks: {'; '.join(problems)}"
+            say_why_networks_wait(reservation_id=run.node.reservation_id, reason=reason[:1000])
+        return False
+
+    wait_for_fabrics(run, "every membership read back from the fabrics", confirmed)

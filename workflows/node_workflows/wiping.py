@@ -1,15 +1,44 @@
-"""The wipe's steps: the GPUs wiped by the agent, every drive securely erased by the BMC, and
-the console log cleared where the BMC can."""
+"""The wipe's steps: the node taken off its tenant's networks first, then the GPUs wiped by the
+agent, every drive securely erased by the BMC, and the console log cleared where the BMC can."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from django.conf import settings
+from django.db.models.functions import Now
 
+from fleet.models import Node
+from fleet.services.network_attachments import removal_pending
+from workflows import fabric_sync
 from workflows.agent import AgentError
-from workflows.node_workflows.run import Run, StepFailed, handed_on
+from workflows.node_workflows.run import Run, StepFailed, Waiting, handed_on
 from workflows.redfish import BMCPermanentError
+
+
+def leave_tenant_networks(run: Run) -> None:
+    """Wait until the fabrics were read back holding the node on no tenant's network, before the
+    wipe touches it: until then it is held out of placement (network_cleanup_pending). This wait
+    has no timeout and the wipe's deadline does not run while the node is at this step (the
+    engine's Workflow.unbounded_first_step): a manager down for an hour must not quarantine the
+    node, which is safe where it stands. The last tenant cannot reach it once this step ends."""
+    node_id = run.node.pk
+    wait_for_fabrics(
+        run, "its removal from its tenant's networks read back", lambda: not removal_pending(node_id=node_id)
+    )
+
+
+def wait_for_fabrics(run: Run, what: str, done: Callable[[], bool]) -> None:
+    """Park the node until `done`, holding no worker: it waits on a sync (workflows/fabric_sync.py),
+    which may queue behind this very worker's messages, and which wakes the node once it has read
+    its memberships back. A sync is sent each time it is still waiting; the park's recheck, a
+    quarter of the time waited so far, is the fallback."""
+    if done():
+        return
+    fabric_sync.request_sync()
+    began, now = Node.objects.values_list("step_since", Now()).get(pk=run.node.pk)
+    waited = (now - began).total_seconds() if began is not None else 0.0
+    raise Waiting(what, min(max(waited / 4, settings.WORKFLOW_POLL_SECONDS), settings.WORKFLOW_RECHECK_MAX_SECONDS))
 
 
 def start_gpu_wipe(run: Run) -> None:

@@ -10,6 +10,7 @@ from console.pages.disclosure import Disclosure
 from console.pages.selectors.remediations import RemediationRow, remediation_row
 from core import clock
 from fleet.models import GPU, Node
+from fleet.services.network_attachments import hold_reasons
 from remediation import rules
 from remediation import selectors as remediation_selectors
 
@@ -33,6 +34,7 @@ class NodePage:
     node: Node
     tenant: str | None
     quarantine_reason: str
+    hold_reason: str  # why placement keeps off it while it is not quarantined (network_cleanup_pending)
     gpus: list[GPU]
     timeline: list[TimelineRow]
     attestation: AttestationResult | None
@@ -63,6 +65,7 @@ def node_page(name: str, *, disclosure: Disclosure, now: datetime | None = None)
         node=node,
         tenant=disclosure.tenant(node.tenant.name if node.tenant else None),
         quarantine_reason=disclosure.text(node.quarantine_reason),
+        hold_reason=disclosure.text(hold_reasons([node.pk]).get(node.pk, "")),
         gpus=list(node.gpus.order_by("index")),
         timeline=timeline,
         attestation=AttestationResult.objects.filter(node=node).first(),

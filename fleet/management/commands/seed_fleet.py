@@ -11,7 +11,7 @@ from core.sources import read_url
 from core.topology import DEFAULT_NODE_COUNT, default_layout
 from fleet.bmc_access import BMCAddressRefused
 from fleet.inventory import InventoryError, parse_csv_inventory, parse_inventory, records_from_layout
-from fleet.services import FabricLevelsChanged, enrol_nodes
+from fleet.services import FabricEndTaken, FabricLevelsChanged, enrol_nodes
 
 PROGRESS_FROM_NODES = 500
 
@@ -51,7 +51,7 @@ class Command(BaseCommand):
         try:
             with tqdm(total=len(records), desc="enrolling", unit="node", disable=not show_progress) as bar:
                 result = enrol_nodes(records=records, actor="operator:seed_fleet", progress=bar.update)
-        except (BMCAddressRefused, FabricLevelsChanged) as exc:
+        except (BMCAddressRefused, FabricLevelsChanged, FabricEndTaken) as exc:
             raise CommandError(f"nothing enrolled: {exc}") from exc
         self.stdout.write(
             f"fleet of {len(records)} nodes: {result.created} enrolled, {result.updated} updated, "

@@ -90,7 +90,7 @@ def test_the_floor_runs_as_many_queries_at_12_nodes_as_at_50(client, alice, db):
     enrol_default_fleet(50)
     drive(Node.objects.get(name="node-040"), "operator_quarantine", reason="fan")
     at_50 = floor_queries(client)
-    assert at_12 == at_50 <= 6 + SIGNED_IN
+    assert at_12 == at_50 <= 7 + SIGNED_IN  # the capacity's cut-off and held nodes among them
 
 
 def test_a_large_floor_collapses_racks_into_bars_and_lists_nodes_out_of_service(client, db, monkeypatch):
