@@ -64,6 +64,7 @@ def _answer(by_fabric: dict[str, list[TenantNetwork]]) -> dict[str, dict | None]
         answer[ETHERNET] = {
             "kind": network.kind,
             "segment": network.segment,
+            "vlan": network.vlan,
             "subnet": network.subnet,
             "gateway": network.gateway,
             **_state(ethernet),

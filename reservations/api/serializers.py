@@ -198,6 +198,9 @@ class NetworkStateSerializer(serializers.Serializer):
 class EthernetNetworkSerializer(NetworkStateSerializer):
     kind = serializers.ChoiceField(choices=["vlan", "vxlan"])
     segment = serializers.IntegerField(help_text="The VLAN, or the VXLAN VNI.")
+    vlan = serializers.IntegerField(
+        help_text="The VLAN the nodes' leaf ports are in (the segment itself on a VLAN fabric)."
+    )
     subnet = serializers.CharField(help_text="CIDR of the private network.")
     gateway = serializers.IPAddressField()
 

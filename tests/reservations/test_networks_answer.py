@@ -53,6 +53,7 @@ def test_the_answer_names_each_fabrics_network_and_each_machines_private_address
         ETHERNET: {
             "kind": "vlan",
             "segment": 1000,
+            "vlan": 1000,
             "subnet": "10.128.0.0/24",
             "gateway": "10.128.0.1",
             "confirmed": False,
