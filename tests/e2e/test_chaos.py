@@ -1,4 +1,4 @@
-"""The demo's three incidents, run by the chaos service against the whole stack with no operator."""
+"""The demo's four incidents, run by the chaos service against the whole stack with no operator."""
 
 import re
 import subprocess
@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from console.invariants import dirty_nodes_made_available
 from fleet.models import AuditEvent, Node
+from fleet.network_selectors import reservation_networks
 from reservations.models import Reservation
 from tests.support import REPO_ROOT
 from tests.support.bmcsim import start_bmcsim
@@ -20,7 +21,8 @@ from tests.support.stack import ControlPlane, verify_offline
 
 def test_the_incidents_play_out_with_no_operator(transactional_db, tmp_path, private_redis):
     bmcsim = start_bmcsim(tmp_path / "bmcsim", nodes=50)
-    plane = ControlPlane(tmp_path, bmcsim.url, private_redis)
+    # The fabric syncer reads the fabrics back every second: incident 4's drift is put back within one.
+    plane = ControlPlane(tmp_path, bmcsim.url, private_redis, GPUFLEET_FABRIC_SYNC_SECONDS="1")
     try:
         call_command(  # as make demo does: the firmware incident needs a baseline
             "set_firmware_baseline",
@@ -30,6 +32,10 @@ def test_the_incidents_play_out_with_no_operator(transactional_db, tmp_path, pri
             stdout=StringIO(),
         )
         plane.start_stack()
+        # As make demo does: incident 4's tenant logs in to its node, which boots an image at an address.
+        call_command("import_images", f"{bmcsim.url}/bmcsim/v1/images", stdout=StringIO())
+        for pod in ("p1", "p2"):
+            call_command("add_address_pool", pod, f"127.100.{pod[1]}.0/24", "--ssh-port", str(bmcsim.ssh_port))
         chaos = subprocess.run(
             [sys.executable, "manage.py", "chaos", "--pause", "2", "--timeout", "240", "--bmcsim-url", bmcsim.url],
             cwd=REPO_ROOT,
@@ -38,7 +44,8 @@ def test_the_incidents_play_out_with_no_operator(transactional_db, tmp_path, pri
             text=True,
             timeout=600,
         )
-        assert chaos.returncode == 0, chaos.stdout + chaos.stderr
+        print(chaos.stdout)  # what the demo's operator reads, shown with a failure below
+        assert chaos.returncode == 0, chaos.stderr
     finally:
         plane.stop()
         bmcsim.stop()
@@ -59,7 +66,8 @@ def test_the_incidents_play_out_with_no_operator(transactional_db, tmp_path, pri
 
     # Commissioning brought every node to the baseline (Secure Boot on); only the tampered BMC is an incident.
     (reflashed,) = AuditEvent.objects.filter(event="firmware_checked", detail__repaired=["BMC"])
-    assert reflashed.node.state == "available" and reflashed.node not in (xid_node, implanted)
+    assert reflashed.node not in (xid_node, implanted)  # available again (eve's node next, in incident 4)
+    assert AuditEvent.objects.filter(node=reflashed.node, event="attestation_passed", id__gt=reflashed.pk).exists()
     assert reflashed.reason == "matches baseline bmcsim-default after repairing BMC"
     operator = Client()  # the incidents page is a signed-in viewer's (console/pages/viewers.py)
     operator.force_login(get_user_model().objects.create_user("chaos-operator", is_staff=True))
@@ -68,5 +76,19 @@ def test_the_incidents_play_out_with_no_operator(transactional_db, tmp_path, pri
     incident = html[html.index(f'data-incident="firmware-{reflashed.pk}"') :]
     steps = re.findall(r'<li class="done" data-step="(\w+)">', incident[: incident.index("</article>")])
     assert steps == ["released", "wipe_succeeded", "reflash", "firmware_checked", "available"]
+
+    # Incident 4: eve's node reached none of acme's addresses, and its port moved by hand was put back.
+    assert re.search(r"none of the 24 answered; \S+'s own \S+ did", chaos.stdout), chaos.stdout
+    (drift,) = AuditEvent.objects.filter(event="fabric_drift_repaired")
+    assert AuditEvent.objects.filter(node=drift.node, event="released", actor="tenant:eve").exists()
+    acme_ethernet = reservation_networks(acme.pk)["ethernet"]
+    assert acme_ethernet is not None
+    acme_vlan = acme_ethernet["segment"]
+    assert drift.detail["fabric"] == "ethernet" and [p["found"] for p in drift.detail["ports"]] == [str(acme_vlan)]
+    assert re.search(rf"{drift.node.name}'s port put back \d+\.\d s after it was moved", chaos.stdout)
+    incident = html[html.index(f'data-incident="fabric-{drift.pk}"') :]
+    incident = incident[: incident.index("</article>")]
+    assert f"fabric drift on {drift.node.name}" in incident and "window " in incident
+    assert re.findall(r'<li class="done" data-step="(\w+)">', incident) == ["found", "put_back"]
 
     assert list(dirty_nodes_made_available()) == []

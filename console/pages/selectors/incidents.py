@@ -1,5 +1,5 @@
 """Incidents and their steps: automatic remediations (with the tenant's replacement), failed
-attestations and firmware drift, each told from the records and the audit log.
+attestations, firmware drift and fabric drift put back, each told from the records and the audit log.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db.models import OuterRef, Q, Subquery
+from django.utils.dateparse import parse_datetime
 
 from attestation.models import AttestationResult
 from console.pages.disclosure import Disclosure
@@ -41,7 +42,7 @@ class Happened:
 
 @dataclass
 class Incident:
-    key: str  # "remediation-<id>", "attestation-<id>" or "firmware-<id>"
+    key: str  # "remediation-<id>", "attestation-<id>", "firmware-<id>" or "fabric-<id>"
     kind: str
     node: str
     title: str
@@ -49,6 +50,7 @@ class Incident:
     outcome: str
     steps: list[Step]
     involved: list[str]
+    window: timedelta | None = None  # how long a fabric drift lasted, as far as the control plane knows
 
     @property
     def happened(self) -> list[Happened]:
@@ -270,6 +272,43 @@ def _firmware_incidents(found: list[AuditEvent], disclosure: Disclosure) -> list
     return incidents
 
 
+def _fabric_incidents(repairs: list[AuditEvent], disclosure: Disclosure) -> list[Incident]:
+    """Ports or GUIDs found where they must not be -> put back, from a fabric_drift_repaired row.
+    The read-back that found them is the row's `found_at` where the repair recorded one, else the
+    repair's own (it writes its row once the ports are back). The window, as far as the control
+    plane can know it, runs to the row from `since` (the read-back before, which found them right),
+    where recorded, else from the finding."""
+    incidents = []
+    for row in repairs:
+        found_at = _moment(row.detail.get("found_at")) or row.at
+        since = _moment(row.detail.get("since")) or found_at
+        fabric = row.detail.get("fabric", "?")
+        ports = [(port.get("port", "?"), port.get("found") or "none") for port in row.detail.get("ports", [])]
+        where = disclosure.text(f"{fabric} {', '.join(f'{port} on {segment}' for port, segment in ports)}")
+        found_on = disclosure.text(f"{fabric} {', '.join(f'{port} found on {segment}' for port, segment in ports)}")
+        incidents.append(
+            Incident(
+                key=f"fabric-{row.pk}",
+                kind="fabric",
+                node=row.node.name,
+                title=f"fabric drift on {row.node.name}: {found_on}",
+                at=row.at,
+                outcome="repaired",
+                steps=[
+                    Step("found", found_at, where),
+                    Step("put_back", row.at, disclosure.text(f"on {row.detail.get('put_back_on') or 'none'}")),
+                ],
+                involved=[row.node.name],
+                window=row.at - since,
+            )
+        )
+    return incidents
+
+
+def _moment(value: object) -> datetime | None:
+    return parse_datetime(value) if isinstance(value, str) else None
+
+
 # What the incidents and remediations pages show: alerts acted on, or that would have been but for the cap.
 ACTED_ON: list[str] = [
     RemediationStatus.APPLIED,
@@ -313,11 +352,21 @@ def _firmware_drifts():
     )
 
 
+def _fabric_drifts_repaired():
+    return (
+        AuditEvent.objects.filter(event=AuditOnlyEvent.FABRIC_DRIFT_REPAIRED)
+        .select_related("node")
+        .order_by("-at", "-id")
+    )
+
+
 def incidents(limit: int = INCIDENT_LIMIT, *, disclosure: Disclosure) -> list[Incident]:
-    """The latest automatic remediations, failed attestations and firmware drifts, newest first."""
+    """The latest automatic remediations, failed attestations, firmware drifts and fabric drifts
+    put back, newest first."""
     found = _remediation_incidents(list(automatic_remediations()[:limit]), disclosure)
     found += _attestation_incidents(list(_failed_attestations()[:limit]), disclosure)
     found += _firmware_incidents(list(_firmware_drifts()[:limit]), disclosure)
+    found += _fabric_incidents(list(_fabric_drifts_repaired()[:limit]), disclosure)
     return sorted(found, key=lambda incident: incident.at, reverse=True)[:limit]
 
 
@@ -331,6 +380,8 @@ def incident(key: str, *, disclosure: Disclosure) -> Incident | None:
         found = _attestation_incidents(list(_failed_attestations().filter(pk=pk)), disclosure)
     elif kind == "firmware":
         found = _firmware_incidents(list(_firmware_drifts().filter(pk=pk)), disclosure)
+    elif kind == "fabric":
+        found = _fabric_incidents(list(_fabric_drifts_repaired().filter(pk=pk)), disclosure)
     else:
         return None
     return found[0] if found else None
