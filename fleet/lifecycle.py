@@ -118,6 +118,10 @@ REASON_REQUIRED = frozenset({State.QUARANTINED})
 # States in which a workflow owes the node work; workers claim nodes in these.
 WORK_STATES = frozenset({State.INSPECTING, State.PROVISIONING, State.WIPING})
 
+# Held out of service by an operator or a fault: on no network of any fabric (an Ethernet port on
+# no VLAN), since what runs on the node is not known to be clean.
+ISOLATED_STATES = frozenset({State.QUARANTINED, State.MAINTENANCE})
+
 
 def next_state(state: State | str, event: Event | str) -> State:
     """The state a node in `state` enters on `event`; IllegalTransition if it may not."""

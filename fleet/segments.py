@@ -84,8 +84,34 @@ def gateway_of(subnet: IPv4Network) -> IPv4Address:
 
 def lowest_free_host(subnet: IPv4Network, taken: Collection[IPv4Address]) -> IPv4Address | None:
     """The lowest host of `subnet` that is neither its gateway nor in `taken`; None if none is left."""
-    gateway = gateway_of(subnet)
-    return next((host for host in subnet.hosts() if host != gateway and host not in taken), None)
+    # In integers: a subnet's hosts as IPv4Address objects cost a reservation of n nodes n^2 of them.
+    numbers = {int(address) for address in taken}
+    numbers.add(int(gateway_of(subnet)))
+    first, last = _hosts(subnet)
+    free = next((number for number in range(first, last + 1) if number not in numbers), None)
+    return None if free is None else IPv4Address(free)
+
+
+def next_host_if_packed(subnet: IPv4Network, count: int, highest: IPv4Address | None) -> IPv4Address | None:
+    """The lowest free host of `subnet` from a summary of the hosts taken above its gateway (how
+    many, the highest), where they leave no gap: the host after the highest. None where they may
+    leave one, or none is left after it: then only every taken host tells (`lowest_free_host`)."""
+    gateway = int(gateway_of(subnet))
+    if highest is None:
+        following = gateway + 1
+    elif int(highest) - gateway == count:  # distinct hosts, as many as there are up to the highest
+        following = int(highest) + 1
+    else:
+        return None
+    return IPv4Address(following) if following <= _hosts(subnet)[1] else None
+
+
+def _hosts(subnet: IPv4Network) -> tuple[int, int]:
+    """The first and last host of `subnet` as integers, as `IPv4Network.hosts` counts them (a /31's
+    two addresses and a /32's one are hosts, RFC 3021)."""
+    if subnet.prefixlen >= 31:
+        return int(subnet.network_address), int(subnet.broadcast_address)
+    return int(subnet.network_address) + 1, int(subnet.broadcast_address) - 1
 
 
 def partition_name(reservation_id: int) -> str:

@@ -36,6 +36,7 @@ class StepName(enum.StrEnum):
     SIGN_HANDOFF = "sign_handoff"
     # wiping
     LEAVE_TENANT_NETWORKS = "leave_tenant_networks"
+    JOIN_PROVISIONING_NETWORK = "join_provisioning_network"
     START_GPU_WIPE = "start_gpu_wipe"
     WAIT_FOR_GPU_WIPE = "wait_for_gpu_wipe"
     START_DRIVE_ERASE = "start_drive_erase"

@@ -44,7 +44,7 @@ from fleet.services.network_attachments import Readback, record_readback
 from fleet.services.tenant_networks import release_finished_networks
 from fleet.signals import node_transitioned
 from reservations.services.networks import let_go_of_drifted_nodes
-from workflows.fabric_managers.base import FabricDriver, FabricRefused, FabricUnavailable, Segment
+from workflows.fabric_managers.base import ISOLATED, FabricDriver, FabricRefused, FabricUnavailable, Segment
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,27 @@ PASSES = 3  # a sync goes round again while attachments changed under it, at mos
 LOCK_NAMESPACE = 0x66616272  # "fabr"
 WAITING = "gpufleet:fabric-sync-waiting"
 TASK = "workflows.tasks.sync_fabrics"
+
+
+# What _members reads of an attachment, its node and its wanted network (a field left out here
+# would be read with a query per row).
+MEMBER_FIELDS = (
+    "changed_at",
+    "confirmed",
+    "isolated",
+    "node__name",
+    "node__state",
+    "node__ethernet_switch",
+    "node__ethernet_port",
+    "node__hca_guids",
+    "node__rack__name",
+    "node__rack__pod__name",
+    "wanted__fabric",
+    "wanted__kind",
+    "wanted__vlan",
+    "wanted__segment",
+    "wanted__partition",
+)
 
 
 @dataclass(frozen=True)
@@ -139,7 +160,11 @@ def _sync_fabric(fabric: str, driver: FabricDriver, *, full: bool, let_go: dict[
 
 def _members(fabric: str, *, full: bool) -> dict[str, list[_Member]]:
     """The attachments of `fabric` to act on (unconfirmed; `full`: all), by manager."""
-    attachments = NetworkAttachment.objects.filter(fabric=fabric).select_related("node__rack__pod", "wanted")
+    attachments = (
+        NetworkAttachment.objects.filter(fabric=fabric)
+        .select_related("node__rack__pod", "wanted")
+        .only(*MEMBER_FIELDS)  # a node's row is wide, and a sync may read thousands
+    )
     if not full:
         attachments = attachments.filter(confirmed=False)
     rows = list(attachments.order_by("pk"))
@@ -169,7 +194,7 @@ def _members(fabric: str, *, full: bool) -> dict[str, list[_Member]]:
                 serving=node.state in lifecycle.SERVING_STATES,
                 manager=manager,
                 ports=ports,
-                wanted=_segment(row.wanted) if row.wanted is not None else None,
+                wanted=_segment(row.wanted) if row.wanted is not None else ISOLATED if row.isolated else None,
                 was_confirmed=row.confirmed,
             )
         )
@@ -186,7 +211,7 @@ def _sync_manager(
     """One manager: read its ports, apply what differs in one batch, read back. Each attachment's
     read-back, and how many ports were changed. In a thread: no database."""
     nodes = [
-        NodeOnManager(m.attachment_id, m.ports, m.wanted.membership if m.wanted else None, m.was_confirmed)
+        NodeOnManager(m.attachment_id, m.ports, m.wanted.membership if m.wanted is not None else None, m.was_confirmed)
         for m in members
     ]
     ports = [port for m in members for port in m.ports]
@@ -216,7 +241,7 @@ def _sync_manager(
             found, confirmed, why = None, False, problem
         else:
             found, confirmed = verdict.found, verdict.confirmed
-            wanted = member.wanted.membership if member.wanted else idle
+            wanted = member.wanted.membership if member.wanted is not None else idle
             why = (
                 ""
                 if confirmed
@@ -264,7 +289,8 @@ def sync_picked_up() -> None:
 
 @receiver(node_transitioned, dispatch_uid="workflows.fabric_sync.take_off_tenant_networks")
 def take_off_tenant_networks(sender, *, from_state, to_state, **kwargs):
-    """A node that stops serving was taken off its tenant's networks (fleet.services.transitions):
-    sync once that commits."""
-    if from_state in lifecycle.SERVING_STATES and to_state not in lifecycle.SERVING_STATES:
+    """A node that stops serving was taken off its tenant's networks, and one quarantined or put in
+    maintenance isolated (fleet.services.transitions): sync once that commits."""
+    stops_serving = from_state in lifecycle.SERVING_STATES and to_state not in lifecycle.SERVING_STATES
+    if stops_serving or (to_state in lifecycle.ISOLATED_STATES and from_state not in lifecycle.ISOLATED_STATES):
         transaction.on_commit(request_sync, robust=True)

@@ -88,15 +88,24 @@ class NmxManager:
         return next((p["Name"] for p in self.partitions.values() if gpu_id in p["Members"]), None)
 
     def gpu_listing(self) -> list[dict]:
-        return [self._gpu(uuid) for uuid in self.gpus]
+        holders = self._holders()  # once for the listing, not a walk of every partition per GPU
+        return [self._gpu(uuid, holders) for uuid in self.gpus]
 
     def gpu(self, gpu_id: str) -> dict | None:
         uuid = self.uuids.get(gpu_id)
-        return None if uuid is None else self._gpu(uuid)
+        return None if uuid is None else self._gpu(uuid, self._holders())
 
-    def _gpu(self, uuid: str) -> dict:
+    def _holders(self) -> dict[str, dict]:
+        """Each GPU ID in a partition, with the (first) partition that holds it."""
+        holders: dict[str, dict] = {}
+        for partition in self.partitions.values():
+            for gpu_id in partition["Members"]:
+                holders.setdefault(gpu_id, partition)
+        return holders
+
+    def _gpu(self, uuid: str, holders: Mapping[str, dict]) -> dict:
         gpu_id = self.gpu_ids[uuid]
-        holder = next((p for p in self.partitions.values() if gpu_id in p["Members"]), None)
+        holder = holders.get(gpu_id)
         gpu: dict = {
             "ID": gpu_id,
             "Name": GPU_MODEL,

@@ -169,7 +169,13 @@ class TenantNetwork(models.Model):
 
 class NetworkAttachment(models.Model):
     """One node's place on one fabric: the tenant network it should be on (none: no tenant's),
-    what its ports were last read back on, and whether that is what it should be."""
+    what its ports were last read back on, and whether that is what it should be.
+
+    On Ethernet, a node on no tenant's network is either on the provisioning VLAN or `isolated`:
+    its port in no VLAN at all. A node is isolated from the moment it stops serving until the
+    wipe has rebooted it into the service image, and while quarantined or in maintenance: its OS
+    may still be its last tenant's, which must reach neither that tenant nor the provisioning
+    network where other nodes' agents listen."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="network_attachments")
     fabric = models.CharField(max_length=16, choices=Fabric.choices)
@@ -180,6 +186,7 @@ class NetworkAttachment(models.Model):
     confirmed = models.BooleanField(default=False, help_text="The last read-back found exactly what it should be on.")
     checked_at = models.DateTimeField(null=True, blank=True)
     changed_at = models.DateTimeField(db_default=Now(), help_text="When `wanted` last changed.")
+    isolated = models.BooleanField(default=False, help_text="Ethernet: on no VLAN at all, not even provisioning.")
     problem = models.TextField(blank=True, help_text="Why the last change or read failed, while it does.")
 
     class Meta:
@@ -189,6 +196,10 @@ class NetworkAttachment(models.Model):
             models.CheckConstraint(
                 condition=Q(confirmed=False) | Q(checked_at__isnull=False),
                 name="network_attachment_confirmed_when_checked",
+            ),
+            models.CheckConstraint(
+                condition=Q(isolated=False) | Q(fabric=Fabric.ETHERNET, wanted__isnull=True),
+                name="network_attachment_isolated_on_no_network",
             ),
         ]
         indexes = [

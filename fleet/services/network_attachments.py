@@ -9,13 +9,14 @@ confirming only if `wanted` is still what the sync read before it called the man
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import BigIntegerField, Case, F, Q, Value, When
 from django.db.models.functions import Now
 
 from core.topology import ETHERNET
@@ -32,26 +33,55 @@ def want_tenant_networks(*, node_id: int, networks: Mapping[str, TenantNetwork |
     `wanted` changes is unconfirmed until a sync reads it back. Only while the node serves the
     reservation the networks are for (a worker whose tenancy ended meanwhile changes nothing).
     Returns how many attachments changed."""
+    if not networks:
+        return 0
+    wanted = {fabric: network.pk if network is not None else None for fabric, network in networks.items()}
+    differs = Q()
+    for fabric, wanted_id in wanted.items():
+        differs |= Q(fabric=fabric) & ~Q(wanted_id=wanted_id)
     with transaction.atomic():
-        node = Node.objects.select_for_update().filter(pk=node_id, state__in=lifecycle.SERVING_STATES).first()
-        if node is None or any(n is not None and n.reservation_id != node.reservation_id for n in networks.values()):
+        serving = Node.objects.select_for_update().filter(pk=node_id, state__in=lifecycle.SERVING_STATES)
+        reservation_ids = list(serving.values_list("reservation_id", flat=True))
+        if not reservation_ids or any(
+            n is not None and n.reservation_id != reservation_ids[0] for n in networks.values()
+        ):
             return 0
-        changed = 0
-        for fabric, network in networks.items():
-            wanted_id = network.pk if network is not None else None
-            changed += (
-                NetworkAttachment.objects.filter(node_id=node_id, fabric=fabric)
-                .exclude(wanted_id=wanted_id)
-                .update(wanted_id=wanted_id, confirmed=False, changed_at=Now())
-            )
-        return changed
+        # One statement for every fabric: each attachment takes its own fabric's network.
+        return NetworkAttachment.objects.filter(differs, node_id=node_id).update(
+            wanted_id=Case(
+                *(When(fabric=fabric, then=Value(wanted_id)) for fabric, wanted_id in wanted.items()),
+                output_field=BigIntegerField(),
+            ),
+            confirmed=False,
+            changed_at=Now(),
+        )
 
 
 def forget_tenant_networks(*, node_id: int) -> int:
     """Take the node off every tenant's network (in the transaction of the transition that ends its
-    service): unconfirmed, and so held (`hold_reasons`), until a sync reads its removal back."""
-    return NetworkAttachment.objects.filter(node_id=node_id, wanted__isnull=False).update(
+    service), and its Ethernet port off every VLAN (`isolate`): unconfirmed, and so held
+    (`hold_reasons`), until a sync reads its removal back."""
+    forgotten = NetworkAttachment.objects.filter(node_id=node_id, wanted__isnull=False).update(
         wanted=None, confirmed=False, changed_at=Now()
+    )
+    isolate(node_id=node_id)
+    return forgotten
+
+
+def isolate(*, node_id: int) -> int:
+    """Put the node's Ethernet port on no VLAN at all: its OS may be its last tenant's (released,
+    not yet rebooted by the wipe; quarantined; in maintenance), which must reach neither that
+    tenant nor the provisioning network, where other nodes' agents listen."""
+    return NetworkAttachment.objects.filter(node_id=node_id, fabric=ETHERNET, isolated=False).update(
+        isolated=True, confirmed=False, changed_at=Now()
+    )
+
+
+def join_provisioning_network(*, node_id: int) -> int:
+    """Put an isolated node's Ethernet port back on the provisioning VLAN: the wipe does once the
+    node runs the service image, whose agent the control plane reaches there."""
+    return NetworkAttachment.objects.filter(node_id=node_id, fabric=ETHERNET, isolated=True).update(
+        isolated=False, confirmed=False, changed_at=Now()
     )
 
 
@@ -84,11 +114,16 @@ def record_readback(*, fabric: str, readbacks: Sequence[Readback], actor: str = 
     by_id = {readback.attachment_id: readback for readback in readbacks}
     not_put_back = []
     audits: list[AuditEvent] = []
-    newly_confirmed: set[int] = set()
+    newly_confirmed: dict[int, Node] = {}
+    # Rows written alike are written by one UPDATE: a sync's rows share a few outcomes (a network's
+    # membership, a manager's problem), and a statement per outcome is far cheaper than one per row.
+    # The key: (read, found, confirmed, problem); a row not read keeps its found and checked_at.
+    outcomes: dict[tuple[bool, str, bool, str], list[int]] = defaultdict(list)
     with transaction.atomic():
         rows = list(
             NetworkAttachment.objects.select_for_update(of=("self",))
             .select_related("node")
+            .only("changed_at", "confirmed", "checked_at", "found", "node__state")  # an audit row's node
             .filter(pk__in=by_id)
             .order_by("pk")
         )
@@ -96,17 +131,17 @@ def record_readback(*, fabric: str, readbacks: Sequence[Readback], actor: str = 
             readback = by_id[row.pk]
             current = row.changed_at == readback.changed_at
             was_confirmed = row.confirmed
-            last_right = (
-                row.checked_at if was_confirmed else None
-            )  # the read-back before, which found it as it should be
-            row.problem = readback.problem
+            # The read-back before, which found it as it should be: since when a drift can have lasted.
+            last_right = row.checked_at if was_confirmed else None
             if readback.found is not None:
-                row.found, row.checked_at = readback.found, Now()
+                row.found = readback.found
                 row.confirmed = current and readback.confirmed
             else:  # not read, or a change failed: unsure if it drifted or changed since, else as it stands
                 row.confirmed = row.confirmed and current and not readback.drifted
             if row.confirmed and not was_confirmed:
-                newly_confirmed.add(row.node_id)
+                newly_confirmed[row.node_id] = row.node
+            outcome = (readback.found is not None, readback.found or "", row.confirmed, readback.problem)
+            outcomes[outcome].append(row.pk)
             if readback.drifted and row.confirmed:
                 where = ", ".join(f"{port} found on {segment or 'none'}" for port, segment in readback.drifted)
                 audits.append(
@@ -125,15 +160,17 @@ def record_readback(*, fabric: str, readbacks: Sequence[Readback], actor: str = 
                 )
             elif readback.drifted and current:
                 not_put_back.append(row.node_id)
-        NetworkAttachment.objects.bulk_update(rows, ["found", "checked_at", "confirmed", "problem"])
+        for (read, found, confirmed, problem), ids in outcomes.items():
+            checked = {"found": found, "checked_at": Now()} if read else {}
+            NetworkAttachment.objects.filter(pk__in=ids).update(confirmed=confirmed, problem=problem, **checked)
         settled = _networks_confirmed(newly_confirmed, actor=actor)
         AuditEvent.objects.bulk_create(audits + settled)
     return Recorded(not_put_back=not_put_back, settled=[row.node_id for row in settled])
 
 
-def _networks_confirmed(node_ids: Iterable[int], *, actor: str) -> list[AuditEvent]:
-    """An audit row for each node whose every attachment is confirmed, naming what each was read on."""
-    node_ids = set(node_ids)
+def _networks_confirmed(nodes: Mapping[int, Node], *, actor: str) -> list[AuditEvent]:
+    """An audit row for each node (by id) whose every attachment is confirmed, naming what each was read on."""
+    node_ids = set(nodes)
     if not node_ids:
         return []
     unsure = set(
@@ -144,7 +181,6 @@ def _networks_confirmed(node_ids: Iterable[int], *, actor: str) -> list[AuditEve
         "node_id", "fabric", "found"
     ):
         found.setdefault(node_id, {})[fabric] = value
-    nodes = Node.objects.in_bulk(found)
     return [
         _audit_row(
             nodes[node_id],
@@ -163,7 +199,11 @@ def wake_waiting(node_ids: Iterable[int]) -> list[int]:
     waiting = Node.objects.filter(
         pk__in=list(node_ids),
         lease_owner=leases.WAITING_ON_HARDWARE,
-        step__in=[StepName.WAIT_FOR_TENANT_NETWORKS, StepName.LEAVE_TENANT_NETWORKS],
+        step__in=[
+            StepName.WAIT_FOR_TENANT_NETWORKS,
+            StepName.LEAVE_TENANT_NETWORKS,
+            StepName.JOIN_PROVISIONING_NETWORK,
+        ],
     )
     woken = list(waiting.values_list("pk", flat=True))
     waiting.filter(pk__in=woken).update(lease_expires_at=Now())
@@ -185,7 +225,9 @@ def _idle_found() -> Q:
 def _removal_pending() -> Q:
     """Attachments that may still hold a node on a tenant's network: on none by `wanted`, not
     confirmed so, and either read back on one last time, or taken off one since that read."""
-    return Q(wanted__isnull=True, confirmed=False) & (~_idle_found() | Q(checked_at__lt=F("changed_at")))
+    # An Ethernet port going from isolated back to the provisioning VLAN leaves no tenant's network.
+    taken_off_since = Q(checked_at__lt=F("changed_at")) & ~Q(fabric=ETHERNET, isolated=False)
+    return Q(wanted__isnull=True, confirmed=False) & (~_idle_found() | taken_off_since)
 
 
 def hold_reasons(node_ids: Iterable[int] | None = None) -> dict[int, str]:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network, ip_network
 
 from django.conf import settings
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import models, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.db.models.functions import Now
 
 from core.errors import Conflict
@@ -79,15 +80,22 @@ def ensure_tenant_networks(*, reservation_id: int, node_id: int) -> NodeNetworks
         )
         if state in RESERVATION_ENDED:
             raise NetworksReleased(f"reservation {reservation_id} has ended: its networks are given back")
-        node = Node.objects.select_related("rack__pod").get(pk=node_id)
-        on = set(NetworkAttachment.objects.filter(node_id=node_id).values_list("fabric", flat=True))
-        scopes = {ETHERNET: "", INFINIBAND: node.rack.pod.name, NVLINK: node.rack.name}
-        held = {(n.fabric, n.scope): n for n in TenantNetwork.objects.filter(reservation_id=reservation_id)}
+        pod, rack, on = (
+            Node.objects.filter(pk=node_id)
+            .annotate(on=ArrayAgg("network_attachments__fabric", default=[]))
+            .values_list("rack__pod__name", "rack__name", "on")
+            .get()
+        )
+        scopes = {ETHERNET: "", INFINIBAND: pod, NVLINK: rack}
+        wanted = [(fabric, scopes[fabric]) for fabric in FABRICS if fabric in on]
+        mine = Q()  # this node's scopes only: a reservation spanning many racks has a network in each
+        for fabric, scope in wanted:
+            mine |= Q(fabric=fabric, scope=scope)
+        found = TenantNetwork.objects.filter(mine, reservation_id=reservation_id) if wanted else []
+        held = {(n.fabric, n.scope): n for n in found}
         networks = {}
-        for fabric in (f for f in FABRICS if f in on):
-            network = held.get((fabric, scopes[fabric])) or _create_network(
-                reservation_id, node_count, fabric, scopes[fabric]
-            )
+        for fabric, scope in wanted:
+            network = held.get((fabric, scope)) or _create_network(reservation_id, node_count, fabric, scope)
             if network.released_at is not None:
                 raise NetworksReleased(f"reservation {reservation_id}'s {fabric} network was given back")
             networks[fabric] = network
@@ -173,11 +181,24 @@ def _free_subnet(node_count: int, held: models.QuerySet) -> IPv4Network:
 
 
 def _private_address(network: TenantNetwork, subnet: IPv4Network, node_id: int) -> IPv4Address:
-    """The node's address on the network: the one it holds, else the lowest free host."""
-    held = dict(PrivateAddress.objects.filter(network=network).values_list("node_id", "address"))
-    if node_id in held:
-        return IPv4Address(held[node_id])
-    address = segments.lowest_free_host(subnet, {IPv4Address(a) for a in held.values()})
+    """The node's address on the network: the one it holds, else the lowest free host.
+
+    Read as one summary row, not every address held (a reservation of n nodes would read n^2/2):
+    hosts are given lowest first and never given back, so those held are every one from the first
+    up to the highest, and the next is the one after it. Only where they are not is every one read."""
+    gateway = str(segments.gateway_of(subnet))
+    held = PrivateAddress.objects.filter(network=network).aggregate(
+        mine=Max("address", filter=Q(node_id=node_id)),
+        count=Count("pk", filter=Q(address__gt=gateway)),
+        highest=Max("address", filter=Q(address__gt=gateway)),
+    )
+    if held["mine"] is not None:
+        return IPv4Address(held["mine"])
+    highest = None if held["highest"] is None else IPv4Address(held["highest"])
+    address = segments.next_host_if_packed(subnet, held["count"], highest)
+    if address is None:
+        taken = PrivateAddress.objects.filter(network=network).values_list("address", flat=True)
+        address = segments.lowest_free_host(subnet, set(map(IPv4Address, taken)))
     if address is None:
         raise NetworkPoolExhausted(f"reservation {network.reservation_id}'s subnet {subnet} has no address left")
     PrivateAddress.objects.create(network=network, node_id=node_id, address=str(address))

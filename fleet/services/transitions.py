@@ -24,7 +24,7 @@ from fleet.models import (
     NodeCredential,
     NodeState,
 )
-from fleet.services.network_attachments import forget_tenant_networks
+from fleet.services.network_attachments import forget_tenant_networks, isolate
 from fleet.signals import node_transitioned
 
 
@@ -141,6 +141,8 @@ def _follow_through(
         _forget_tenant_network(node.pk)
         if node.state in lifecycle.SERVING_STATES:
             forget_tenant_networks(node_id=node.pk)  # held until a sync reads its removal back
+        elif new_state in lifecycle.ISOLATED_STATES:
+            isolate(node_id=node.pk)
     elif event is lifecycle.Event.REINSTALL_REQUESTED:
         with connection.cursor() as cursor:
             cursor.execute(REVOKE_TENANCY, {"node": node.pk})

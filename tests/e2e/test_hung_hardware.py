@@ -96,6 +96,7 @@ def test_a_hung_wipe_parked_mid_wait_still_fails_at_its_timeout_after_a_redis_re
     assert list(steps) == [
         "leave_tenant_networks",
         "boot_service_image",
+        "join_provisioning_network",
         "wait_for_agent",
         "start_gpu_wipe",
         "wait_for_gpu_wipe",

@@ -86,6 +86,7 @@ def test_twenty_four_nodes_are_inspected_then_wiped_by_two_workers(bmcsim, contr
     assert steps == [
         "leave_tenant_networks",
         "boot_service_image",
+        "join_provisioning_network",
         "wait_for_agent",
         "start_gpu_wipe",
         "wait_for_gpu_wipe",

@@ -125,6 +125,8 @@ def test_the_wipe_waits_at_leave_tenant_networks_past_its_deadline_then_counts_i
 
     read_back(node)  # the removal read back: the wipe goes on
     settings.WIPE_DEADLINE = 3600
+    assert again() == "waiting at join_provisioning_network"  # rebooted, its port back on the provisioning VLAN
+    read_back(node)
     assert again() == "waiting at wait_for_gpu_wipe"
     settings.WIPE_DEADLINE = 0  # now past it, counted from the first step after leaving
     assert again().startswith("wipe_failed")

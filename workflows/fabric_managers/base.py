@@ -31,6 +31,10 @@ class Segment:
     vni: int | None = None
 
 
+# An Ethernet port on no VLAN at all, not even the provisioning one (reads back as "").
+ISOLATED = Segment(membership="")
+
+
 class FabricDriver(Protocol):
     """One fabric kind's manager, addressed per `manager`: a leaf switch's name (Ethernet), an
     InfiniBand fabric's name (its pod), an NVLink domain's name.

@@ -11,7 +11,8 @@ A batch of ports on one switch is one NVUE revision, whatever the number of port
           other failed states are a refusal, with the issues NVUE lists in its "transition".
 A read is one GET /nvue_v1/interface?rev=applied. Revision ids hold slashes, escaped in the URL.
 
-A port put on no tenant's network (Segment None) goes back to the provisioning VLAN. VLANs that no
+A port put on no tenant's network (Segment None) goes back to the provisioning VLAN; an isolated
+one (base.ISOLATED) leaves the bridge, and reads back as "". VLANs that no
 port uses any more stay in the bridge: harmless, as no port is an access port of them.
 
 Every call goes through core/outbound.py with HTTP basic auth, to an address `check` admits.
@@ -89,8 +90,11 @@ class NvueDriver:
 
     def _patch(self, wanted: Mapping[str, Segment | None]) -> dict:
         vlans: dict[str, dict] = {}
-        interfaces = {}
+        interfaces: dict[str, dict] = {}
         for port, segment in wanted.items():
+            if segment is not None and not segment.membership:  # isolated: out of the bridge
+                interfaces[port] = {"bridge": {"domain": {BRIDGE: None}}}
+                continue
             vlan = self.provisioning_vlan if segment is None else int(segment.membership)
             if segment is not None and segment.vni is not None:
                 vlans[str(vlan)] = {"vni": {str(segment.vni): {}}}

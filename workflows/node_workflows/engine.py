@@ -52,6 +52,7 @@ from workflows.node_workflows.provisioning import (
 from workflows.node_workflows.run import GoOnAt, NotYet, Run, StepFailed, Waiting
 from workflows.node_workflows.wiping import (
     clear_console_log,
+    join_provisioning_network,
     leave_tenant_networks,
     start_drive_erase,
     start_gpu_wipe,
@@ -117,6 +118,7 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
         steps=(
             (StepName.LEAVE_TENANT_NETWORKS, leave_tenant_networks),
             (StepName.BOOT_SERVICE_IMAGE, boot_service_image),
+            (StepName.JOIN_PROVISIONING_NETWORK, join_provisioning_network),
             (StepName.WAIT_FOR_AGENT, wait_for_agent),
             (StepName.START_GPU_WIPE, start_gpu_wipe),
             (StepName.WAIT_FOR_GPU_WIPE, wait_for_gpu_wipe),

@@ -35,7 +35,7 @@ def _membership(attachment: NetworkAttachment) -> dict:
     idle = networks.idle_membership(attachment.fabric, provisioning_vlan=settings.PROVISIONING_VLAN)
     shown: dict[str, object] = {
         "membership": attachment.found,
-        "tenant": attachment.found != idle,
+        "tenant": attachment.found not in (idle, ""),  # "": an isolated Ethernet port, on no VLAN
         "read_at": _iso(attachment.checked_at),
     }
     if not attachment.confirmed:

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db.models.functions import Now
 
 from fleet.models import Node
-from fleet.services.network_attachments import removal_pending
+from fleet.services import network_attachments
 from workflows import fabric_sync
 from workflows.agent import AgentError
 from workflows.node_workflows.run import Run, StepFailed, Waiting, handed_on
@@ -24,7 +24,22 @@ def leave_tenant_networks(run: Run) -> None:
     node, which is safe where it stands. The last tenant cannot reach it once this step ends."""
     node_id = run.node.pk
     wait_for_fabrics(
-        run, "its removal from its tenant's networks read back", lambda: not removal_pending(node_id=node_id)
+        run,
+        "its removal from its tenant's networks read back",
+        lambda: not network_attachments.removal_pending(node_id=node_id),
+    )
+
+
+def join_provisioning_network(run: Run) -> None:
+    """The node was reset into the service image: its last tenant's OS is gone, and its Ethernet
+    port goes from no VLAN at all (isolated since it stopped serving) to the provisioning VLAN,
+    where the control plane reaches the service image's agent. Waits for the read-back."""
+    node_id = run.node.pk
+    network_attachments.join_provisioning_network(node_id=node_id)
+    wait_for_fabrics(
+        run,
+        "its port read back on the provisioning VLAN",
+        lambda: network_attachments.networks_confirmed(node_id=node_id),
     )
 
 
