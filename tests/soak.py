@@ -1,24 +1,26 @@
 """The soak: the whole stack under churn, faults and process kills, then the invariants.
 
 Builds its own database (gpufleet_soak), starts bmcsim (50 nodes, SIM_TIME_SCALE=0), a private
-Redis, gunicorn, two workers, beat, and Prometheus with Alertmanager from Debian's packages,
-each on a port of its own that a restart keeps. For DURATION seconds, tenants reserve (rack-scale
-among them, some for later) and release through the API; faults strike through bmcsim's fault
-API (XID 79, BMC 500s and timeouts, hung erases, implants); an operator clears the faults of
+Redis, gunicorn, two workers, beat, and Prometheus with Alertmanager from Debian's packages, each on
+a port of its own that a restart keeps. For DURATION seconds, tenants reserve (rack-scale among
+them, some for later) and release through the API; faults strike through bmcsim's fault API (XID 79,
+BMC 500s and timeouts, hung erases, implants), and on the tenants' fabrics (a manager down, refusing
+changes or slow for a few seconds; an active node's port moved by hand, sometimes into another live
+reservation's segment, which the fabric sync must put back); an operator clears the faults of
 quarantined nodes and returns them, and XID 79 strikes a returned node again once it is back in
 service within the cap's window (a new incident, which the blast-radius cap counts again); and a
 driver kills and restarts, every kind once in a random order and then at random, at least every
-40 s: a worker (SIGKILL), beat, the web server, bmcsim, Redis, or stalls a worker with SIGSTOP
-past its lease before it resumes. After each kill a probe
-reservation measures the time until the system provisions a node again. Beside them a hostile
-tenant misbehaves throughout: ten webhooks whose receivers drip their answers a byte every 2 s,
-and a flood of faults its own nodes say of themselves (XIDs its agents report, reports of a
-broken node through the API). The honest tenants' reservations are timed from request to
-active, and the node workers' logs must show no webhook delivery: those have a pool of their
-own. At the end the fleet settles and `check_invariants` runs.
+40 s: a worker (SIGKILL), beat, the web server, bmcsim, Redis, or stalls a worker with SIGSTOP past its
+lease before it resumes. After each kill a probe reservation measures the time until the system
+provisions a node again. Beside them a hostile tenant misbehaves throughout: ten webhooks whose
+receivers drip their answers a byte every 2 s, and a flood of faults its own nodes say of themselves
+(XIDs its agents report, reports of a broken node through the API). The honest tenants' reservations
+are timed from request to active, and the node workers' logs must show no webhook delivery: those
+have a pool of their own. At the end the fleet settles and `check_invariants` runs.
 
-Prints a table: operations, faults, nodes struck again, kills, violations (must be 0),
-reservations lost (must be 0), recovery time per kill. Exit status 1 on any violation or lost reservation.
+Prints a table: operations, faults (the fabrics' apart), nodes struck again, drift put back,
+kills, violations (must be 0), reservations lost (must be 0), recovery time per kill. Exit status
+1 on any violation or lost reservation.
 Run: make soak DURATION=600   or   .venv/bin/python -m tests.soak --duration 60
 """
 
@@ -48,11 +50,14 @@ SOAK_DB = os.environ.get("GPUFLEET_SOAK_DATABASE", "gpufleet_soak")
 PG = os.environ.get("GPUFLEET_SOAK_PG", "postgres://postgres@127.0.0.1:5432")
 REDIS_PORT = free_port()
 # This process is a control-plane process too (the operator's returns enqueue work on commit):
-# it must use the soak's database and its private Redis.
+# it must use the soak's database and its private Redis. Its processes inherit the fabric sync's
+# period, short so that drift is read back and put back many times a run, and check_invariants
+# here judges the tenant networks by the same period.
 os.environ.update(
     DATABASE_URL=f"{PG}/{SOAK_DB}",
     REDIS_URL=f"redis://127.0.0.1:{REDIS_PORT}/0",
     DJANGO_SETTINGS_MODULE="gpufleet.settings",
+    GPUFLEET_FABRIC_SYNC_SECONDS="10",
 )
 
 import django  # noqa: E402
@@ -62,10 +67,12 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.core.management import CommandError, call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.db.models import Q  # noqa: E402
 from django.db.models.functions import Now  # noqa: E402
 
+from core.topology import ETHERNET, FABRICS, INFINIBAND, NVLINK  # noqa: E402
 from fleet import lifecycle  # noqa: E402
-from fleet.models import AuditEvent, Node  # noqa: E402
+from fleet.models import AuditEvent, AuditOnlyEvent, NetworkAttachment, Node, TenantNetwork  # noqa: E402
 from fleet.services import transition  # noqa: E402
 from remediation.models import Remediation  # noqa: E402
 from reservations.models import Reservation, ReservationState, WebhookEvent  # noqa: E402
@@ -85,7 +92,13 @@ KILLS = ["worker", "beat", "web", "bmcsim", "redis", "stall"]
 TRANSITIONAL = [lifecycle.State.INSPECTING, lifecycle.State.WIPING, lifecycle.State.PROVISIONING]
 # What a reservation the API accepted may be once the fleet has settled; anything else is lost.
 SETTLED = {ReservationState.ACTIVE, ReservationState.RELEASED, ReservationState.PENDING, ReservationState.FAILED}
+LIVE = [ReservationState.PENDING, ReservationState.PROVISIONING, ReservationState.ACTIVE, ReservationState.DEGRADED]
 LEASE_SECONDS = 3
+NODE_FAULTS = ["xid", "bmc_error", "bmc_timeout", "erase_hang", "implant"]
+# A fabric's manager down, refusing every change, or slow: each stands for a few seconds.
+STANDING_FABRIC_FAULTS = ["fabric_api_down", "fabric_apply_fails", "fabric_slow"]
+FABRIC_DRIFT = "fabric_drift"
+FAULT_KINDS = [*NODE_FAULTS, *STANDING_FABRIC_FAULTS, FABRIC_DRIFT]
 
 
 def prepare_database() -> None:
@@ -171,6 +184,14 @@ class Soak:
         self.kills: list[tuple[str, float | None]] = []
         self.returned: dict[str, float] = {}  # the nodes the operator returned, and when
         self.struck_again: list[str] = []
+        self.fabric_faults: Counter[str] = Counter()  # "kind on fabric"
+        self.drifted: dict[tuple[str, str], datetime] = {}  # (node, fabric) moved by hand, and when last
+        self.drifts_into_other_tenants = 0
+        self.kinds_not_yet_struck = self.rng.sample(FAULT_KINDS, len(FAULT_KINDS))
+        self.next_fault = time.monotonic()
+        self.probing: int | None = None  # the reservation a kill's probe waits on
+        # Faults to clear once due: (when, the DELETE's filter: {"node": ...} or {"fabric": ...}).
+        self.transient: list[tuple[float, dict[str, str]]] = []
         self.asked_at: dict[int, float] = {}  # honest reservations for now not yet active, and when asked
         self.to_active: list[float] = []  # seconds from request to active of the honest ones
 
@@ -233,7 +254,10 @@ class Soak:
         held = list(
             Node.objects.filter(reservation__tenant__name=HOSTILE, state="active").values_list("name", "reservation_id")
         )
-        if len(held) < 2 or self.rng.random() < 0.2:
+        # Its reservations still provisioning count: counting its active nodes alone, it asked for
+        # another every move while the fleet was slow, and soon held a third of it.
+        live = Reservation.objects.filter(tenant__name=HOSTILE, state__in=LIVE).count()
+        if live < 2 or self.rng.random() < 0.2:
             self.reserve(HOSTILE, {"node_count": 1})
         if not held:
             return
@@ -269,18 +293,26 @@ class Soak:
 
     def fault(self, body: dict) -> bool:
         try:
-            requests.post(f"{self.stack.bmcsim_url}/bmcsim/v1/faults", json=body, timeout=5).raise_for_status()
+            answer = requests.post(f"{self.stack.bmcsim_url}/bmcsim/v1/faults", json=body, timeout=5)
         except requests.RequestException:
             self.operations["faults that found bmcsim down"] += 1
             return False
-        self.faults[body["kind"]] += 1
+        if not answer.ok:
+            self.operations[f"faults bmcsim refused ({answer.status_code})"] += 1
+            return False
+        if "fabric" in body:
+            self.fabric_faults[f"{body['kind']} on {body['fabric']}"] += 1
+        else:
+            self.faults[body["kind"]] += 1
         return True
 
-    def clear_faults(self, node: str | None = None) -> None:
-        with contextlib.suppress(requests.RequestException):  # bmcsim is down: cleared when it is back
-            requests.delete(
-                f"{self.stack.bmcsim_url}/bmcsim/v1/faults", params={"node": node} if node else {}, timeout=5
-            )
+    def clear_faults(self, **where: str) -> bool:
+        """Clear the faults `where` says (node= or fabric=; nothing: all of them); False if bmcsim is down."""
+        try:
+            requests.delete(f"{self.stack.bmcsim_url}/bmcsim/v1/faults", params=where, timeout=5).raise_for_status()
+        except requests.RequestException:
+            return False
+        return True
 
     def inject_fault(self) -> None:
         if again := self.returned_in_service():
@@ -288,35 +320,64 @@ class Soak:
                 del self.returned[again]
                 self.struck_again.append(again)
             return
-        active = list(Node.objects.filter(state="active").values_list("name", flat=True))
+        active = list(Node.objects.filter(self.not_probed(), state="active").values_list("name", flat=True))
         anyone = list(Node.objects.values_list("name", flat=True))
-        # The first fault an XID, so that even a minute's run returns a node in time to strike it again.
-        kinds = ["xid", "bmc_error", "bmc_timeout", "erase_hang", "implant"]
-        kind = self.rng.choice(kinds) if self.faults else "xid"
-        if kind in ("xid", "implant", "erase_hang") and not active:
+        # The first fault an XID, so that even a minute's run returns a node in time to strike it again;
+        # then every kind once, in a random order, so that a minute's run has each; then at random.
+        if not self.faults:
+            kind = "xid"
+        elif self.kinds_not_yet_struck:
+            kind = self.kinds_not_yet_struck.pop()
+        else:
+            kind = self.rng.choice(FAULT_KINDS)
+        if kind in STANDING_FABRIC_FAULTS:
+            fabric = self.rng.choice(FABRICS)
+            if self.fault({"fabric": fabric, "kind": kind}):
+                self.transient.append((time.monotonic() + self.rng.uniform(2, 6), {"fabric": fabric}))
+            return
+        if kind in ("xid", "implant", "erase_hang", FABRIC_DRIFT) and not active:
+            return
+        if kind == FABRIC_DRIFT:
+            self.drift(self.rng.choice(active))
             return
         node = self.rng.choice(active if kind in ("xid", "implant", "erase_hang") else anyone)
         self.fault({"node": node, "kind": kind, **({"gpu": self.rng.randrange(8), "xid": 79} if kind == "xid" else {})})
         if kind in ("bmc_error", "bmc_timeout"):
-            self.transient.append((time.monotonic() + self.rng.uniform(2, 6), node))
+            self.transient.append((time.monotonic() + self.rng.uniform(2, 6), {"node": node}))
+
+    def drift(self, name: str) -> None:
+        """Someone moves the node's port(s) on a fabric by hand: half the time into the segment of
+        another live reservation within the node's reach on that fabric (its pod's InfiniBand fabric,
+        its rack's NVLink domain), else where bmcsim picks."""
+        node = Node.objects.select_related("rack__pod").get(name=name)
+        fabric = self.rng.choice(FABRICS)
+        scope = {ETHERNET: "", INFINIBAND: node.rack.pod.name, NVLINK: node.rack.name}[fabric]
+        live = TenantNetwork.objects.filter(released_at__isnull=True, fabric=fabric, scope=scope)
+        others = [network for network in live if network.reservation_id != node.reservation_id]
+        body = {"kind": FABRIC_DRIFT, "fabric": fabric, "node": name}
+        if others and self.rng.random() < 0.5:
+            body["segment"] = self.rng.choice(others).value
+        if self.fault(body):
+            self.drifted[name, fabric] = datetime.now(UTC)
+            self.drifts_into_other_tenants += "segment" in body
 
     def returned_in_service(self) -> str | None:
         """A node the operator returned within the cap's window, back in service and not struck
         again since: its next fault is a new incident."""
         window = settings.REMEDIATION_WINDOW_SECONDS
         self.returned = {name: at for name, at in self.returned.items() if time.monotonic() - at < window}
-        serving = Node.objects.filter(name__in=self.returned, state__in=["available", "active"])
+        serving = Node.objects.filter(self.not_probed(), name__in=self.returned, state__in=["available", "active"])
         return serving.order_by("name").values_list("name", flat=True).first()
 
     def operator(self) -> None:
         """Clear what struck quarantined nodes and return them, as an operator does after a repair;
-        and clear transient BMC faults whose time has come."""
+        and clear transient BMC and fabric faults whose time has come."""
         now = time.monotonic()
-        for due, node in [t for t in self.transient if t[0] <= now]:
-            self.clear_faults(node)
-            self.transient.remove((due, node))
+        for due, where in [t for t in self.transient if t[0] <= now]:
+            if self.clear_faults(**where):  # else bmcsim is down: again at the next look
+                self.transient.remove((due, where))
         for node_id, name in Node.objects.filter(state="quarantined").values_list("pk", "name"):
-            self.clear_faults(name)
+            self.clear_faults(node=name)
             try:
                 transition(node_id=node_id, event=lifecycle.Event.OPERATOR_RETURN, actor="operator:soak")
                 self.operations["quarantined nodes repaired and returned"] += 1
@@ -346,61 +407,100 @@ class Soak:
         reservation = None
         while time.monotonic() < deadline:
             if reservation is None:
-                reservation = self.reserve(TENANTS[0], {"node_count": 1})
+                reservation = self.probing = self.reserve(TENANTS[0], {"node_count": 1})
                 if reservation is None:  # no free node, or the web server still down: make room
                     self.release_one(self.rng.choice(TENANTS))
             elif Reservation.objects.get(pk=reservation).state == ReservationState.ACTIVE:
                 recovered = time.monotonic() - since
                 self.api(TENANTS[0], "POST", f"/v1/reservations/{reservation}/release")
+                self.probing = None
                 return recovered
+            self.strike_when_due()
             self.operator()
             time.sleep(0.2)
+        self.probing = None
         return None
+
+    def not_probed(self) -> Q:
+        """Nodes other than the probe's: a kill's recovery is timed on a node that no fault strikes."""
+        return ~Q(reservation_id=self.probing) if self.probing is not None else Q()
+
+    def strike_when_due(self) -> None:
+        """Faults strike on a clock of their own, every 2 to 8 s, kills and their probes included: on
+        a slow machine the probes take most of a short run."""
+        if time.monotonic() >= self.next_fault:
+            self.inject_fault()
+            self.next_fault = time.monotonic() + self.rng.uniform(2, 8)
 
     # -- the run -------------------------------------------------------------------------------
 
     def run(self, duration: float) -> None:
-        self.transient: list[tuple[float, str]] = []
         started = time.monotonic()
         # Every kind at least once, in a random order, then at random; at least every 40 s.
         kill_every = min(duration / (len(KILLS) + 1), 40)
         schedule = self.rng.sample(KILLS, len(KILLS))
-        next_fault = started + 2
+        self.next_fault = started + 2
         while time.monotonic() - started < duration or len(self.kills) < len(KILLS):
             self.churn_tenant()
             self.misbehave()
             self.note_active()
-            if time.monotonic() >= next_fault:
-                self.inject_fault()
-                next_fault = time.monotonic() + self.rng.uniform(2, 8)
+            self.strike_when_due()
             self.operator()
             if time.monotonic() >= started + (len(self.kills) + 1) * kill_every:
                 self.kill(schedule[len(self.kills)] if len(self.kills) < len(KILLS) else self.rng.choice(KILLS))
             time.sleep(self.rng.uniform(0.1, 0.5))
 
     def settle(self, timeout: float) -> float:
-        """Clear every fault, return every quarantined node and wait until nothing owes work, and
-        no advance reservation is about to start, twice in a row a second apart."""
+        """Clear every fault, return every quarantined node and wait until nothing owes work, no
+        advance reservation is about to start, and every port moved by hand has been read back
+        since and found where it should be, twice in a row a second apart."""
         started = time.monotonic()
-        self.clear_faults()
+        wait_for("bmcsim to clear every fault", self.clear_faults, timeout=60, interval=1)
         self.transient.clear()
         self.returned.clear()
         calm = []
 
         def settled() -> bool:
             self.operator()
-            busy = Node.objects.filter(state__in=[*TRANSITIONAL, lifecycle.State.QUARANTINED]).exists()
-            owing = Reservation.objects.filter(
-                state__in=[ReservationState.PROVISIONING, ReservationState.RELEASING, ReservationState.DEGRADED]
-            ).exists()
-            due = Reservation.objects.filter(
-                state=ReservationState.PENDING, starts_at__lte=Now() + timedelta(seconds=5)
-            ).exists()
-            calm.append(not (busy or owing or due))
+            calm.append(not self.unsettled())
             return calm[-2:] == [True, True]
 
-        wait_for("the fleet to settle", settled, timeout=timeout, interval=1)
+        try:
+            wait_for("the fleet to settle", settled, timeout=timeout, interval=1)
+        except AssertionError as timed_out:  # say what is left, for whoever reads the kept logs
+            raise SystemExit(f"{timed_out}: {'; '.join(self.unsettled())}") from None
         return time.monotonic() - started
+
+    def unsettled(self) -> list[str]:
+        """What still owes work: nodes in a workflow or quarantined, reservations on their way or about
+        to start, and ports moved by hand not read back since (a second on: a sync that read a port
+        before the move may record it just after)."""
+        busy = Node.objects.filter(state__in=[*TRANSITIONAL, lifecycle.State.QUARANTINED]).order_by("name")
+        owing = Reservation.objects.filter(
+            state__in=[ReservationState.PROVISIONING, ReservationState.RELEASING, ReservationState.DEGRADED]
+        ).order_by("pk")
+        due = Reservation.objects.filter(
+            state=ReservationState.PENDING, starts_at__lte=Now() + timedelta(seconds=5)
+        ).order_by("pk")
+        unread = [
+            f"{name}'s {fabric} ports not read back since moved by hand"
+            for (name, fabric), at in self.drifted.items()
+            if not NetworkAttachment.objects.filter(
+                node__name=name, fabric=fabric, confirmed=True, checked_at__gt=at + timedelta(seconds=1)
+            ).exists()
+        ]
+        return [
+            *(
+                f"{name} {state} at {step or 'no step'}"
+                for name, state, step in busy.values_list("name", "state", "step")
+            ),
+            *(
+                f"reservation {pk} {state} {reason}".strip()
+                for pk, state, reason in owing.values_list("pk", "state", "reason")
+            ),
+            *(f"reservation {pk} due at {starts:%H:%M:%S}" for pk, starts in due.values_list("pk", "starts_at")),
+            *unread,
+        ]
 
     def lost(self) -> list[str]:
         found = dict(Reservation.objects.filter(pk__in=self.accepted).values_list("pk", "state"))
@@ -455,6 +555,11 @@ def main() -> None:
             AuditEvent.objects.filter(to_state="quarantined").values_list("event", flat=True).order_by()
         )
         discarded = AuditEvent.objects.filter(event="result_discarded").count()
+        drift_repaired = Counter(
+            AuditEvent.objects.filter(event=AuditOnlyEvent.FABRIC_DRIFT_REPAIRED)
+            .values_list("detail__fabric", flat=True)
+            .order_by()
+        )
         incidents = Remediation.objects.filter(counted_from__isnull=False).count()
         suppressed = Remediation.objects.filter(status="suppressed").count()
         over_budget = Remediation.objects.filter(status="suppressed", reason__contains="tenant_fault_budget").count()
@@ -469,6 +574,12 @@ def main() -> None:
         ("duration of churn, s", f"{args.duration:g}"),
         *((f"operations: {name}", count) for name, count in sorted(soak.operations.items())),
         ("faults injected", ", ".join(f"{kind} {n}" for kind, n in sorted(soak.faults.items())) or "none"),
+        *((f"fabric faults: {kind}", n) for kind, n in sorted(soak.fabric_faults.items())),
+        ("  drifts into another live reservation's segment", soak.drifts_into_other_tenants),
+        (
+            "drift put back (audited fabric_drift_repaired)",
+            ", ".join(f"{fabric} {n}" for fabric, n in sorted(drift_repaired.items())) or "none",
+        ),
         ("nodes struck again after their return", len(soak.struck_again)),
         ("quarantines by cause", ", ".join(f"{event} {n}" for event, n in sorted(quarantines.items())) or "none"),
         ("automatic remediations let act by the cap (incidents)", incidents),
