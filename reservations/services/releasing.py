@@ -5,6 +5,7 @@ failed switch).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from django.conf import settings
@@ -74,21 +75,35 @@ def let_go_of_cut_off_nodes(*, actor: str = "system:fabric") -> int:
     """Take the nodes an unhealthy switch has cut off (selectors.nodes_cut_off) for at least
     FABRIC_LET_GO_AFTER_SECONDS from the reservations they serve: each is let go with the switch's
     reason, which degrades its reservation, and wiped; healing places its replacement inside the
-    reservation's domain, on nodes the fabric reaches. Returns how many nodes were let go. A node
-    whose transition races another is left for the next sweep, all of its change undone."""
+    reservation's domain, on nodes the fabric reaches. Returns how many nodes were let go."""
     cut_off = nodes_cut_off(lasting=timedelta(seconds=settings.FABRIC_LET_GO_AFTER_SECONDS))
-    serving = Node.objects.filter(pk__in=list(cut_off), state__in=lifecycle.SERVING_STATES, reservation__isnull=False)
+    return let_serving_nodes_go(
+        cut_off,
+        describe=lambda name, why: f"{name} cut off from the fabric: {why}",
+        actor=actor,
+        sender=let_go_of_cut_off_nodes,
+    )
+
+
+def let_serving_nodes_go(
+    reasons: Mapping[int, str], *, describe: Callable[[str, str], str], actor: str, sender: object
+) -> int:
+    """Take each serving node of `reasons` (id -> why) from its reservation (`let_node_go`, with
+    `describe(name, why)` as the reason) and release it to wiping, a transaction each; a
+    reservation that lost a node hears reservation_lost_node. A node whose transition races
+    another is left for the next sweep, all of its change undone. Returns how many were let go."""
+    serving = Node.objects.filter(pk__in=list(reasons), state__in=lifecycle.SERVING_STATES, reservation__isnull=False)
     let_go = 0
     for node_id, name, reservation_id in serving.order_by("pk").values_list("pk", "name", "reservation_id"):
-        reason = f"{name} cut off from the fabric: {cut_off[node_id]}"
+        reason = describe(name, reasons[node_id])
         try:
             with transaction.atomic():
                 lost = let_node_go(node_id=node_id, reservation_id=reservation_id, reason=reason, actor=actor)
                 transition(node_id=node_id, event=lifecycle.Event.RELEASED, actor=actor, reason=reason)
         except lifecycle.TransitionRefused:
-            log.info("node %s moved on its own while it was let go for its switch", name)
+            log.info("node %s moved on its own while it was let go: %s", name, reason)
             continue
         let_go += 1
         if lost:
-            reservation_lost_node.send(sender=let_go_of_cut_off_nodes, reservation_id=reservation_id)
+            reservation_lost_node.send(sender=sender, reservation_id=reservation_id)
     return let_go
