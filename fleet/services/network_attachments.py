@@ -54,6 +54,7 @@ def want_tenant_networks(*, node_id: int, networks: Mapping[str, TenantNetwork |
             ),
             confirmed=False,
             changed_at=Now(),
+            isolated=False,  # a port joining a tenant's network is in a VLAN again
         )
 
 
@@ -120,6 +121,10 @@ def record_readback(*, fabric: str, readbacks: Sequence[Readback], actor: str = 
     # The key: (read, found, confirmed, problem); a row not read keeps its found and checked_at.
     outcomes: dict[tuple[bool, str, bool, str], list[int]] = defaultdict(list)
     with transaction.atomic():
+        # The nodes first, in the order transitions take them: an audit row names its node's state,
+        # which no transition may change until this commits.
+        node_ids = NetworkAttachment.objects.filter(pk__in=by_id).values("node_id")
+        list(Node.objects.select_for_update().filter(pk__in=node_ids).order_by("pk").values_list("pk", flat=True))
         rows = list(
             NetworkAttachment.objects.select_for_update(of=("self",))
             .select_related("node")
