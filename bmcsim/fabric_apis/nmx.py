@@ -64,10 +64,7 @@ async def get_partitions(request: web.Request) -> web.Response:
 
 async def get_partition(request: web.Request) -> web.Response:
     _, nmx = await _manager(request)
-    partition = nmx.partitions.get(request.match_info["id"])
-    if partition is None:
-        return _error(404, f"no partition {request.match_info['id']}")
-    return web.json_response(partition)
+    return _one(nmx.partitions, "partition", request.match_info["id"])
 
 
 async def get_operations(request: web.Request) -> web.Response:
@@ -77,10 +74,13 @@ async def get_operations(request: web.Request) -> web.Response:
 
 async def get_operation(request: web.Request) -> web.Response:
     _, nmx = await _manager(request)
-    operation = nmx.operations.get(request.match_info["id"])
-    if operation is None:
-        return _error(404, f"no operation {request.match_info['id']}")
-    return web.json_response(operation)
+    return _one(nmx.operations, "operation", request.match_info["id"])
+
+
+def _one(held: dict, kind: str, key: str) -> web.Response:
+    """One item of a collection by its id, or NMX-M's 404 naming what is missing."""
+    item = held.get(key)
+    return _error(404, f"no {kind} {key}") if item is None else web.json_response(item)
 
 
 async def post_partition(request: web.Request) -> web.Response:
