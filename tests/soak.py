@@ -320,32 +320,41 @@ class Soak:
                 del self.returned[again]
                 self.struck_again.append(again)
             return
-        active = list(Node.objects.filter(self.not_probed(), state="active").values_list("name", flat=True))
-        anyone = list(Node.objects.values_list("name", flat=True))
         # The first fault an XID, so that even a minute's run returns a node in time to strike it again;
         # then every kind once, in a random order, so that a minute's run has each; then at random.
+        first_of_its_kind = bool(self.faults and self.kinds_not_yet_struck)
         if not self.faults:
             kind = "xid"
-        elif self.kinds_not_yet_struck:
+        elif first_of_its_kind:
             kind = self.kinds_not_yet_struck.pop()
         else:
             kind = self.rng.choice(FAULT_KINDS)
+        if not self.strike(kind) and first_of_its_kind:
+            self.kinds_not_yet_struck.append(kind)  # no node to strike, or bmcsim down: it strikes later
+
+    def strike(self, kind: str) -> bool:
+        """Inject one fault of `kind`; False where none was (no active node for it, or bmcsim down)."""
         if kind in STANDING_FABRIC_FAULTS:
             fabric = self.rng.choice(FABRICS)
-            if self.fault({"fabric": fabric, "kind": kind}):
-                self.transient.append((time.monotonic() + self.rng.uniform(2, 6), {"fabric": fabric}))
-            return
+            if not self.fault({"fabric": fabric, "kind": kind}):
+                return False
+            self.transient.append((time.monotonic() + self.rng.uniform(2, 6), {"fabric": fabric}))
+            return True
+        active = list(Node.objects.filter(self.not_probed(), state="active").values_list("name", flat=True))
         if kind in ("xid", "implant", "erase_hang", FABRIC_DRIFT) and not active:
-            return
+            return False
         if kind == FABRIC_DRIFT:
-            self.drift(self.rng.choice(active))
-            return
+            return self.drift(self.rng.choice(active))
+        anyone = list(Node.objects.values_list("name", flat=True))
         node = self.rng.choice(active if kind in ("xid", "implant", "erase_hang") else anyone)
-        self.fault({"node": node, "kind": kind, **({"gpu": self.rng.randrange(8), "xid": 79} if kind == "xid" else {})})
+        xid = {"gpu": self.rng.randrange(8), "xid": 79} if kind == "xid" else {}
+        if not self.fault({"node": node, "kind": kind, **xid}):
+            return False
         if kind in ("bmc_error", "bmc_timeout"):
             self.transient.append((time.monotonic() + self.rng.uniform(2, 6), {"node": node}))
+        return True
 
-    def drift(self, name: str) -> None:
+    def drift(self, name: str) -> bool:
         """Someone moves the node's port(s) on a fabric by hand: half the time into the segment of
         another live reservation within the node's reach on that fabric (its pod's InfiniBand fabric,
         its rack's NVLink domain), else where bmcsim picks."""
@@ -357,9 +366,11 @@ class Soak:
         body = {"kind": FABRIC_DRIFT, "fabric": fabric, "node": name}
         if others and self.rng.random() < 0.5:
             body["segment"] = self.rng.choice(others).value
-        if self.fault(body):
-            self.drifted[name, fabric] = datetime.now(UTC)
-            self.drifts_into_other_tenants += "segment" in body
+        if not self.fault(body):
+            return False
+        self.drifted[name, fabric] = datetime.now(UTC)
+        self.drifts_into_other_tenants += "segment" in body
+        return True
 
     def returned_in_service(self) -> str | None:
         """A node the operator returned within the cap's window, back in service and not struck

@@ -121,18 +121,7 @@ def record_readback(*, fabric: str, readbacks: Sequence[Readback], actor: str = 
     # The key: (read, found, confirmed, problem); a row not read keeps its found and checked_at.
     outcomes: dict[tuple[bool, str, bool, str], list[int]] = defaultdict(list)
     with transaction.atomic():
-        # The nodes first, in the order transitions take them: an audit row names its node's state,
-        # which no transition may change until this commits.
-        node_ids = NetworkAttachment.objects.filter(pk__in=by_id).values("node_id")
-        list(Node.objects.select_for_update().filter(pk__in=node_ids).order_by("pk").values_list("pk", flat=True))
-        rows = list(
-            NetworkAttachment.objects.select_for_update(of=("self",))
-            .select_related("node")
-            .only("changed_at", "confirmed", "checked_at", "found", "node__state")  # an audit row's node
-            .filter(pk__in=by_id)
-            .order_by("pk")
-        )
-        for row in rows:
+        for row in _locked_with_their_nodes(by_id):
             readback = by_id[row.pk]
             current = row.changed_at == readback.changed_at
             was_confirmed = row.confirmed
@@ -148,21 +137,7 @@ def record_readback(*, fabric: str, readbacks: Sequence[Readback], actor: str = 
             outcome = (readback.found is not None, readback.found or "", row.confirmed, readback.problem)
             outcomes[outcome].append(row.pk)
             if readback.drifted and row.confirmed:
-                where = ", ".join(f"{port} found on {segment or 'none'}" for port, segment in readback.drifted)
-                audits.append(
-                    _audit_row(
-                        row.node,
-                        AuditOnlyEvent.FABRIC_DRIFT_REPAIRED,
-                        actor=actor,
-                        reason=f"{fabric}: {where}",
-                        detail={
-                            "fabric": fabric,
-                            "ports": [{"port": port, "found": segment} for port, segment in readback.drifted],
-                            "put_back_on": row.found,
-                            **({"since": last_right.isoformat()} if last_right else {}),
-                        },
-                    )
-                )
+                audits.append(_drift_repaired(row, readback, fabric=fabric, since=last_right, actor=actor))
             elif readback.drifted and current:
                 not_put_back.append(row.node_id)
         for (read, found, confirmed, problem), ids in outcomes.items():
@@ -171,6 +146,40 @@ def record_readback(*, fabric: str, readbacks: Sequence[Readback], actor: str = 
         settled = _networks_confirmed(newly_confirmed, actor=actor)
         AuditEvent.objects.bulk_create(audits + settled)
     return Recorded(not_put_back=not_put_back, settled=[row.node_id for row in settled])
+
+
+def _locked_with_their_nodes(attachment_ids: Iterable[int]) -> list[NetworkAttachment]:
+    """The attachments locked, their nodes first, in the order transitions take them: an audit row
+    names its node's state, which no transition may change until the caller commits."""
+    node_ids = NetworkAttachment.objects.filter(pk__in=attachment_ids).values("node_id")
+    list(Node.objects.select_for_update().filter(pk__in=node_ids).order_by("pk").values_list("pk", flat=True))
+    return list(
+        NetworkAttachment.objects.select_for_update(of=("self",))
+        .select_related("node")
+        .only("changed_at", "confirmed", "checked_at", "found", "node__state")  # an audit row's node
+        .filter(pk__in=attachment_ids)
+        .order_by("pk")
+    )
+
+
+def _drift_repaired(
+    row: NetworkAttachment, readback: Readback, *, fabric: str, since: datetime | None, actor: str
+) -> AuditEvent:
+    """`fabric_drift_repaired`, naming the fabric, each port, the segment it was found on, where it
+    was put back, and since when the drift can have lasted (the read-back before, which found it right)."""
+    where = ", ".join(f"{port} found on {segment or 'none'}" for port, segment in readback.drifted)
+    return _audit_row(
+        row.node,
+        AuditOnlyEvent.FABRIC_DRIFT_REPAIRED,
+        actor=actor,
+        reason=f"{fabric}: {where}",
+        detail={
+            "fabric": fabric,
+            "ports": [{"port": port, "found": segment} for port, segment in readback.drifted],
+            "put_back_on": row.found,
+            **({"since": since.isoformat()} if since else {}),
+        },
+    )
 
 
 def _networks_confirmed(nodes: Mapping[int, Node], *, actor: str) -> list[AuditEvent]:

@@ -32,7 +32,7 @@ PUBLIC_COLUMNS: dict[str, frozenset[str]] = {
         "fleet_auditevent": "id node_id event from_state to_state actor reason detail at txid",
         "attestation_attestationresult": "id node_id kind nonce affirming failures measurements token kid policy at",
         # Which nodes are held until their removal from a tenant's networks is read back (capacity, nodes).
-        "fleet_networkattachment": "id node_id fabric wanted_id found confirmed checked_at changed_at problem",
+        "fleet_networkattachment": "id node_id fabric wanted_id found isolated confirmed checked_at changed_at problem",
         "remediation_remediation": """id node_id gpu action step mode reason status alert alert_status labels
             fingerprint at starts_at counted_from counted_until decided_by forced_at recheck_due_at
             reservation_id reset_before step_started_at""",

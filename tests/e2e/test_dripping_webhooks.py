@@ -23,7 +23,7 @@ from django.core.management import call_command
 
 from fleet.models import Node
 from reservations.models import WebhookDelivery, WebhookEvent
-from tests.support.factories import make_available, tenant_token
+from tests.support.factories import make_available_as_inspected, tenant_token
 from tests.support.hostile_servers import Dripping, running
 from tests.support.processes import wait_for
 
@@ -52,7 +52,7 @@ def test_dripping_receivers_hold_no_worker_past_the_deadline_and_no_node_work(bm
     nodes = control_plane.start_worker("nodes", queues="celery")
     hooks = control_plane.start_worker("hooks", queues="webhooks")
     call_command("seed_fleet", "--bmcsim-url", bmcsim.url, stdout=StringIO())
-    make_available(list(Node.objects.all()))
+    make_available_as_inspected(list(Node.objects.all()))
     beat = control_plane.start_beat()
     web = control_plane.start_web()
     wait_for("the workers and beat ready", lambda: all(" ready." in p.output() for p in (nodes, hooks, beat)), 60)

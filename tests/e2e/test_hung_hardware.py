@@ -15,7 +15,8 @@ from fleet.services import transition
 from reservations import services as reservations
 from reservations.models import Tenant
 from tests.support.bmcsim import start_bmcsim
-from tests.support.factories import make_available
+from tests.support.fabrics import point_managers_at, sync
+from tests.support.factories import make_available, make_available_as_inspected
 from tests.support.processes import wait_for
 from tests.support.tenancy import state_of
 from workflows import node_workflows as workflows
@@ -54,7 +55,7 @@ def wiped(node: Node) -> bool:
 # A worker that waited out a hung wipe itself was held for the whole GPUFLEET_WIPE_TIMEOUT: ten minutes here.
 @pytest.mark.parametrize("control_plane", [{"GPUFLEET_WIPE_TIMEOUT": "600"}], indirect=True)
 def test_a_new_reservation_goes_active_while_every_worker_slot_has_a_hung_node(bmcsim, control_plane):
-    make_available(seed(bmcsim.url))  # as after inspection: no worker time needed for it
+    make_available_as_inspected(seed(bmcsim.url))  # as after inspection: no worker time needed for it
     control_plane.start_worker("w1")
     control_plane.start_worker("w2")
     control_plane.start_beat()
@@ -117,6 +118,7 @@ def test_a_visit_gives_the_node_back_mid_wait_and_the_next_resumes_the_same_wait
     settings.CONFIG_DRIVE_BASE_URL = live_server.url  # where the BMC fetches this process's boots' drives
     settings.WORKFLOW_HOLD_SECONDS = 0.3
     settings.WORKFLOW_POLL_SECONDS = 0.05
+    point_managers_at(settings, slow_bmcsim.url)
     node = seed(slow_bmcsim.url)[0]
     send_to_wiping(node)
 
@@ -125,7 +127,9 @@ def test_a_visit_gives_the_node_back_mid_wait_and_the_next_resumes_the_same_wait
         assert len(outcomes) < 200, outcomes
         outcome = workflows.run_workflow(node_id=node.pk, worker="test")
         outcomes.append(outcome)
-        if outcome.startswith("waiting at"):
+        if outcome in ("waiting at leave_tenant_networks", "waiting at join_provisioning_network"):
+            sync()  # what a worker does when the step asks for a sync, which then wakes the node
+        elif outcome.startswith("waiting at"):
             parked = Node.objects.get(pk=node.pk)
             assert parked.lease_owner == leases.WAITING_ON_HARDWARE and outcome.endswith(parked.step)
             assert parked.lease_expires_at is not None

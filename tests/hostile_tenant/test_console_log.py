@@ -15,6 +15,7 @@ from reservations import services as reservations
 from reservations.models import Reservation, Tenant
 from tests.support.api import tenant_client
 from tests.support.bmcsim import Bmcsim, start_bmcsim
+from tests.support.fabrics import point_managers_at, sync
 from tests.support.factories import drive, make_available
 from tests.support.time_passing import lease_runs_out
 from workflows import node_workflows
@@ -74,6 +75,7 @@ def test_the_next_tenant_never_sees_what_the_last_ones_os_printed(bmcsim, db):
 
 def test_the_wipe_clears_the_console_log_on_bmcsim(bmcsim, transactional_db, live_server, settings):
     settings.CONFIG_DRIVE_BASE_URL = live_server.url  # where the BMC fetches the wipe boot's drive
+    point_managers_at(settings, bmcsim.url)
     node = the_only_available(bmcsim, "node-002")
     reservation = serving("acme", node)
     bmcsim.reset(node.system_id, "Nmi")
@@ -83,6 +85,7 @@ def test_the_wipe_clears_the_console_log_on_bmcsim(bmcsim, transactional_db, liv
         if Node.objects.get(pk=node.pk).state != "wiping":
             break
         node_workflows.run_workflow(node_id=node.pk, worker="test")
+        sync()  # as a worker does when the wipe waits on the fabrics
         lease_runs_out(node, after=timedelta(hours=1))
     assert Node.objects.get(pk=node.pk).state != "wiping"
     assert EARLIER_TENANTS_LINE not in entries(bmcsim, node)

@@ -11,6 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from attestation import ear
+from attestation import services as attestation
 from attestation.models import AttestationResult
 from attestation.verifier import Failure, Verdict
 from core.topology import default_layout
@@ -46,6 +47,15 @@ def drive(node: Node, *events: str, reservation=None, reason="test") -> Node:
 
 def make_available(nodes: list[Node]) -> list[Node]:
     return [drive(node, "inspection_started", "inspection_passed", "attestation_passed") for node in nodes]
+
+
+def make_available_as_inspected(nodes: list[Node]) -> list[Node]:
+    """make_available, each node with an affirming inspection result signed with the configured key, as
+    a real inspection leaves it: what provisioning's last step signs again for the tenant (sign_handoff)."""
+    (_kid, key), *_older = attestation.signing_keys()
+    for node in nodes:
+        signed_result(node, failures=(), key=key)
+    return make_available(nodes)
 
 
 # An XID whose ladder quarantines at once (escaped ECC: no reset repairs it); XID 79's starts with a reboot.
@@ -108,8 +118,9 @@ def xid_under_a_tenant(tenant, victim_index: int = 0):
     return applied, reservation, victim
 
 
-def signed_result(node: Node, *, failures=(FAILURE,)) -> AttestationResult:
-    key = Ed25519PrivateKey.generate()
+def signed_result(node: Node, *, failures=(FAILURE,), key: Ed25519PrivateKey | None = None) -> AttestationResult:
+    """An inspection's result, signed with `key` (None: a key of its own, which nothing trusts)."""
+    key = key or Ed25519PrivateKey.generate()
     kid = ear.key_id(key.public_key())
     verdict = Verdict(affirming=not failures, failures=tuple(failures), measurements={"kernel": "b2" * 32})
     token = ear.sign_result(

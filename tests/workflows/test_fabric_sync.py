@@ -11,9 +11,8 @@ from fleet.models import AuditEvent, AuditOnlyEvent, NetworkAttachment, Node
 from fleet.services import network_attachments, tenant_networks
 from reservations.models import Reservation, Tenant
 from tests.support.bmcsim import start_bmcsim
+from tests.support.fabrics import point_managers_at, sync
 from tests.support.factories import drive, enrol_default_fleet, make_available
-from workflows import fabric_sync
-from workflows.fabric_managers import drivers_from_settings
 
 NODES = 12  # p1: rack r01 (8 nodes, leaf p1-leaf1); p2: rack r02 (4 nodes)
 
@@ -27,9 +26,7 @@ def sim(tmp_path_factory):
 
 @pytest.fixture
 def managers(sim, settings, transactional_db):
-    settings.ETHERNET_MANAGER_URL = f"{sim.url}/switches/{{switch}}"
-    settings.INFINIBAND_MANAGER_URL = f"{sim.url}/pods/{{fabric}}"
-    settings.NVLINK_MANAGER_URL = f"{sim.url}/nvlink-domains/{{domain}}"
+    point_managers_at(settings, sim.url)
     settings.OUTBOUND_DEADLINE_SECONDS = 5
     yield sim
     assert sim.delete("/bmcsim/v1/faults", timeout=30).status_code == 200
@@ -40,15 +37,6 @@ def fleet(managers) -> list[Node]:
     nodes = make_available(enrol_default_fleet(NODES))
     sync(full=True)  # whatever an earlier test left on the fabrics is put back where this database says
     return nodes
-
-
-def sync(*, full: bool = False) -> dict:
-    drivers = drivers_from_settings()
-    try:
-        return fabric_sync.sync_fabrics(drivers=drivers, full=full)
-    finally:
-        for driver in drivers.values():
-            driver.close()
 
 
 def serve(nodes: list[Node], tenant: str) -> Reservation:

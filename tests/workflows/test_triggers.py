@@ -13,8 +13,12 @@ from workflows import triggers as workflow_triggers
 
 
 def waiting_messages(broker) -> list[int]:
-    """The node of each run_workflow message in the queue, sorted."""
-    bodies = (json.loads(base64.b64decode(json.loads(m)["body"])) for m in broker.lrange("celery", 0, -1))
+    """The node of each run_workflow message in the queue, sorted (a wipe's first step also asks
+    for a fabric sync there)."""
+    messages = (json.loads(m) for m in broker.lrange("celery", 0, -1))
+    bodies = (
+        json.loads(base64.b64decode(m["body"])) for m in messages if m["headers"]["task"] == tasks.run_workflow.name
+    )
     return sorted(args[0] for args, _kwargs, _embed in bodies)
 
 
