@@ -563,7 +563,10 @@ def main() -> None:
             violations = int(str(failed).split()[0])
         lost = soak.lost()
         quarantines = Counter(
-            AuditEvent.objects.filter(to_state="quarantined").values_list("event", flat=True).order_by()
+            AuditEvent.objects.filter(to_state="quarantined")
+            .exclude(from_state="quarantined")  # transitions into quarantine, not rows about a quarantined node
+            .values_list("event", flat=True)
+            .order_by()
         )
         discarded = AuditEvent.objects.filter(event="result_discarded").count()
         drift_repaired = Counter(
