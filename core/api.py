@@ -1,16 +1,14 @@
 """What every API view shares: errors as JSON `{"detail": ...}` (a domain Conflict is a 409, a lock
-or statement timeout a 503), a body size cap, strict input, pagination, and tenant authentication."""
+or statement timeout a 503), a body size cap, strict input and pagination."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions, serializers, status
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
@@ -20,9 +18,6 @@ from rest_framework.utils import json
 from core import database_busy
 from core.errors import Conflict, FieldRefused, Forbidden, NotFound, TooMany
 from core.parsing import InvalidInput, check_text, parse_int
-
-if TYPE_CHECKING:
-    from rest_framework.authtoken.models import Token
 
 
 class PayloadTooLarge(exceptions.APIException):
@@ -110,26 +105,6 @@ def api_exception_handler(error: Exception, context: dict[str, Any]) -> Response
     if response is not None and isinstance(error, exceptions.ValidationError):
         response.data = {"detail": _first_error(response.data), "errors": response.data}
     return response
-
-
-class TenantTokenAuthentication(TokenAuthentication):
-    """DRF's token authentication, reading the user's tenant in the same query: every tenant
-    request needs it, and the reservations API is the hot path."""
-
-    def get_model(self) -> type[Token]:
-        # Imported here, as DRF does: the model needs the app registry, and settings name this module.
-        from rest_framework.authtoken.models import Token
-
-        return Token
-
-    def authenticate_credentials(self, key: str) -> tuple[AbstractBaseUser, Token]:
-        try:
-            token = self.get_model().objects.select_related("user__tenant").get(key=key)
-        except self.get_model().DoesNotExist:
-            raise exceptions.AuthenticationFailed("Invalid token.") from None
-        if not token.user.is_active:
-            raise exceptions.AuthenticationFailed("User inactive or deleted.")
-        return token.user, token
 
 
 class Pagination(LimitOffsetPagination):

@@ -22,7 +22,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_prometheus",
     "django_htmx",
     "drf_spectacular",
@@ -112,7 +111,7 @@ LOGIN_REDIRECT_URL = "/my/reservations"
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["core.api.SizeLimitedJSONParser"],
-    "DEFAULT_AUTHENTICATION_CLASSES": ["core.api.TenantTokenAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["reservations.api.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "core.api.Pagination",
     "PAGE_SIZE": 100,

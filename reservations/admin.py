@@ -1,9 +1,9 @@
 """Operators see reservations with where they were placed, their allocations and their history.
 State changes go through reservations.services (the release action), never a form field.
 
-API tokens are not listed: DRF's token admin shows every key, and an operator has no need to
-read a tenant's credential back. Revoking one is an action on the tenant; `create_tenant`
-issues a new one.
+API keys are listed by their prefix and never shown: only their digest is kept. Operators revoke
+them (one by one, or every key of a tenant) and never make one here: `create_tenant` issues an
+organisation key, members make their own. An organisation's members are an inline of the tenant.
 """
 
 import csv
@@ -11,7 +11,6 @@ from datetime import timedelta
 
 from django.contrib import admin, messages
 from django.http import HttpResponse
-from rest_framework.authtoken.models import Token, TokenProxy
 
 from core import clock
 from core.admin_inlines import PaginatedInline
@@ -19,6 +18,8 @@ from core.admin_permissions import has_permission
 from reservations import selectors, services, usage
 from reservations.models import (
     Allocation,
+    ApiKey,
+    Membership,
     Quota,
     Reservation,
     ReservationEvent,
@@ -27,6 +28,7 @@ from reservations.models import (
     Webhook,
     WebhookDelivery,
 )
+from reservations.services import api_keys
 
 
 class ReadOnlyInline(PaginatedInline):
@@ -67,7 +69,35 @@ class QuotaInline(admin.StackedInline):
     max_num = 1
 
 
-admin.site.unregister(TokenProxy)
+class MembershipInline(admin.TabularInline):
+    """The organisation's members and their roles: an operator adds its first admin here."""
+
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "name", "tenant", "scope", "organisation_key", "created_by", "created_at", "last_used_at"]
+    list_display += ["expires_at", "revoked_at"]
+    list_filter = ["scope", "organisation_key"]
+    search_fields = ["prefix", "name", "tenant__name"]
+    list_select_related = ["tenant", "created_by"]
+    exclude = ["digest"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke the selected keys", permissions=["delete"])
+    def revoke(self, request, queryset):
+        revoked = api_keys.revoke_keys(queryset)
+        self.message_user(request, f"Revoked {revoked} API key(s)", messages.SUCCESS)
 
 
 @admin.register(Tenant)
@@ -75,18 +105,18 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ["name", "user", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["created_at"]
-    inlines = [QuotaInline, SSHKeyInline]
+    inlines = [MembershipInline, QuotaInline, SSHKeyInline]
     actions = ["revoke_api_tokens", "export_usage_csv"]
 
     has_revoke_tenant_tokens_permission = has_permission("reservations.revoke_tenant_tokens")
 
     @admin.action(
-        description="Revoke the API tokens of selected tenants (manage.py create_tenant issues new ones)",
+        description="Revoke every API key of selected tenants (manage.py create_tenant issues a new one)",
         permissions=["revoke_tenant_tokens"],
     )
     def revoke_api_tokens(self, request, queryset):
-        revoked, _ = Token.objects.filter(user__tenant__in=queryset).delete()
-        self.message_user(request, f"Revoked {revoked} API token(s)", messages.SUCCESS)
+        revoked = api_keys.revoke_all_keys(queryset)
+        self.message_user(request, f"Revoked {revoked} API key(s)", messages.SUCCESS)
 
     has_export_usage_permission = has_permission("reservations.export_usage")
 

@@ -17,6 +17,7 @@ from django.db.models.functions import Now
 from django.db.models.lookups import LessThanOrEqual
 
 from core.constraints import json_type_is
+from reservations import access
 
 
 class ReservationState(models.TextChoices):
@@ -52,7 +53,8 @@ LIVE_STATES = [
 
 class Tenant(models.Model):
     name = models.SlugField(max_length=64, unique=True)
-    # The tenant's login: its API token (DRF authtoken) and the reservations page hang on it.
+    # The organisation's own account, which its organisation keys and pre-organisation tokens act as;
+    # people are its members (Membership).
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="tenant"
     )
@@ -68,6 +70,99 @@ class Tenant(models.Model):
 
     def __str__(self):
         return self.name
+
+
+ROLES = [(role.value, role.value) for role in access.Role]
+SCOPES = [(scope.value, scope.value) for scope in access.Scope]
+
+
+class Membership(models.Model):
+    """A person (a Django user) in an organisation, with a role (reservations.access)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=ROLES)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["tenant", "user"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="membership_once_per_organisation"),
+            models.CheckConstraint(condition=Q(role__in=[r.value for r in access.Role]), name="membership_role_known"),
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class ApiKey(models.Model):
+    """An organisation's API key: only its SHA-256 is kept (reservations.access). A member's key acts
+    with at most its maker's role while the maker remains a member; an organisation key (made by an
+    admin or create_tenant) acts as an admin whoever leaves, but makes no keys. Revoked keys stay,
+    for the audit rows that name them."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    scope = models.CharField(max_length=16, choices=SCOPES, default=access.Scope.READ_WRITE.value)
+    prefix = models.CharField(max_length=16, unique=True, help_text="gf_ and the key's id: what names it.")
+    digest = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the whole key, hex.")
+    organisation_key = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys_made"
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tenant", "-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(scope__in=[s.value for s in access.Scope]), name="api_key_scope_known"),
+            models.CheckConstraint(condition=Q(digest__regex=r"^[0-9a-f]{64}$"), name="api_key_digest_is_sha256"),
+            models.CheckConstraint(
+                condition=Q(expires_at__isnull=True) | Q(expires_at__gt=F("created_at")),
+                name="api_key_expires_after_creation",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.tenant.name}/{self.name} ({self.prefix})"
+
+
+class Invitation(models.Model):
+    """A link that makes its holder a member of one organisation with one role: it works once and
+    expires. Only its SHA-256 is kept."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=16, choices=ROLES)
+    digest = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="invitations_sent"
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="invitations_accepted"
+    )
+
+    class Meta:
+        ordering = ["tenant", "-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(role__in=[r.value for r in access.Role]), name="invitation_role_known"),
+            models.CheckConstraint(
+                condition=Q(expires_at__gt=F("created_at")), name="invitation_expires_after_creation"
+            ),
+            models.CheckConstraint(
+                condition=Q(accepted_at__isnull=True) | Q(accepted_at__lte=F("expires_at")),
+                name="invitation_accepted_before_it_expired",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.email} to {self.tenant} ({self.role})"
 
 
 class Quota(models.Model):

@@ -22,7 +22,7 @@ def test_schemathesis_with_every_declared_credential_finds_no_server_error_on_th
     # A node agent's token speaks for its own node only: the agents' route is fuzzed as node-001,
     # with the report token of a service boot's credentials.
     (tmp_path / "schemathesis.toml").write_text(
-        f'[auth.openapi.tokenAuth]\napi_key = "Token {tenant_token("fuzzer")}"\n'
+        f'[auth.openapi.apiKeyAuth]\nbearer = "{tenant_token("fuzzer")}"\n'
         f'[auth.openapi.bearerAuth]\nbearer = "{WEBHOOK_TOKEN}"\n'
         f'[auth.openapi.prometheusBearerAuth]\nbearer = "{PROMETHEUS_TOKEN}"\n'
         f'[auth.openapi.nodeAgentBearerAuth]\nbearer = "{report_token(Node.objects.get(name="node-001"))}"\n'

@@ -93,7 +93,8 @@ def test_the_private_schema_declares_the_webhooks_bearer_scheme(client, db):
     assert webhook["requestBody"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/AlertmanagerPayload"
     }
-    assert schema["paths"]["/v1/reservations"]["post"]["security"] == [{"tokenAuth": []}]
+    assert schema["paths"]["/v1/reservations"]["post"]["security"] == [{"apiKeyAuth": []}]
+    assert schema["components"]["securitySchemes"]["apiKeyAuth"]["scheme"] == "bearer"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -136,6 +136,6 @@ def test_an_operator_revokes_a_tenants_token_without_reading_it(secrets, admin_c
         {"action": "revoke_api_tokens", ACTION_CHECKBOX_NAME: [carol.pk]},
         follow=True,
     )
-    assert b"Revoked 1 API token" in answer.content
+    assert b"Revoked 1 API key" in answer.content
     assert tenant.get("/v1/reservations").status_code == 401
     assert tenant_token("carol") != secrets["tenant token"]  # create_tenant issues a new one

@@ -1,7 +1,8 @@
 """The gpu-fleet tenants' API over HTTP: a small requests-based client.
 
 Every failure comes out as one exception, ApiError, carrying the HTTP status (None when the
-server could not be reached or did not answer JSON) and the server's `detail`.
+server could not be reached or did not answer JSON) and the server's `detail`. The organisation's
+API key goes in every request that needs one as `Authorization: Bearer gf_...`.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ class ApiError(Exception):
 
 
 class Client:
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = TIMEOUT_SECONDS):
+    def __init__(self, url: str, key: str | None = None, *, timeout: float = TIMEOUT_SECONDS):
         self.url = url.rstrip("/")
-        self.token = token
+        self.key = key
         self.timeout = timeout
         self.session = requests.Session()
         self.session.headers["Accept"] = "application/json"
@@ -77,6 +78,39 @@ class Client:
     def redeliver(self, webhook_id: int, delivery_id: int) -> dict:
         return self.request("POST", f"/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver")
 
+    def keys(self) -> dict:
+        return self.every_page("/v1/keys")
+
+    def create_key(
+        self, name: str, *, scope: str | None = None, expires_at: str | None = None, organisation_key: bool = False
+    ) -> dict:
+        """A new key: the answer's `key` is the one time the server shows it."""
+        wanted: dict[str, Any] = {"name": name}
+        if scope is not None:
+            wanted["scope"] = scope
+        if expires_at is not None:
+            wanted["expires_at"] = expires_at
+        if organisation_key:
+            wanted["organisation_key"] = True
+        return self.request("POST", "/v1/keys", json=wanted)
+
+    def revoke_key(self, key_id: int) -> None:
+        self.request("DELETE", f"/v1/keys/{key_id}")
+
+    def members(self) -> dict:
+        return self.every_page("/v1/members")
+
+    def change_member(self, member_id: int, role: str) -> dict:
+        return self.request("PATCH", f"/v1/members/{member_id}", json={"role": role})
+
+    def remove_member(self, member_id: int) -> None:
+        self.request("DELETE", f"/v1/members/{member_id}")
+
+    def invite(self, email: str, role: str | None = None) -> dict:
+        """An invitation: {"url", "expires_at"}, the URL to give the person invited."""
+        wanted = {"email": email} if role is None else {"email": email, "role": role}
+        return self.request("POST", "/v1/invitations", json=wanted)
+
     def attestation(self, node: str) -> dict:
         """The node's latest signed result: {"token", "claims", "verified"}."""
         return self.request("GET", f"/v1/nodes/{node}/attestation", auth=False)
@@ -110,8 +144,8 @@ class Client:
     ) -> Any:
         """The decoded JSON answer (None for 204), or ApiError."""
         headers = dict(headers or {})
-        if auth and self.token:
-            headers["Authorization"] = f"Token {self.token}"
+        if auth and self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
         url = self.url + path
         try:
             response = self.session.request(

@@ -21,6 +21,8 @@ from gpufleet_client.arguments import (
 from gpufleet_client.capacity_commands import do_capacity, do_quota, do_usage
 from gpufleet_client.command_support import INTERRUPTED, OK, USAGE, Failed, refused
 from gpufleet_client.config import ConfigError, load
+from gpufleet_client.key_commands import do_create_key, do_keys, do_revoke_key
+from gpufleet_client.member_commands import ROLES, do_change_role, do_invite, do_members, do_remove_member
 from gpufleet_client.reservation_commands import do_extend, do_list, do_release, do_reserve, do_show
 from gpufleet_client.verify_command import do_verify
 from gpufleet_client.webhook_commands import do_add_webhook, do_delete_webhook, do_deliveries, do_redeliver, do_webhooks
@@ -28,17 +30,19 @@ from gpufleet_client.webhook_commands import do_add_webhook, do_delete_webhook, 
 EXIT_CODES = """\
 exit status:
   0  done
-  1  refused by the server (409 conflict, 403 over quota, 400 bad value, ...), the detail on
-     stderr; or, with reserve --wait, the reservation failed or was not active in time
-  2  usage error, or no token / a bad config file
-  3  not found (404): no such reservation or webhook
+  1  refused by the server (401 API key not accepted, 409 conflict, 403 over quota or not
+     allowed, 400 bad value, ...), the detail on stderr; or, with reserve --wait, the
+     reservation failed or was not active in time
+  2  usage error, or no API key / a bad config file
+  3  not found (404): no such reservation, webhook, key or member
   4  the server could not be reached, or failed (5xx)
   verify: 0 genuine and affirming, 1 not genuine or not as asked (another node, nonce, too
   old, other networks; or no result for the node), 3 genuine but contraindicated, 4 server
   unreachable
 
-configuration: GPUFLEET_URL (default http://127.0.0.1:8000) and GPUFLEET_TOKEN, else `url` and
-`token` in $XDG_CONFIG_HOME/gpufleet/config.toml (~/.config/gpufleet/config.toml).
+configuration: GPUFLEET_URL (default http://127.0.0.1:8000) and GPUFLEET_KEY (an API key,
+gf_...; GPUFLEET_TOKEN is its older name), else `url` and `key` (or `token`) in
+$XDG_CONFIG_HOME/gpufleet/config.toml (~/.config/gpufleet/config.toml).
 """
 
 
@@ -66,13 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
     _extend_arguments(command("extend", do_extend, "move a reservation's end (later or earlier), or change its nodes"))
     release = command("release", do_release, "release a reservation: its nodes are wiped and given back")
     release.add_argument("id", type=positive_int, metavar="ID")
-    command("capacity", do_capacity, "free nodes per pod (needs no token)")
+    command("capacity", do_capacity, "free nodes per pod (needs no API key)")
     command("quota", do_quota, "what you may hold, and hold now")
     usage = command("usage", do_usage, "node time used, per reservation")
     usage.add_argument("--from", dest="start", type=moment, metavar="TIME", help="from this time (ISO 8601)")
     usage.add_argument("--to", dest="end", type=moment, metavar="TIME", help="to this time (ISO 8601)")
     hooks = command("webhooks", do_webhooks, "list your webhooks; add, delete, and look at their deliveries")
     _webhook_commands(_adder(hooks.add_subparsers(title="webhook commands", metavar="COMMAND"), output))
+    keys = command("keys", do_keys, "list your organisation's API keys; create and revoke them")
+    _key_commands(_adder(keys.add_subparsers(title="key commands", metavar="COMMAND"), output))
+    members = command("members", do_members, "list your organisation's members; invite, change and remove them")
+    _member_commands(_adder(members.add_subparsers(title="member commands", metavar="COMMAND"), output))
     _verify_arguments(
         command(
             "verify",
@@ -153,6 +161,35 @@ def _webhook_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     redeliver = command("redeliver", do_redeliver, "send a delivery again now")
     redeliver.add_argument("id", type=positive_int, metavar="ID")
     redeliver.add_argument("delivery", type=positive_int, metavar="DELIVERY")
+
+
+def _key_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    command("list", do_keys, "the organisation's live keys, by prefix (a key is never shown again)")
+    create = command("create", do_create_key, "make a key; it is shown this once, alone on the last line")
+    create.add_argument("name", metavar="NAME", help="what the key is for, e.g. ci")
+    create.add_argument(
+        "--scope", choices=("read", "read-write"), help="read: it only reads; read-write (the default): it acts as you"
+    )
+    create.add_argument("--expires", type=moment, metavar="TIME", help="refused from this time on (ISO 8601)")
+    create.add_argument(
+        "--organisation",
+        action="store_true",
+        help="the organisation's key, acting as a member whoever leaves (an admin's)",
+    )
+    revoke = command("revoke", do_revoke_key, "revoke a key: every request with it is refused from now on")
+    revoke.add_argument("id", type=positive_int, metavar="ID")
+
+
+def _member_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    command("list", do_members, "the organisation's members and their roles")
+    invite = command("invite", do_invite, "invite someone by email: prints the URL to give them, and its expiry")
+    invite.add_argument("email", metavar="EMAIL")
+    invite.add_argument("--role", choices=ROLES, default="member", help="their role once they accept (default member)")
+    remove = command("remove", do_remove_member, "remove a member: the keys they made stop working")
+    remove.add_argument("id", type=positive_int, metavar="ID")
+    role = command("role", do_change_role, "change a member's role")
+    role.add_argument("id", type=positive_int, metavar="ID")
+    role.add_argument("role", choices=ROLES, metavar="ROLE", help=", ".join(ROLES))
 
 
 def _verify_arguments(verify: argparse.ArgumentParser) -> None:

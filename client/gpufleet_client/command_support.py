@@ -46,6 +46,11 @@ def refused(error: ApiError, args: argparse.Namespace) -> int:
         emit_json(error.body)
     where = f" ({error.status})" if error.status else ""
     print(f"gpufleet: {error.detail}{where}", file=sys.stderr)
+    if error.status == 401:
+        print(
+            "the server did not accept the API key: set GPUFLEET_KEY, or key in the config file, to a live key",
+            file=sys.stderr,
+        )
     offer = error.body.get("offer") if isinstance(error.body, dict) else None
     if isinstance(offer, dict):
         print(
@@ -57,7 +62,8 @@ def refused(error: ApiError, args: argparse.Namespace) -> int:
 
 
 def client(config: Config, *, token: bool = True) -> Client:
-    return Client(config.url, config.require_token() if token else config.token)
+    """The API client with the configured API key; token=False: the command needs none (sent if there is one)."""
+    return Client(config.url, config.require_key() if token else config.key)
 
 
 def emit_json(document: Any) -> None:

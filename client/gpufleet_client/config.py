@@ -1,8 +1,11 @@
-"""Where the server is and the tenant's API token: the environment first, then the config file.
+"""Where the server is and the organisation's API key: the environment first, then the config file.
 
 GPUFLEET_URL    the control plane (default http://127.0.0.1:8000)
-GPUFLEET_TOKEN  the tenant's API token
-$XDG_CONFIG_HOME/gpufleet/config.toml (~/.config/gpufleet/config.toml): `url` and `token`
+GPUFLEET_KEY    an API key of the organisation, gf_... (GPUFLEET_TOKEN, its older name, is still read)
+$XDG_CONFIG_HOME/gpufleet/config.toml (~/.config/gpufleet/config.toml): `url` and `key` (or `token`)
+
+Where both names are given in one place, the key wins: GPUFLEET_KEY over GPUFLEET_TOKEN, `key`
+over `token`; and the environment wins over the file.
 """
 
 from __future__ import annotations
@@ -22,16 +25,17 @@ class ConfigError(Exception):
 @dataclass(frozen=True)
 class Config:
     url: str
-    token: str | None
+    key: str | None
     path: Path  # the config file, read or not
 
-    def require_token(self) -> str:
-        if not self.token:
+    def require_key(self) -> str:
+        if not self.key:
             raise ConfigError(
-                f'no API token: set GPUFLEET_TOKEN, or put token = "..." in {self.path} '
-                "(an operator creates it with `manage.py create_tenant NAME`)"
+                f'no API key: set GPUFLEET_KEY, or put key = "gf_..." in {self.path} '
+                "(an admin of your organisation makes one with `gpufleet keys create`; "
+                "an operator, with `manage.py create_tenant NAME`)"
             )
-        return self.token
+        return self.key
 
 
 def config_path(environ: dict[str, str] | os._Environ = os.environ) -> Path:
@@ -43,10 +47,16 @@ def load(environ: dict[str, str] | os._Environ = os.environ) -> Config:
     path = config_path(environ)
     settings = _read(path)
     url = environ.get("GPUFLEET_URL") or settings.get("url") or DEFAULT_URL
-    token = environ.get("GPUFLEET_TOKEN") or settings.get("token") or None
+    key = (
+        environ.get("GPUFLEET_KEY")
+        or environ.get("GPUFLEET_TOKEN")
+        or settings.get("key")
+        or settings.get("token")
+        or None
+    )
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"the server URL {url!r} is not http:// or https://")
-    return Config(url=url.rstrip("/"), token=token.strip() if token else None, path=path)
+    return Config(url=url.rstrip("/"), key=(key.strip() or None) if key else None, path=path)
 
 
 def _read(path: Path) -> dict[str, str]:
@@ -59,7 +69,7 @@ def _read(path: Path) -> dict[str, str]:
         raise ConfigError(f"cannot read {path}: {error.strerror}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not TOML: {error}") from None
-    for key in ("url", "token"):
-        if key in settings and not isinstance(settings[key], str):
-            raise ConfigError(f"{path}: {key} must be a string")
+    for name in ("url", "key", "token"):
+        if name in settings and not isinstance(settings[name], str):
+            raise ConfigError(f"{path}: {name} must be a string")
     return settings

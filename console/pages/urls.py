@@ -43,6 +43,8 @@ tenant_patterns = [
         views.RedeliverWebhookView.as_view(),
         name="my-webhook-redeliver",
     ),
+    path("my/organisation", views.ChooseOrganisationView.as_view(), name="my-organisation"),
+    path("invitations/<str:token>", views.InvitationView.as_view(), name="invitation"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
 ]

@@ -16,23 +16,30 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.views import APIView
 
 from console.pages.disclosure import EVERYTHING, Disclosure, PublicDisclosure, TenantDisclosure
-from console.pages.selectors import tenant_of
+from console.pages.selectors import standing_of
 from core.prometheus_auth import is_operator
+from reservations.services.api_keys import Caller
 
 SIGN_IN = "sign in: an operator, or a tenant with its API token"
 
 
-def disclosure_for(user, *, public_listener: bool = False) -> Disclosure | None:
-    """The Disclosure for `user` (a request's, None or anonymous when nobody signed in) on this
-    listener, or None when it may see nothing here."""
+ORGANISATION = "organisation"  # the session's key: the organisation a member's pages act for
+
+
+def disclosure_for(user, *, public_listener: bool = False, organisation: str | None = None) -> Disclosure | None:
+    """The Disclosure for `user` (a request's, None or anonymous when nobody signed in) acting for
+    `organisation` (an API key's, or the one picked on the tenant page) on this listener, or None
+    when it may see nothing here."""
     if public_listener:
         return PublicDisclosure()
     if user is None or not user.is_authenticated:
         return None
     if is_operator(user):
         return EVERYTHING
-    tenant = tenant_of(user)
-    return TenantDisclosure(tenant, username=user.get_username()) if tenant is not None else PublicDisclosure()
+    standing = standing_of(user, organisation)
+    if standing is None:
+        return PublicDisclosure()
+    return TenantDisclosure(standing.tenant, username=user.get_username())
 
 
 class DisclosedPage:
@@ -44,7 +51,11 @@ class DisclosedPage:
 
     def dispatch(self, request, *args, **kwargs):
         # The public listener has no sessions, so no request.user: it shows everyone the same.
-        disclosure = disclosure_for(getattr(request, "user", None), public_listener=self.public_listener)
+        disclosure = disclosure_for(
+            getattr(request, "user", None),
+            public_listener=self.public_listener,
+            organisation=None if self.public_listener else request.session.get(ORGANISATION),
+        )
         if disclosure is None:
             return redirect_to_login(request.get_full_path())
         self.disclosure = disclosure
@@ -67,7 +78,9 @@ class DisclosedAPIView(generics.GenericAPIView):
 
     def check_permissions(self, request):
         """The policy's, instead of the view's permission classes."""
-        disclosure = disclosure_for(request.user)
+        caller = request.auth
+        organisation = caller.tenant.name if isinstance(caller, Caller) else request.session.get(ORGANISATION)
+        disclosure = disclosure_for(request.user, organisation=organisation)
         if disclosure is None:
             self.permission_denied(request, message=SIGN_IN)
         self.disclosure = disclosure

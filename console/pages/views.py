@@ -17,14 +17,15 @@ from django.utils.http import urlencode
 from django.views import View
 
 from console.pages import figures, forms, selectors, tiles
-from console.pages.viewers import DisclosedPage
+from console.pages.viewers import ORGANISATION, DisclosedPage
 from core.errors import Conflict, FieldRefused, Forbidden
 from core.parsing import InvalidInput, parse_int
 from fleet.api.filtersets import NodeFilterSet
+from reservations import access, webhooks
 from reservations import services as reservations
-from reservations import webhooks
 from reservations.models import Reservation, Tenant
 from reservations.placement import PlacementRefused
+from reservations.services import members
 
 
 class ReadOnlyPage(DisclosedPage, View):
@@ -103,13 +104,23 @@ class TenantPage(LoginRequiredMixin, View):
     only, and another tenant's is answered like one that does not exist (404)."""
 
     tenant: Tenant | None = None
+    standing: selectors.Standing | None = None
+    administers = False  # a POST here is the organisation's administration (an admin's), not a use of it
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated:  # else LoginRequiredMixin sends the browser to the login
-            self.tenant = selectors.tenant_of(request.user)
-            if self.tenant is None and request.method not in ("GET", "HEAD", "OPTIONS"):
-                raise PermissionDenied(NOT_A_TENANT)
+            self.standing = selectors.standing_of(request.user, request.session.get(ORGANISATION))
+            self.tenant = self.standing.tenant if self.standing is not None else None
+            if request.method not in ("GET", "HEAD", "OPTIONS"):
+                self._check_role()
         return super().dispatch(request, *args, **kwargs)
+
+    def _check_role(self) -> None:
+        if self.standing is None:
+            raise PermissionDenied(NOT_A_TENANT)
+        action = access.Action.ADMINISTER if self.administers else access.Action.USE
+        if not access.allows(self.standing.role, action):
+            raise PermissionDenied(f"you are a {self.standing.role.value} of {self.standing.tenant.name}: ask an admin")
 
     @property
     def own_tenant(self) -> Tenant:
@@ -132,7 +143,7 @@ class TenantPage(LoginRequiredMixin, View):
     ):
         """The tenant's page, with the form that was posted bound (its errors beside its fields):
         `reserve_form`, or `changing`, (reservation id, form's name, form) of one row."""
-        context: dict[str, Any] = {"tenant": self.tenant, "reservations": []}
+        context: dict[str, Any] = {"tenant": self.tenant, "standing": self.standing, "reservations": []}
         if self.tenant is not None:
             context |= selectors.tenant_page(self.tenant, page=self.request.GET.get("page"))
             # The row forms post back with the page they are on, and come back to it.
@@ -283,8 +294,43 @@ class RedeliverWebhookView(TenantPage):
     """POST: send one of the tenant's webhook deliveries again now, as POST .../redeliver does."""
 
     http_method_names = ["post"]
+    administers = True
 
     def post(self, request, webhook: int, delivery: int):
         again = webhooks.redeliver(tenant=self.own_tenant, webhook_id=webhook, delivery_id=delivery)
         messages.success(request, f"Delivery {again.pk} ({again.event}) is queued to be sent again.")
         return redirect(f"{reverse('my-reservations')}#webhook-{webhook}")
+
+
+class ChooseOrganisationView(LoginRequiredMixin, View):
+    """POST `organisation`: the organisation this browser's pages act for, among the user's own."""
+
+    http_method_names = ["post"]
+
+    def post(self, request):
+        wanted = request.POST.get("organisation", "")
+        standing = selectors.standing_of(request.user, wanted)
+        if standing is None or standing.tenant.name != wanted:
+            raise Http404("you are no member of such an organisation")
+        request.session[ORGANISATION] = wanted
+        return redirect("my-reservations")
+
+
+class InvitationView(LoginRequiredMixin, View):
+    """An invitation's link: GET shows which organisation and role it offers, POST joins it. A
+    browser not signed in is sent to the login page and back here."""
+
+    def get(self, request, token: str):
+        invitation = members.pending_invitation(token)
+        if invitation is None:
+            return render(request, "fleet/invitation.html", {"invitation": None}, status=404)
+        return render(request, "fleet/invitation.html", {"invitation": invitation})
+
+    def post(self, request, token: str):
+        try:
+            membership = members.accept_invitation(token=token, user=request.user)
+        except members.InvitationRefused as refused:
+            return render(request, "fleet/invitation.html", {"invitation": None, "refused": str(refused)}, status=409)
+        request.session[ORGANISATION] = membership.tenant.name
+        messages.success(request, f"You joined {membership.tenant.name} as {membership.role}.")
+        return redirect("my-reservations")

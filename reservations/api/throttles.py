@@ -7,6 +7,7 @@ from rest_framework.permissions import SAFE_METHODS
 from rest_framework.settings import api_settings
 
 from core.throttles import FixedWindowThrottle
+from reservations.services.api_keys import Caller
 
 
 class _TenantThrottle(FixedWindowThrottle):
@@ -19,10 +20,10 @@ class _TenantThrottle(FixedWindowThrottle):
         return super().get_rate()
 
     def get_cache_key(self, request, view):
-        tenant = getattr(request.user, "tenant", None)
-        if tenant is None or (request.method in SAFE_METHODS) != self.reads:
+        caller = request.auth
+        if not isinstance(caller, Caller) or (request.method in SAFE_METHODS) != self.reads:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": tenant.pk}
+        return self.cache_format % {"scope": self.scope, "ident": caller.tenant.pk}
 
 
 class TenantReadThrottle(_TenantThrottle):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reservations.api import views
+from reservations.api import organisation_views, views
 
 urlpatterns = [
     path("capacity", views.CapacityView.as_view(), name="capacity"),
@@ -35,4 +35,9 @@ urlpatterns = [
         name="webhook-redelivery",
     ),
     path("ssh-keys/<int:pk>", views.SSHKeyDetailView.as_view(), name="ssh-key-detail"),
+    path("keys", organisation_views.ApiKeyListView.as_view(), name="api-key-list"),
+    path("keys/<int:pk>", organisation_views.ApiKeyDetailView.as_view(), name="api-key-detail"),
+    path("members", organisation_views.MemberListView.as_view(), name="member-list"),
+    path("members/<int:pk>", organisation_views.MemberDetailView.as_view(), name="member-detail"),
+    path("invitations", organisation_views.InvitationListView.as_view(), name="invitation-list"),
 ]

@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 
 from core.error_schema import ERROR
 from fleet import services as fleet_services
-from reservations import selectors, services, webhooks
+from reservations import access, selectors, services, webhooks
 from reservations.api import idempotency
 from reservations.api.serializers import (
     CapacitySerializer,
@@ -31,21 +31,41 @@ from reservations.api.serializers import (
 )
 from reservations.models import Reservation, SSHKey, Tenant, Webhook
 from reservations.placement import PlacementRefused
+from reservations.services.api_keys import Caller
 from reservations.ssh_keys import BadKey
 
 
 class IsTenant(permissions.BasePermission):
-    message = "this token belongs to no tenant"
+    """An organisation's key, whose role allows what the request does: a read (any safe method),
+    a use (reserve, change, release, act on nodes), or, where the view says `administers`, the
+    organisation's own administration (members, invitations, keys, webhooks, SSH keys)."""
+
+    message = "this key may not do this"
 
     def has_permission(self, request, view):
-        return bool(request.user and request.user.is_authenticated and hasattr(request.user, "tenant"))
+        caller = request.auth
+        if not isinstance(caller, Caller):
+            return False
+        if request.method in permissions.SAFE_METHODS:
+            action = access.Action.READ
+        else:
+            action = access.Action.ADMINISTER if getattr(view, "administers", False) else access.Action.USE
+        if not access.allows(caller.role, action):
+            self.message = f"this key acts as {caller.role.value}, which may not {action.value} here"
+            return False
+        return True
+
+
+def caller_of(request: Request) -> Caller:
+    """Who the request acts for, which IsTenant made sure of."""
+    caller = request.auth
+    assert isinstance(caller, Caller)
+    return caller
 
 
 def _tenant(request: Request) -> Tenant:
-    """The caller's tenant, which IsTenant made sure of."""
-    user = request.user
-    assert user.is_authenticated
-    return user.tenant
+    """The caller's organisation, which IsTenant made sure of."""
+    return caller_of(request).tenant
 
 
 def _reservation_answer(reservations, *, many=False):
@@ -174,6 +194,7 @@ class SSHKeyListView(generics.GenericAPIView):
     """GET: the caller's SSH public keys. POST: add one (201); a reservation names keys by id."""
 
     permission_classes = [IsTenant]
+    administers = True
     serializer_class = SSHKeySerializer
 
     def get_queryset(self):
@@ -196,6 +217,7 @@ class SSHKeyListView(generics.GenericAPIView):
 
 class SSHKeyDetailView(APIView):
     permission_classes = [IsTenant]
+    administers = True
 
     @extend_schema(responses={204: None, 404: ERROR})
     def delete(self, request, pk: int):
@@ -269,6 +291,7 @@ class WebhookListView(generics.GenericAPIView):
     """GET: the caller's webhooks (no secrets). POST: add one (201, with its secret, shown only now)."""
 
     permission_classes = [IsTenant]
+    administers = True
     serializer_class = WebhookSerializer
 
     def get(self, request):
@@ -285,6 +308,7 @@ class WebhookListView(generics.GenericAPIView):
 
 class WebhookDetailView(APIView):
     permission_classes = [IsTenant]
+    administers = True
 
     @extend_schema(responses={204: None, 404: ERROR})
     def delete(self, request, pk: int):
@@ -307,6 +331,7 @@ class WebhookDeliveryListView(generics.GenericAPIView):
 
 class WebhookRedeliveryView(APIView):
     permission_classes = [IsTenant]
+    administers = True
 
     @extend_schema(request=None, responses={202: WebhookDeliverySerializer, 404: ERROR})
     def post(self, request, pk: int, delivery: int):

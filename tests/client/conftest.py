@@ -1,5 +1,5 @@
 """The tenants' CLI against a real control plane: pytest-django's live server (the project's
-URLconf, /v1 included) on the test database, a tenant's token, and the CLI's main(argv) run in
+URLconf, /v1 included) on the test database, a tenant's API key, and the CLI's main(argv) run in
 the tenant's environment, in this process, or the installed console script in a process of its own
 where a test needs one (one that is still running, or the script itself)."""
 
@@ -17,13 +17,13 @@ from unittest.mock import patch
 import pytest
 from gpufleet_client.cli import main
 
-from tests.support.factories import tenant_token
+from tests.support.api import member_key
 
 GPUFLEET = Path(sys.executable).parent / "gpufleet"  # the console script `pip install -e ./client` puts there
 
 
 # What the CLI reads from its environment (gpufleet_client/config.py).
-CLI_VARIABLES = ("GPUFLEET_URL", "GPUFLEET_TOKEN", "XDG_CONFIG_HOME", "HOME")
+CLI_VARIABLES = ("GPUFLEET_URL", "GPUFLEET_KEY", "GPUFLEET_TOKEN", "XDG_CONFIG_HOME", "HOME")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class Tenant:
 
 
 def tenant_environment(tmp_path: Path, url: str, token: str | None) -> dict[str, str]:
+    # The key in GPUFLEET_TOKEN, its older name, which the CLI still reads: test_cli_keys.py gives GPUFLEET_KEY.
     """A clean environment: no proxy, no config of the developer's own (HOME and XDG_CONFIG_HOME are empty)."""
     home = tmp_path / "home"
     (home / ".config").mkdir(parents=True, exist_ok=True)
@@ -75,14 +76,20 @@ def tenant_environment(tmp_path: Path, url: str, token: str | None) -> dict[str,
     return env
 
 
+def admin_key(tenant: str) -> str:
+    """The key of the organisation's admin, who may do all a tenant does (webhooks and keys are an
+    admin's; the organisation key `manage.py create_tenant` prints acts as a member)."""
+    return member_key(tenant, f"{tenant}-admin", "admin")
+
+
 @pytest.fixture
 def acme(live_server, tmp_path) -> Tenant:
-    return Tenant(tenant_environment(tmp_path / "acme", live_server.url, tenant_token("acme")))
+    return Tenant(tenant_environment(tmp_path / "acme", live_server.url, admin_key("acme")))
 
 
 @pytest.fixture
 def globex(live_server, tmp_path) -> Tenant:
-    return Tenant(tenant_environment(tmp_path / "globex", live_server.url, tenant_token("globex")))
+    return Tenant(tenant_environment(tmp_path / "globex", live_server.url, admin_key("globex")))
 
 
 @pytest.fixture

@@ -206,12 +206,12 @@ def test_an_unknown_reservation_exits_3(acme, globex, available_fleet, broker):
 def test_no_token_exits_2_saying_where_to_put_one(anonymous):
     completed = anonymous.run("list")
     assert completed.returncode == 2
-    assert "no API token: set GPUFLEET_TOKEN, or put token = " in completed.stderr
+    assert 'no API key: set GPUFLEET_KEY, or put key = "gf_..." in ' in completed.stderr
     assert anonymous.env["XDG_CONFIG_HOME"] + "/gpufleet/config.toml" in completed.stderr
     assert "Traceback" not in completed.stderr
 
     quota = anonymous.run("quota")
-    assert quota.returncode == 2 and "no API token" in quota.stderr
+    assert quota.returncode == 2 and "no API key" in quota.stderr
 
 
 def test_capacity_needs_no_token(anonymous, available_fleet):
@@ -244,7 +244,7 @@ def test_the_config_file_gives_the_server_and_the_token(acme, tmp_path):
 
     # the environment wins over the file
     bad = acme.run("quota", env={"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "GPUFLEET_TOKEN": "not-a-token"})
-    assert bad.returncode == 1 and "Invalid token." in bad.stderr
+    assert bad.returncode == 1 and "invalid key (401)" in bad.stderr
 
 
 def test_a_config_file_that_is_not_toml_exits_2(acme, tmp_path):

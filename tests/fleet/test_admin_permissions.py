@@ -23,7 +23,7 @@ from attestation.models import ReferenceValue
 from fleet import firmware_rollouts
 from fleet.models import FirmwareBaseline
 from remediation.models import Remediation, RemediationStatus
-from reservations.models import Reservation, Tenant
+from reservations.models import ApiKey, Reservation, Tenant
 from tests.support.factories import drive, enrol_default_fleet, tenant_token
 
 DJANGO_PERMISSIONS = {"add", "change", "delete", "view"}
@@ -84,6 +84,11 @@ def a_tenant_with_a_token():
     return [Tenant.objects.get(name="carol")], {}
 
 
+def an_api_key():
+    tenant_token("carol")
+    return [ApiKey.objects.get(tenant__name="carol")], {}
+
+
 def a_suppressed_remediation():
     (node,) = enrol_default_fleet(1)
     remediation = Remediation.objects.create(
@@ -138,6 +143,7 @@ SCENARIOS = {
     ("fleet.FirmwareRollout", "cancel"): a_running_rollout,
     ("reservations.Reservation", "release"): a_reservation,
     ("reservations.Tenant", "revoke_api_tokens"): a_tenant_with_a_token,
+    ("reservations.ApiKey", "revoke"): an_api_key,
     ("reservations.Tenant", "export_usage_csv"): a_tenant_with_a_token,
     ("remediation.Remediation", "apply_suppressed"): a_suppressed_remediation,
     ("axes.AccessAttempt", "cleanup_expired_attempts"): an_expired_login_attempt,

@@ -39,7 +39,8 @@ SECRET_COLUMNS = [
     ("auth_user", "password"),
     ("auth_user", "email"),
     ("django_session", "session_data"),
-    ("authtoken_token", "key"),
+    ("reservations_apikey", "digest"),
+    ("reservations_invitation", "digest"),
     ("reservations_webhook", "secret"),
     ("fleet_configdrive", "token"),
 ]

@@ -144,7 +144,7 @@ def test_a_page_of_reservations_is_read_in_as_many_queries_however_long(
     for image in ("rocky-9", "rocky-9", "ubuntu-24-04"):
         body = {"node_count": 1, "image": image, "ssh_keys": [key["id"]]}
         assert post(acme, "/v1/reservations", body).status_code == 201
-    # The token, the count, the page, and its nodes, machines, keys and networks: one query each.
+    # The key, the count, the page, and its nodes, machines, keys and networks: one query each.
     for limit in (1, 3):
         with django_assert_num_queries(7):
             page = acme.get(f"/v1/reservations?limit={limit}").json()["results"]

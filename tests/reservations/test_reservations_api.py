@@ -1,9 +1,11 @@
 """The tenants' API: shapes of DESIGN.md, tenants kept apart, and bad input refused as JSON 4xx."""
 
 from datetime import datetime, timedelta
+from io import StringIO
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from reservations.models import Tenant
@@ -11,12 +13,18 @@ from tests.support.api import post
 from tests.support.factories import tenant_token
 
 
-def test_create_tenant_prints_the_token_alone_on_its_last_line(db):
-    token = tenant_token("acme")
-    assert len(token) == 40 and token.isalnum()
-    assert tenant_token("acme") == token  # a second run finds the tenant and prints the same token
-    user = Tenant.objects.get(name="acme").user
-    assert user is not None and user.auth_token.key == token
+def test_create_tenant_prints_a_new_key_alone_on_its_last_line_and_never_an_earlier_one(db):
+    first = tenant_token("acme")
+    out = StringIO()
+    call_command("create_tenant", "acme", stdout=out)  # a second run finds the organisation
+    second = out.getvalue().strip().splitlines()[-1]
+    assert first.startswith("gf_") and second.startswith("gf_") and first != second
+    assert first not in out.getvalue()
+    for key in (first, second):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        assert client.get("/v1/reservations").status_code == 200
+    assert Tenant.objects.get(name="acme").api_keys.filter(organisation_key=True).count() == 2
 
 
 def test_reserve_list_show_and_release(acme, available_fleet):

@@ -19,13 +19,14 @@ from console.pages.selectors.remediations import (
     shadow_tallies,
 )
 from console.pages.selectors.replay import replay
-from console.pages.selectors.tenant import tenant_of, tenant_page
+from console.pages.selectors.tenant import Standing, standing_of, tenant_page
 
 __all__ = [
     "ACTED_ON",
     "FloorView",
     "RackView",
     "Reliability",
+    "Standing",
     "fleet_floor",
     "incidents",
     "node_page",
@@ -35,6 +36,6 @@ __all__ = [
     "replay",
     "shadow_decisions",
     "shadow_tallies",
-    "tenant_of",
+    "standing_of",
     "tenant_page",
 ]

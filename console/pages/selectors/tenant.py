@@ -10,7 +10,8 @@ from django.db.models import Prefetch
 
 from core import clock
 from fleet.models import Node
-from reservations.models import LIVE_STATES, Reservation, Tenant, Webhook, WebhookDelivery
+from reservations import access
+from reservations.models import LIVE_STATES, Membership, Reservation, Tenant, Webhook, WebhookDelivery
 from reservations.selectors import capacity_by_pod, quota_of, reservation_machines, reservation_nodes, usage_of
 from reservations.usage import KINDS as USAGE_KINDS
 from reservations.usage import calendar_month
@@ -19,8 +20,29 @@ RECENT_DELIVERIES = 10  # per webhook, on the tenant's page
 RESERVATIONS_PER_PAGE = 25  # on the tenant's page, newest first: a tenant's history only grows
 
 
-def tenant_of(user) -> Tenant | None:
-    return Tenant.objects.filter(user=user).first() if user.is_authenticated else None
+@dataclass(frozen=True)
+class Standing:
+    """The organisation a signed-in user's pages act for, their role in it, and every organisation
+    they may pick from (by name)."""
+
+    tenant: Tenant
+    role: access.Role
+    organisations: list[str]
+
+
+def standing_of(user, chosen: str | None = None) -> Standing | None:
+    """Looked up at every request: a member removed, or whose role changed, sees it at the next one.
+    The organisation `chosen` if the user is its member, else the organisation whose own account
+    the user is (as its admin), else their first by name."""
+    if not user.is_authenticated:
+        return None
+    memberships = {m.tenant.name: m for m in Membership.objects.filter(user=user).select_related("tenant")}
+    own = Tenant.objects.filter(user=user).first()
+    names = sorted({*memberships, *([own.name] if own else [])})
+    if chosen in memberships or (own is None and memberships):
+        membership = memberships[chosen if chosen in memberships else names[0]]
+        return Standing(membership.tenant, access.Role(membership.role), names)
+    return Standing(own, access.Role.ADMIN, names) if own else None
 
 
 def reservations_page(tenant: Tenant, number: str | None) -> Page:
