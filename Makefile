@@ -19,7 +19,12 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt client/pyproject.toml 
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-setup: prerequisites $(VENV)/.installed
+# The tests' OpenID provider (tests/support/oidc_provider, on Node): its packages, from its lock file.
+OIDC_PROVIDER := tests/support/oidc_provider
+$(OIDC_PROVIDER)/node_modules/.package-lock.json: $(OIDC_PROVIDER)/package.json $(OIDC_PROVIDER)/package-lock.json | prerequisites
+	npm ci --prefix $(OIDC_PROVIDER) --no-audit --no-fund
+
+setup: prerequisites $(VENV)/.installed $(OIDC_PROVIDER)/node_modules/.package-lock.json
 
 database: setup
 	$(PY) manage.py ensure_database

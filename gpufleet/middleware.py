@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
-from core import database_busy
+from core import acting, database_busy
 from core.errors import Conflict, FieldRefused, Forbidden, NotFound, TooMany
 from core.parsing import InvalidInput, check_text
 
@@ -61,3 +61,20 @@ class DomainErrorsAsStatuses:
             if isinstance(error, kind):
                 return HttpResponse(str(error), status=status, content_type="text/plain; charset=utf-8")
         return None
+
+
+class WhoActs:
+    """Opens the request's scope in core.acting and names the signed-in user (a session's), so
+    that the audit rows the request writes name them; an API key names its own (its user and
+    prefix: reservations.api.authentication). The private listener only: the public one signs no one in."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        def signed_in() -> str:
+            user = request.user  # a session's, read from its cookie, or anonymous
+            return user.get_username() if user.is_authenticated else ""
+
+        with acting.request_scope(signed_in):
+            return self.get_response(request)

@@ -7,6 +7,7 @@ from typing import Any
 
 from fleet import segments
 from gpufleet import environment
+from gpufleet.oidc_discovery import oidc_provider_settings
 from gpufleet.settings_shared import *  # noqa: F403
 from gpufleet.settings_shared import BASE_DIR, database
 
@@ -48,6 +49,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "gpufleet.middleware.WhoActs",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -107,6 +109,43 @@ DEMO_OPERATOR_PASSWORD = "admin"
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/my/reservations"
+
+# Single sign-on through OpenID Connect (mozilla-django-oidc; reservations/oidc.py), next to the
+# passwords, for the tenants' pages and the operators' admin. Off while GPUFLEET_OIDC_ISSUER is
+# empty: no backend, no /oidc/ routes, the login page as without. Set, the provider's endpoints are
+# read from <issuer>/.well-known/openid-configuration as each process starts (a provider that does
+# not answer stops it, naming the variable). A person is the user oidc-<sub>; their roles claim
+# (GPUFLEET_OIDC_ROLES_CLAIM) lists <organisation>:<role> entries, which become their memberships
+# at every sign-in (and GPUFLEET_OIDC_OPERATOR_ROLE an operator). SessionRefresh signs them in
+# again, silently (prompt=none), once GPUFLEET_OIDC_RENEW_SECONDS have passed since the last time:
+# a role taken away at the provider is gone by then.
+OIDC_ISSUER = environment.text("GPUFLEET_OIDC_ISSUER", "").rstrip("/")
+OIDC_ENABLED = bool(OIDC_ISSUER)
+OIDC_RP_CLIENT_ID = environment.text("GPUFLEET_OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = environment.text("GPUFLEET_OIDC_CLIENT_SECRET", "")
+OIDC_RP_SCOPES = environment.text("GPUFLEET_OIDC_SCOPES", "openid email")
+OIDC_ROLES_CLAIM = environment.text("GPUFLEET_OIDC_ROLES_CLAIM", "groups")
+OIDC_OPERATOR_ROLE = environment.text("GPUFLEET_OIDC_OPERATOR_ROLE", "gpufleet:operator")
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = environment.number("GPUFLEET_OIDC_RENEW_SECONDS", 900, positive=True)
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = 10
+LOGIN_REDIRECT_URL_FAILURE = LOGIN_URL
+OIDC_AUTHENTICATION_BACKEND = "reservations.oidc.RolesClaimBackend"
+OIDC_MIDDLEWARE = "mozilla_django_oidc.middleware.SessionRefresh"
+
+
+if OIDC_ENABLED:
+    if not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
+        sys.exit("gpu-fleet: GPUFLEET_OIDC_ISSUER is set: expected GPUFLEET_OIDC_CLIENT_ID and _CLIENT_SECRET too")
+    _provider = oidc_provider_settings(OIDC_ISSUER, timeout=OIDC_TIMEOUT)
+    OIDC_OP_AUTHORIZATION_ENDPOINT = _provider["OIDC_OP_AUTHORIZATION_ENDPOINT"]
+    OIDC_OP_TOKEN_ENDPOINT = _provider["OIDC_OP_TOKEN_ENDPOINT"]
+    OIDC_OP_USER_ENDPOINT = _provider["OIDC_OP_USER_ENDPOINT"]
+    OIDC_OP_JWKS_ENDPOINT = _provider["OIDC_OP_JWKS_ENDPOINT"]
+    OIDC_RP_SIGN_ALGO = _provider["OIDC_RP_SIGN_ALGO"]
+    AUTHENTICATION_BACKENDS.append(OIDC_AUTHENTICATION_BACKEND)
+    # Right after the user is known, before anything reads it.
+    MIDDLEWARE.insert(MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1, OIDC_MIDDLEWARE)
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

@@ -51,6 +51,8 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "gpufleet.urls_public"
+# No one signs in here, through single sign-on or otherwise (console/pages/urls.py reads it).
+OIDC_ENABLED = False
 WSGI_APPLICATION = "gpufleet.wsgi_public.application"
 
 TEMPLATES = [

@@ -17,6 +17,7 @@ from core.admin_inlines import PaginatedInline
 from core.admin_permissions import has_permission
 from reservations import selectors, services, usage
 from reservations.models import (
+    Activity,
     Allocation,
     ApiKey,
     Membership,
@@ -49,9 +50,18 @@ class AllocationInline(ReadOnlyInline):
 
 class ReservationEventInline(ReadOnlyInline):
     model = ReservationEvent
-    fields = ("at", "event", "actor", "detail")
+    fields = ("at", "event", "actor", "user", "key", "detail")
     readonly_fields = fields
     ordering = ["-at", "-id"]  # the newest page first
+
+
+class ActivityInline(ReadOnlyInline):
+    """Who changed the organisation's keys, members, webhooks and SSH keys."""
+
+    model = Activity
+    fields = ("at", "event", "user", "key", "detail")
+    readonly_fields = fields
+    ordering = ["-at", "-id"]
 
 
 class SSHKeyInline(ReadOnlyInline):
@@ -105,7 +115,7 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ["name", "user", "created_at"]
     search_fields = ["name"]
     readonly_fields = ["created_at"]
-    inlines = [MembershipInline, QuotaInline, SSHKeyInline]
+    inlines = [MembershipInline, QuotaInline, SSHKeyInline, ActivityInline]
     actions = ["revoke_api_tokens", "export_usage_csv"]
 
     has_revoke_tenant_tokens_permission = has_permission("reservations.revoke_tenant_tokens")

@@ -16,6 +16,7 @@ from django.db.models import F, Func, Q
 from django.db.models.functions import Now
 from django.db.models.lookups import LessThanOrEqual
 
+from core import acting
 from core.constraints import json_type_is
 from reservations import access
 
@@ -163,6 +164,45 @@ class Invitation(models.Model):
 
     def __str__(self):
         return f"{self.email} to {self.tenant} ({self.role})"
+
+
+class ActivityKind(models.TextChoices):
+    KEY_CREATED = "key_created"
+    KEY_REVOKED = "key_revoked"
+    MEMBER_INVITED = "member_invited"
+    MEMBER_JOINED = "member_joined"
+    MEMBER_ROLE_CHANGED = "member_role_changed"
+    MEMBER_REMOVED = "member_removed"
+    WEBHOOK_CREATED = "webhook_created"
+    WEBHOOK_DELETED = "webhook_deleted"
+    SSH_KEY_ADDED = "ssh_key_added"
+    SSH_KEY_DELETED = "ssh_key_deleted"
+
+
+class Activity(models.Model):
+    """An organisation's own administration, append-only: who (the person and the key's prefix,
+    core.acting) changed its keys, members, webhooks or SSH keys. Its reservations' history is
+    ReservationEvent, which names them too."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="activity")
+    at = models.DateTimeField(db_default=Now(), db_index=True)
+    user = models.CharField(max_length=150, blank=True, default=acting.user, db_default="")
+    key = models.CharField(max_length=16, blank=True, default=acting.key, db_default="")
+    event = models.CharField(max_length=32, choices=ActivityKind.choices)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "activity"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(event__in=[kind.value for kind in ActivityKind]), name="activity_event_known"
+            ),
+            models.CheckConstraint(condition=json_type_is("detail", "object"), name="activity_detail_is_object"),
+        ]
+
+    def __str__(self):
+        return f"{self.tenant.name}: {self.event} by {self.user or self.key or 'an operator'}"
 
 
 class Quota(models.Model):
@@ -321,6 +361,9 @@ class ReservationEvent(models.Model):
     reservation = models.ForeignKey(Reservation, on_delete=models.PROTECT, related_name="events")
     at = models.DateTimeField(db_default=Now())
     actor = models.CharField(max_length=128)
+    # The person and the API key (its prefix) of the request that wrote the row (core.acting), if any.
+    user = models.CharField(max_length=150, blank=True, default=acting.user, db_default="")
+    key = models.CharField(max_length=16, blank=True, default=acting.key, db_default="")
     event = models.CharField(max_length=32, choices=ReservationEventKind.choices)
     detail = models.TextField(blank=True)
 

@@ -22,7 +22,8 @@ from django.db.models.functions import Now
 
 from core import clock, outbound
 from core.errors import FieldRefused, NotFound
-from reservations.models import Reservation, Tenant, Webhook, WebhookDelivery, WebhookEvent
+from reservations import activity
+from reservations.models import ActivityKind, Reservation, Tenant, Webhook, WebhookDelivery, WebhookEvent
 from reservations.signals import webhook_deliveries_due
 
 SECRET_BYTES = 32
@@ -57,13 +58,17 @@ def create_webhook(*, tenant: Tenant, url: str, events: list[str]) -> Webhook:
         if Webhook.objects.filter(tenant=tenant).count() >= MAX_WEBHOOKS_PER_TENANT:
             raise WebhookRefused(f"a tenant has at most {MAX_WEBHOOKS_PER_TENANT} webhooks; delete one first")
         secret = "whsec_" + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
-        return Webhook.objects.create(tenant=tenant, url=url, events=sorted(set(events)), secret=secret)
+        webhook = Webhook.objects.create(tenant=tenant, url=url, events=sorted(set(events)), secret=secret)
+        activity.record(tenant, ActivityKind.WEBHOOK_CREATED, webhook=webhook.pk, url=url, events=webhook.events)
+        return webhook
 
 
 def delete_webhook(*, tenant: Tenant, webhook_id: int) -> None:
-    deleted, _ = Webhook.objects.filter(pk=webhook_id, tenant=tenant).delete()
-    if not deleted:
-        raise NotFound(f"no webhook {webhook_id}")
+    with transaction.atomic():
+        deleted, _ = Webhook.objects.filter(pk=webhook_id, tenant=tenant).delete()
+        if not deleted:
+            raise NotFound(f"no webhook {webhook_id}")
+        activity.record(tenant, ActivityKind.WEBHOOK_DELETED, webhook=webhook_id)
 
 
 def notify(reservation: Reservation, event: WebhookEvent, **data) -> int:

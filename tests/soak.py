@@ -76,6 +76,7 @@ from fleet.models import AuditEvent, AuditOnlyEvent, NetworkAttachment, Node, Te
 from fleet.services import transition  # noqa: E402
 from remediation.models import Remediation  # noqa: E402
 from reservations.models import Reservation, ReservationState, WebhookEvent  # noqa: E402
+from tests.support.api import member_key  # noqa: E402
 from tests.support.bmcsim import Bmcsim, start_bmcsim  # noqa: E402
 from tests.support.factories import tenant_token  # noqa: E402
 from tests.support.hostile_servers import Dripping, running  # noqa: E402
@@ -169,15 +170,31 @@ class Stack:
         self.redis.stop()
 
 
+def tenants_keys() -> dict[str, dict[str, str]]:
+    """Each honest tenant's keys: its organisation key, a member's read-write key and an admin's
+    read key; the hostile tenant's organisation key."""
+    keys = {
+        name: {
+            "organisation": tenant_token(name),
+            "member": member_key(name, f"{name}-member", "member"),
+            "read": member_key(name, f"{name}-admin", "admin", scope="read"),
+        }
+        for name in TENANTS
+    }
+    return keys | {HOSTILE: {"organisation": tenant_token(HOSTILE)}}
+
+
 class Soak:
-    def __init__(self, stack: Stack, tokens: dict[str, str], seed: int):
+    def __init__(self, stack: Stack, keys: dict[str, dict[str, str]], seed: int):
         self.stack = stack
         self.rng = random.Random(seed)
-        self.sessions = {}
-        for name, token in tokens.items():
-            session = requests.Session()
-            session.headers["Authorization"] = f"Token {token}"
-            self.sessions[name] = session
+        self.sessions: dict[str, dict[str, requests.Session]] = {}
+        for name, kinds in keys.items():
+            self.sessions[name] = {}
+            for kind, key in kinds.items():
+                session = requests.Session()
+                session.headers["Authorization"] = f"Bearer {key}"
+                self.sessions[name][kind] = session
         self.accepted: set[int] = set()
         self.operations: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
@@ -197,9 +214,14 @@ class Soak:
 
     # -- tenants -------------------------------------------------------------------------------
 
-    def api(self, tenant: str, method: str, path: str, **kwargs) -> requests.Response | None:
+    def api(self, tenant: str, method: str, path: str, key: str | None = None, **kwargs) -> requests.Response | None:
+        """A call with one of the tenant's keys: `key`, or any that may make it (a read with any)."""
+        sessions = self.sessions[tenant]
+        if key is None:
+            key = self.rng.choice([kind for kind in sessions if method == "GET" or kind != "read"])
+        self.operations[f"calls with the {key} key"] += 1
         try:
-            return self.sessions[tenant].request(method, f"{self.stack.web_url}{path}", timeout=10, **kwargs)
+            return sessions[key].request(method, f"{self.stack.web_url}{path}", timeout=10, **kwargs)
         except requests.RequestException:
             self.operations["API calls that found the web server down"] += 1
             return None
@@ -231,6 +253,12 @@ class Soak:
         if self.rng.random() < 0.2:  # an advance reservation, due within the run
             starts = datetime.now(UTC) + timedelta(seconds=self.rng.randint(5, 30))
             body.update(starts_at=starts.isoformat(), ends_at=(starts + timedelta(minutes=10)).isoformat())
+        if self.rng.random() < 0.05:  # the read key tries a write: refused, whatever its maker's role
+            refused = self.api(tenant, "POST", "/v1/reservations", key="read", json=body)
+            if refused is not None and refused.status_code != 403:
+                raise SystemExit(f"a read key's reservation was answered {refused.status_code}: {refused.text[:300]}")
+            self.operations["writes refused to a read key (403)"] += 1
+            return
         self.reserve(tenant, body)
 
     def note_active(self) -> None:
@@ -535,14 +563,13 @@ def main() -> None:
         stack.start("bmcsim")
         call_command("seed_fleet", "--bmcsim-url", stack.bmcsim_url, stdout=StringIO())
         stack.plane.configure_attestation()
-        tokens = {name: tenant_token(name) for name in TENANTS}
-        tokens[HOSTILE] = tenant_token(HOSTILE)
+        keys = tenants_keys()
         for name in ("web", *NODE_WORKERS, "hooks", "beat"):
             stack.start(name)
         stack.plane.monitoring = Monitoring(scratch, stack.web_url)
         wait_for("the fleet inspected", lambda: Node.objects.filter(state="available").count() >= NODES - 2, 180, 1)
 
-        soak = Soak(stack, tokens, args.seed)
+        soak = Soak(stack, keys, args.seed)
         with contextlib.ExitStack() as receivers:
             dripping = [
                 receivers.enter_context(running(Dripping(interval=2.0, give_up_after=30)))

@@ -1,5 +1,6 @@
-"""`make soak` for a minute: churn, faults (a returned node struck again among them, and every fault
-of the fabrics) and every kind of kill, then no violation and no lost reservation."""
+"""`make soak` for a minute: churn by tenants calling with several members' keys and scopes, faults
+(a returned node struck again among them, and every fault of the fabrics) and every kind of kill,
+then no violation and no lost reservation."""
 
 import os
 import subprocess
@@ -38,6 +39,9 @@ def test_a_minute_of_soak_ends_with_no_violation_and_no_lost_reservation():
     assert int(table["kills and stalls"]) >= 6, soak.stdout  # every kind at least once
     # A node returned to service and struck within the window: the cap counts its new incident.
     assert int(table["nodes struck again after their return"]) >= 1, soak.stdout
+    # The tenants call with keys of several members and scopes: an organisation's, a member's, a read key.
+    calls = {line.split()[4] for line in soak.stdout.splitlines() if line.startswith("operations: calls with the ")}
+    assert calls == {"organisation", "member", "read"}, soak.stdout
     # Every kind of fault strikes once before any twice: a fabric's manager down, refusing, slow, and drift.
     fabric_faults = {line.split()[2] for line in soak.stdout.splitlines() if line.startswith("fabric faults: ")}
     assert fabric_faults == {"fabric_api_down", "fabric_apply_fails", "fabric_slow", "fabric_drift"}, soak.stdout

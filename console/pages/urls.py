@@ -5,10 +5,12 @@ a signed-in viewer, each seeing what console/pages/viewers.py lets it (an operat
 `public_listener_patterns`: the same pages as the public listener serves them: to anyone, naming no one.
 `tenant_patterns`: pages behind a login, and the login itself: the private listener only. The
 tenant's page posts its forms to its own URL (reserve) and to siblings under `my/`, POST only.
+With single sign-on on (settings.OIDC_ENABLED), mozilla-django-oidc's routes under `oidc/` too.
 """
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from console.pages import views
 
@@ -47,4 +49,5 @@ tenant_patterns = [
     path("invitations/<str:token>", views.InvitationView.as_view(), name="invitation"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    *([path("oidc/", include("mozilla_django_oidc.urls"))] if settings.OIDC_ENABLED else []),
 ]

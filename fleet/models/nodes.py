@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from core import acting
 from core.constraints import json_type_is
 from fleet import diagnostics, lifecycle
 from fleet.lifecycle import Event, State
@@ -251,6 +252,9 @@ class AuditEvent(models.Model):
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="audit_events")
     at = models.DateTimeField(db_default=Now(), db_index=True)
     actor = models.CharField(max_length=128)
+    # The person and the API key (its prefix) of the request that wrote the row (core.acting), if any.
+    user = models.CharField(max_length=150, blank=True, default=acting.user, db_default="")
+    key = models.CharField(max_length=16, blank=True, default=acting.key, db_default="")
     event = models.CharField(max_length=32, choices=NodeEvent.choices + AuditOnlyEvent.choices)
     from_state = models.CharField(max_length=16, choices=NodeState.choices, blank=True)
     to_state = models.CharField(max_length=16, choices=NodeState.choices, blank=True)

@@ -9,6 +9,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
+from core import acting
 from reservations.services import api_keys
 
 KEYWORDS = ("bearer", "token")
@@ -31,6 +32,10 @@ class ApiKeyAuthentication(BaseAuthentication):
             caller = api_keys.accept_key(presented)
         except api_keys.KeyNotAccepted as refused:
             raise exceptions.AuthenticationFailed(refused.reason) from None
+        # The audit names the person behind a member's key; an organisation key names no one but itself.
+        acting.name(
+            user="" if caller.api_key.organisation_key else caller.user.get_username(), key=caller.api_key.prefix
+        )
         return caller.user, caller
 
     def authenticate_header(self, request: Request) -> str:

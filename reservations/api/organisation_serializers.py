@@ -6,7 +6,7 @@ from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from core.api import StrictBooleanField, StrictInputSerializer
-from reservations.models import ROLES, SCOPES, ApiKey, Membership
+from reservations.models import ROLES, SCOPES, Activity, ApiKey, Membership
 
 
 class ApiKeyRequestSerializer(StrictInputSerializer):
@@ -68,3 +68,13 @@ class InvitationRequestSerializer(StrictInputSerializer):
 class InvitationSerializer(serializers.Serializer):
     url = serializers.URLField(help_text="Works once, for 7 days: whoever opens it signed in joins the organisation.")
     expires_at = serializers.DateTimeField()
+
+
+class ActivitySerializer(serializers.ModelSerializer):
+    """A change to the organisation, and who made it: the person and the key's prefix (empty where
+    none: an organisation key names no person; an operator's change in the admin names neither)."""
+
+    class Meta:
+        model = Activity
+        fields = ["id", "at", "event", "user", "key", "detail"]
+        read_only_fields = fields

@@ -14,6 +14,7 @@ from core.error_schema import ERROR
 from core.errors import Forbidden
 from reservations import access
 from reservations.api.organisation_serializers import (
+    ActivitySerializer,
     ApiKeyRequestSerializer,
     ApiKeySerializer,
     InvitationRequestSerializer,
@@ -23,7 +24,7 @@ from reservations.api.organisation_serializers import (
     NewApiKeySerializer,
 )
 from reservations.api.views import IsTenant, caller_of
-from reservations.models import Membership
+from reservations.models import Activity, Membership
 from reservations.services import api_keys, members
 
 
@@ -130,3 +131,17 @@ class InvitationListView(APIView):
         url = request.build_absolute_uri(reverse("invitation", args=[invited.token]))
         answer = InvitationSerializer({"url": url, "expires_at": invited.invitation.expires_at})
         return Response(answer.data, status=status.HTTP_201_CREATED)
+
+
+class ActivityListView(generics.GenericAPIView):
+    """GET: the organisation's activity, newest first: who changed its keys, members, webhooks and SSH keys."""
+
+    permission_classes = [IsTenant]
+    serializer_class = ActivitySerializer
+
+    def get_queryset(self):
+        return Activity.objects.filter(tenant=caller_of(self.request).tenant).order_by("-at", "-id")
+
+    def get(self, request):
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(ActivitySerializer(page, many=True).data)

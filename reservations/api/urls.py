@@ -40,4 +40,5 @@ urlpatterns = [
     path("members", organisation_views.MemberListView.as_view(), name="member-list"),
     path("members/<int:pk>", organisation_views.MemberDetailView.as_view(), name="member-detail"),
     path("invitations", organisation_views.InvitationListView.as_view(), name="invitation-list"),
+    path("activity", organisation_views.ActivityListView.as_view(), name="activity-list"),
 ]

@@ -14,8 +14,8 @@ from django.db.models.functions import Now
 
 from core import clock
 from core.errors import Conflict, FieldRefused
-from reservations import access
-from reservations.models import ApiKey, Membership, Tenant
+from reservations import access, activity
+from reservations.models import ActivityKind, ApiKey, Membership, Tenant
 
 MAX_LIVE_KEYS = 100  # per organisation: a leak of keys is a leak of access, and lists stay short
 LAST_USED_EVERY = timedelta(minutes=1)  # last_used_at is written at most this often: not a write per request
@@ -89,6 +89,14 @@ def issue_key(
                     )
             except IntegrityError:
                 continue
+            activity.record(
+                tenant,
+                ActivityKind.KEY_CREATED,
+                prefix=prefix,
+                name=name,
+                scope=scope.value,
+                organisation=organisation_key,
+            )
             return Issued(key=key, api_key=api_key)
     raise Conflict("could not draw a free key id: try again")
 
@@ -118,7 +126,14 @@ def revoke_all_keys(tenants) -> int:
 
 def revoke_keys(keys) -> int:
     """Revoke these keys (a queryset of ApiKey), those not revoked yet; how many were."""
-    return keys.filter(revoked_at__isnull=True).update(revoked_at=Now())
+    with transaction.atomic():
+        revoking = list(
+            keys.filter(revoked_at__isnull=True).select_for_update().values_list("pk", "tenant_id", "prefix")
+        )
+        ApiKey.objects.filter(pk__in=[pk for pk, _tenant, _prefix in revoking]).update(revoked_at=Now())
+        for _pk, tenant_id, prefix in revoking:
+            activity.record(tenant_id, ActivityKind.KEY_REVOKED, prefix=prefix)
+    return len(revoking)
 
 
 def accept_key(presented: str) -> Caller:

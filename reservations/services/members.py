@@ -13,8 +13,8 @@ from django.db.models.functions import Now
 
 from core import clock
 from core.errors import Conflict, NotFound
-from reservations import access
-from reservations.models import Invitation, Membership, Tenant
+from reservations import access, activity
+from reservations.models import ActivityKind, Invitation, Membership, Tenant
 
 INVITATION_LIFETIME = timedelta(days=7)
 
@@ -40,8 +40,10 @@ def change_role(*, tenant: Tenant, membership_id: int, role: access.Role) -> Mem
             raise NotFound("no such member")
         if member.role == access.Role.ADMIN and role is not access.Role.ADMIN:
             _keep_an_admin(tenant, leaving=member)
-        member.role = role.value
+        before, member.role = member.role, role.value
         member.save(update_fields=["role"])
+        username = member.user.get_username()
+        activity.record(tenant, ActivityKind.MEMBER_ROLE_CHANGED, member=username, role=role.value, was=before)
     return member
 
 
@@ -55,6 +57,7 @@ def remove_member(*, tenant: Tenant, membership_id: int) -> None:
         if member.role == access.Role.ADMIN:
             _keep_an_admin(tenant, leaving=member)
         member.delete()
+        activity.record(tenant, ActivityKind.MEMBER_REMOVED, member=member.user.get_username(), role=member.role)
 
 
 def _locked_members(tenant: Tenant):
@@ -73,14 +76,16 @@ def _keep_an_admin(tenant: Tenant, *, leaving: Membership) -> None:
 
 def invite(*, tenant: Tenant, email: str, role: access.Role, created_by: User | None) -> Invited:
     token = secrets.token_urlsafe(32)
-    invitation = Invitation.objects.create(
-        tenant=tenant,
-        email=email,
-        role=role.value,
-        digest=access.digest(token),
-        created_by=created_by,
-        expires_at=clock.now() + INVITATION_LIFETIME,
-    )
+    with transaction.atomic():
+        invitation = Invitation.objects.create(
+            tenant=tenant,
+            email=email,
+            role=role.value,
+            digest=access.digest(token),
+            created_by=created_by,
+            expires_at=clock.now() + INVITATION_LIFETIME,
+        )
+        activity.record(tenant, ActivityKind.MEMBER_INVITED, email=email, role=role.value)
     return Invited(token=token, invitation=invitation)
 
 
@@ -106,6 +111,9 @@ def accept_invitation(*, token: str, user: User) -> Membership:
         invitation = Invitation.objects.select_related("tenant").get(digest=access.digest(token))
         try:
             with transaction.atomic():
-                return Membership.objects.create(tenant=invitation.tenant, user=user, role=invitation.role)
+                membership = Membership.objects.create(tenant=invitation.tenant, user=user, role=invitation.role)
         except IntegrityError as error:
             raise InvitationRefused(f"you are a member of {invitation.tenant.name} already") from error
+        username = user.get_username()
+        activity.record(invitation.tenant, ActivityKind.MEMBER_JOINED, member=username, role=invitation.role)
+        return membership

@@ -6,8 +6,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from core.errors import Conflict
+from reservations import activity
 from reservations import ssh_keys as keys
-from reservations.models import SSHKey, Tenant
+from reservations.models import ActivityKind, SSHKey, Tenant
 
 
 class KeyRefused(Conflict):
@@ -27,9 +28,11 @@ def add_ssh_key(*, tenant: Tenant, name: str, public_key: str) -> SSHKey:
         )
     try:
         with transaction.atomic():
-            return SSHKey.objects.create(
+            key = SSHKey.objects.create(
                 tenant=tenant, name=name, public_key=parsed.line, fingerprint=parsed.fingerprint
             )
+            activity.record(tenant, ActivityKind.SSH_KEY_ADDED, ssh_key=key.pk, name=name, fingerprint=key.fingerprint)
+            return key
     except IntegrityError as error:  # the same key or name added at the same moment
         raise KeyRefused("you added this key or this name a moment ago") from error
 
@@ -37,5 +40,8 @@ def add_ssh_key(*, tenant: Tenant, name: str, public_key: str) -> SSHKey:
 def delete_ssh_key(*, tenant: Tenant, key_id: int) -> bool:
     """Forget one of the tenant's keys; False if the tenant has no such key. Nodes that were given
     it keep it until their reservation ends."""
-    deleted, _ = SSHKey.objects.filter(pk=key_id, tenant=tenant).delete()
+    with transaction.atomic():
+        deleted, _ = SSHKey.objects.filter(pk=key_id, tenant=tenant).delete()
+        if deleted:
+            activity.record(tenant, ActivityKind.SSH_KEY_DELETED, ssh_key=key_id)
     return bool(deleted)

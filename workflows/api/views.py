@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from core.error_schema import ERROR
 from fleet import selectors as fleet_selectors
 from reservations import services as reservation_services
-from reservations.api.views import IsTenant
+from reservations.api.views import IsTenant, caller_of
 from workflows.clients import bmc_client
 from workflows.redfish import BMCPermanentError, BMCTransientError
 
@@ -30,7 +30,7 @@ class NodeConsoleView(APIView):
 
     @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR, 404: ERROR, 503: ERROR})
     def get(self, request, pk: int, name: str):
-        node = reservation_services.serving_node(reservation_id=pk, tenant=request.user.tenant, name=name)
+        node = reservation_services.serving_node(reservation_id=pk, tenant=caller_of(request).tenant, name=name)
         if node is None:
             raise Http404
         bmc = bmc_client(node)

@@ -11,12 +11,13 @@ from django.db.models import Prefetch
 from core import clock
 from fleet.models import Node
 from reservations import access
-from reservations.models import LIVE_STATES, Membership, Reservation, Tenant, Webhook, WebhookDelivery
+from reservations.models import LIVE_STATES, Activity, Membership, Reservation, Tenant, Webhook, WebhookDelivery
 from reservations.selectors import capacity_by_pod, quota_of, reservation_machines, reservation_nodes, usage_of
 from reservations.usage import KINDS as USAGE_KINDS
 from reservations.usage import calendar_month
 
 RECENT_DELIVERIES = 10  # per webhook, on the tenant's page
+RECENT_ACTIVITY = 20  # changes to the organisation, on the tenant's page
 RESERVATIONS_PER_PAGE = 25  # on the tenant's page, newest first: a tenant's history only grows
 
 
@@ -83,6 +84,7 @@ def tenant_page(tenant: Tenant, *, now: datetime | None = None, page: str | None
         "quota": quota_of(tenant, now=now),
         "webhooks": tenant_webhooks(tenant),
         "usage": usage_this_month(tenant, now),
+        "activity": list(Activity.objects.filter(tenant=tenant).order_by("-at", "-id")[:RECENT_ACTIVITY]),
     }
 
 
