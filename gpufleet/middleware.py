@@ -73,8 +73,10 @@ class WhoActs:
 
     def __call__(self, request):
         def signed_in() -> str:
-            user = request.user  # a session's, read from its cookie, or anonymous
-            return user.get_username() if user.is_authenticated else ""
+            # A session's user, read from its cookie; anonymous; or, once DRF authenticated the
+            # request, its caller, None for a service's token (Alertmanager's, an agent's).
+            user = getattr(request, "user", None)
+            return user.get_username() if user is not None and user.is_authenticated else ""
 
         with acting.request_scope(signed_in):
             return self.get_response(request)
