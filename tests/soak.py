@@ -253,7 +253,8 @@ class Soak:
         if self.rng.random() < 0.2:  # an advance reservation, due within the run
             starts = datetime.now(UTC) + timedelta(seconds=self.rng.randint(5, 30))
             body.update(starts_at=starts.isoformat(), ends_at=(starts + timedelta(minutes=10)).isoformat())
-        if self.rng.random() < 0.05:  # the read key tries a write: refused, whatever its maker's role
+        # The read key tries a write, first thing and then now and then: refused, whatever its maker's role.
+        if not self.operations["writes refused to a read key (403)"] or self.rng.random() < 0.05:
             refused = self.api(tenant, "POST", "/v1/reservations", key="read", json=body)
             if refused is not None and refused.status_code != 403:
                 raise SystemExit(f"a read key's reservation was answered {refused.status_code}: {refused.text[:300]}")

@@ -415,6 +415,19 @@ def allowed_answers(answer: Callable[[str], Any], callers: list[str], action: Ac
     return wrong
 
 
+def others_answer(got, *, names_an_object: bool, read_for_names: bool) -> list[str]:
+    """What is wrong with another organisation's answer: a 404 for this one's object; else its own
+    answer, neither refused nor failed, and (where `read_for_names`) naming nothing of this one."""
+    if names_an_object:
+        found_it = got.status_code != 404
+        return [f"other organisation, on this one's object: {described(got)}, not 404"] if found_it else []
+    if got.status_code in (401, 403) or got.status_code >= 500:
+        return [f"other organisation, on its own: {described(got)}"]
+    if read_for_names and ORG in got.content.decode(errors="replace"):
+        return [f"other organisation: its answer names {ORG}: {described(got)}"]
+    return []
+
+
 def described(answer) -> str:
     text = answer.content.decode(errors="replace")
     return f"{answer.status_code} {text[:200]!r}"
@@ -446,13 +459,8 @@ def test_api_route_answers_each_caller_as_its_role_allows(world, route, method):
         if got.status_code != 403:
             wrong.append(f"{caller}: {described(got)}, not 403 ({action.value} refused)")
     got = answer("other organisation")
-    if names_an_object:
-        if got.status_code != 404:
-            wrong.append(f"other organisation, on this one's object: {described(got)}, not 404")
-    elif got.status_code in (401, 403) or got.status_code >= 500:
-        wrong.append(f"other organisation, on its own: {described(got)}")
-    elif ORG in got.content.decode(errors="replace"):
-        wrong.append(f"other organisation: its answer names {ORG}: {described(got)}")
+    if foreign := others_answer(got, names_an_object=names_an_object, read_for_names=True):
+        wrong += foreign
     elif method == "GET" and entry.foreign_read is not None and not entry.foreign_read(got.json()):
         wrong.append(f"other organisation: not its own data: {described(got)}")
     if state_of(world.tenant) != before:
@@ -491,13 +499,7 @@ def test_page_answers_each_signed_in_member_as_their_role_allows(world, route, m
         if got.status_code != 200 or ORG in got.content.decode():
             wrong.append(f"removed member: {described(got)}, not a page naming nothing of {ORG}")
     got = answer("other organisation")
-    if names_an_object:
-        if got.status_code != 404:
-            wrong.append(f"other organisation, on this one's object: {described(got)}, not 404")
-    elif got.status_code in (401, 403) or got.status_code >= 500:
-        wrong.append(f"other organisation, on its own: {described(got)}")
-    elif method == "GET" and ORG in got.content.decode(errors="replace"):
-        wrong.append(f"other organisation: its page names {ORG}")
+    wrong += others_answer(got, names_an_object=names_an_object, read_for_names=method == "GET")
     if state_of(world.tenant) != before:
         wrong.append("a refused caller or another organisation changed the organisation")
 
