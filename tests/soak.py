@@ -359,7 +359,9 @@ class Soak:
         else:
             kind = self.rng.choice(FAULT_KINDS)
         if not self.strike(kind) and first_of_its_kind:
-            self.kinds_not_yet_struck.append(kind)  # no node to strike, or bmcsim down: it strikes later
+            # No node to strike, or bmcsim down: it strikes later, after the kinds still waiting (at
+            # the end it would be popped again at once and hold every other kind back).
+            self.kinds_not_yet_struck.insert(0, kind)
 
     def strike(self, kind: str) -> bool:
         """Inject one fault of `kind`; False where none was (no active node for it, or bmcsim down)."""
@@ -466,11 +468,12 @@ class Soak:
         return ~Q(reservation_id=self.probing) if self.probing is not None else Q()
 
     def strike_when_due(self) -> None:
-        """Faults strike on a clock of their own, every 2 to 8 s, kills and their probes included: on
-        a slow machine the probes take most of a short run."""
+        """Faults strike on a clock of their own, kills and their probes included (on a slow machine the
+        probes take most of a short run): every 1 to 3 s until each kind has struck once, so that a
+        minute's run has them all, then every 2 to 8 s."""
         if time.monotonic() >= self.next_fault:
             self.inject_fault()
-            self.next_fault = time.monotonic() + self.rng.uniform(2, 8)
+            self.next_fault = time.monotonic() + self.rng.uniform(*(1, 3) if self.kinds_not_yet_struck else (2, 8))
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -480,7 +483,15 @@ class Soak:
         kill_every = min(duration / (len(KILLS) + 1), 40)
         schedule = self.rng.sample(KILLS, len(KILLS))
         self.next_fault = started + 2
-        while time.monotonic() - started < duration or len(self.kills) < len(KILLS):
+
+        # Until the time is up, every kind of kill has run and every kind of fault has struck (within
+        # three times the duration: a fleet that never has an active node should not hang the run).
+        def owed() -> bool:
+            return len(self.kills) < len(KILLS) or (
+                bool(self.kinds_not_yet_struck) and time.monotonic() - started < 3 * duration
+            )
+
+        while time.monotonic() - started < duration or owed():
             self.churn_tenant()
             self.misbehave()
             self.note_active()

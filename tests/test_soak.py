@@ -42,6 +42,12 @@ def test_a_minute_of_soak_ends_with_no_violation_and_no_lost_reservation():
     # The tenants call with keys of several members and scopes: an organisation's, a member's, a read key.
     calls = {line.split()[4] for line in soak.stdout.splitlines() if line.startswith("operations: calls with the ")}
     assert calls == {"organisation", "member", "read"}, soak.stdout
-    # Every kind of fault strikes once before any twice: a fabric's manager down, refusing, slow, and drift.
+    # Every kind of fault strikes in a minute's run: on the nodes, and on the fabrics (a manager down,
+    # refusing, slow, and a port moved by hand).
+    (injected,) = [
+        line.removeprefix("faults injected") for line in soak.stdout.splitlines() if line.startswith("faults injected")
+    ]
+    struck = {kind_and_count.split()[0] for kind_and_count in injected.strip().split(", ")}
+    assert struck == {"xid", "bmc_error", "bmc_timeout", "erase_hang", "implant"}, soak.stdout
     fabric_faults = {line.split()[2] for line in soak.stdout.splitlines() if line.startswith("fabric faults: ")}
     assert fabric_faults == {"fabric_api_down", "fabric_apply_fails", "fabric_slow", "fabric_drift"}, soak.stdout
