@@ -18,6 +18,7 @@ from fleet.models import ConfigDrive, Node
 from remediation.models import Remediation
 from reservations.models import Reservation, Tenant
 from reservations.services import report_node
+from tests.support.api import key_client, member_key
 from tests.support.urls import patterns
 from tests.test_public_names_no_one import (
     OPERATOR,
@@ -159,6 +160,18 @@ def test_an_operator_sees_everything(client, reported):
     assert f"<td>operator:{OPERATOR}</td>" in client.get(f"/nodes/{quarantined.name}").content.decode()
     for path in [*VIEWER_API, *SCRAPES]:
         assert client.get(path).status_code == 200, path
+
+
+def test_an_operators_key_as_a_member_of_an_organisation_sees_what_the_organisation_sees(reported):
+    """A key acts for its organisation: one made by an operator who is also a member shows that
+    organisation's view, not the operator's (who signs in for that)."""
+    key = key_client(member_key("zyxcorp", OPERATOR, "admin", scope="read"))
+    for path in VIEWER_API:
+        shown = key.get(path).content.decode()
+        assert REPORTS["qwvinc"] not in shown and "qwvinc" not in shown, path
+    reasons = [node["quarantine_reason"] for node in key.get("/v1/nodes?limit=1000").json()["results"]]
+    # Its maker is a member: the organisation sees its own member's name where a tenant sees "[operator]".
+    assert "operator_quarantine: zyxcorp reports GPU 2 flaky (tenant:zyxcorp); opalice to check" in reasons
 
 
 def test_prometheus_reads_its_targets_and_metrics_with_its_token_and_nothing_without(client, reported, settings):
