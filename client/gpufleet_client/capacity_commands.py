@@ -74,7 +74,10 @@ def do_usage(args, config: Config) -> int:
         numeric += [
             key for key, value in row.items() if is_number(value) and key != "reservation" and key not in numeric
         ]
-    rows = [(row.get("reservation"), *(row.get(key) for key in numeric)) for row in results]
-    rows.append(("total", *(total.get(key) for key in numeric)))
-    print(table(("RESERVATION", *(key.upper() for key in numeric)), rows))
+    rows = [(row.get("reservation"), row.get("user") or "-", *(row.get(key) for key in numeric)) for row in results]
+    rows += [
+        ("member", row.get("user") or "-", *(row.get(key) for key in numeric)) for row in answer.get("members") or []
+    ]
+    rows.append(("total", "all", *(total.get(key) for key in numeric)))
+    print(table(("RESERVATION", "USER", *(key.upper() for key in numeric)), rows))
     return OK

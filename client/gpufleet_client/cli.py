@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("id", type=positive_int, metavar="ID")
     command("capacity", do_capacity, "free nodes per pod (needs no API key)")
     command("quota", do_quota, "what you may hold, and hold now")
-    usage = command("usage", do_usage, "node time used, per reservation")
+    usage = command("usage", do_usage, "node time used, per reservation and per member")
     usage.add_argument("--from", dest="start", type=moment, metavar="TIME", help="from this time (ISO 8601)")
     usage.add_argument("--to", dest="end", type=moment, metavar="TIME", help="to this time (ISO 8601)")
     hooks = command("webhooks", do_webhooks, "list your webhooks; add, delete, and look at their deliveries")

@@ -483,6 +483,13 @@ class UsageFiguresSerializer(serializers.Serializer):
 
 class ReservationUsageSerializer(UsageFiguresSerializer):
     reservation = serializers.IntegerField()
+    user = serializers.CharField(
+        help_text="The member who made the reservation (empty for one made before organisations had members)."
+    )
+
+
+class MemberUsageSerializer(UsageFiguresSerializer):
+    user = serializers.CharField(help_text="A member (or the organisation's own account, for its keys).")
 
 
 class MonthUsageSerializer(UsageFiguresSerializer):
@@ -495,3 +502,4 @@ class UsageSerializer(FromFieldMixin, serializers.Serializer):
     results = ReservationUsageSerializer(many=True)
     total = UsageFiguresSerializer()
     months = MonthUsageSerializer(many=True)
+    members = MemberUsageSerializer(many=True, help_text="The totals per member who made the reservations.")

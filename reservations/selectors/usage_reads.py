@@ -18,8 +18,8 @@ from reservations.selectors.holds import period
 
 def usage_of(tenant: Tenant, start: datetime, end: datetime, *, now: datetime | None = None) -> dict:
     """GET /v1/usage: the tenant's node-seconds per reservation between `start` and `end` (see
-    reservations/usage.py), their total, and the totals per calendar month; until `now` at the
-    latest (None: core.clock's)."""
+    reservations/usage.py), their total, and the totals per calendar month and per member (the
+    person who made each reservation); until `now` at the latest (None: core.clock's)."""
     end = min(end, now or clock.now())  # nothing is used in the future
     window = usage.Span(start, end)
     holds = (
@@ -31,7 +31,7 @@ def usage_of(tenant: Tenant, start: datetime, end: datetime, *, now: datetime | 
     for reservation_id, node_id, name, held in holds:
         by_reservation[reservation_id].append((node_id, name, held))
     if not by_reservation:
-        return _usage_answer(window, {}, [])
+        return _usage_answer(window, {}, [], {})
     node_ids = {node_id for rows in by_reservation.values() for node_id, _, _ in rows}
     earliest = min(held.lower for rows in by_reservation.values() for _, _, held in rows if held.lower is not None)
     active: dict[str, list] = defaultdict(list)
@@ -66,7 +66,12 @@ def usage_of(tenant: Tenant, start: datetime, end: datetime, *, now: datetime | 
         )
         for reservation_id, rows in by_reservation.items()
     }
-    return _usage_answer(window, per_reservation, active_spans)
+    made_by = dict(
+        ReservationEvent.objects.filter(reservation_id__in=list(by_reservation), event=ReservationEventKind.CREATED)
+        .order_by("id")
+        .values_list("reservation_id", "user")
+    )
+    return _usage_answer(window, per_reservation, active_spans, made_by)
 
 
 # What a reservation's usage is read from: when it lost a node, was whole again or ended.
@@ -79,18 +84,33 @@ _USAGE_EVENTS = [
 ]
 
 
-def _usage_answer(window, per_reservation: dict, active_spans) -> dict:
+def _usage_answer(window, per_reservation: dict, active_spans, made_by: dict[int, str]) -> dict:
     results = [
-        {"reservation": reservation_id, **usage.node_seconds(holds, active_spans, degraded, window)}
+        {
+            "reservation": reservation_id,
+            "user": made_by.get(reservation_id, ""),
+            **usage.node_seconds(holds, active_spans, degraded, window),
+        }
         for reservation_id, (holds, degraded) in sorted(per_reservation.items())
     ]
+    by_member: dict[str, list[dict]] = defaultdict(list)
+    for row in results:
+        by_member[row["user"]].append(row)
     months = []
     for month in usage.months(window):
         counted = [
             usage.node_seconds(holds, active_spans, degraded, month) for holds, degraded in per_reservation.values()
         ]
         months.append({"month": month.start.strftime("%Y-%m"), **_total(counted)})
-    return {"from": window.start, "to": window.end, "results": results, "total": _total(results), "months": months}
+    members = [{"user": user, **_total(rows)} for user, rows in sorted(by_member.items())]
+    return {
+        "from": window.start,
+        "to": window.end,
+        "results": results,
+        "total": _total(results),
+        "months": months,
+        "members": members,
+    }
 
 
 def _total(rows: list[dict]) -> dict[str, int]:

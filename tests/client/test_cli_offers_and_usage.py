@@ -30,7 +30,7 @@ def fill_the_fleet(tenant) -> None:
         assert completed.returncode == 0, completed.stderr
 
 
-def test_usage_prints_every_numeric_key_per_reservation_and_the_total(acme, available_fleet, broker):
+def test_usage_prints_every_numeric_key_per_reservation_per_member_and_the_total(acme, available_fleet, broker):
     assert acme.run("reserve", "--nodes", "2", "--pod", "p1").returncode == 0
     reservation = Reservation.objects.get()
     bring_up(reservation)
@@ -38,9 +38,14 @@ def test_usage_prints_every_numeric_key_per_reservation_and_the_total(acme, avai
     completed = acme.run("usage")
     assert completed.returncode == 0, completed.stderr
     header, *rows = [line.split() for line in completed.stdout.splitlines()]
-    assert header[0] == "RESERVATION"
+    assert header[:2] == ["RESERVATION", "USER"]
     assert {"NODE_SECONDS_ACTIVE", "NODE_SECONDS_DEGRADED"} <= set(header)
-    assert [row[0] for row in rows] == [str(reservation.pk), "total"]
+    # Made with the key of acme's admin (tests/client/conftest.py): the member who made it.
+    assert [row[:2] for row in rows] == [
+        [str(reservation.pk), "acme-admin"],
+        ["member", "acme-admin"],
+        ["total", "all"],
+    ]
 
     # a period that is over: the same answer each time it is asked
     start, end = "2026-01-01T00:00:00+00:00", datetime.now().astimezone().isoformat()

@@ -13,6 +13,7 @@ from fleet.models import Node, Pod
 from reservations import services
 from reservations.models import Quota, Tenant
 from reservations.usage import Hold, Span, calendar_month, months, node_seconds, spans
+from tests.support.api import key_client, member_key, post
 from tests.support.factories import drive
 from tests.support.time_passing import reservation_ages
 
@@ -73,8 +74,29 @@ def test_usage_counts_up_time_and_degraded_time_through_the_api(acme, available_
     # the moments the test took besides).
     assert 2 * WAIT.seconds <= row["node_seconds_active"] < 3 * WAIT.seconds
     assert WAIT.seconds <= row["node_seconds_degraded"] < 2 * WAIT.seconds
-    assert body["total"] == {k: v for k, v in row.items() if k != "reservation"}
+    assert body["total"] == {k: v for k, v in row.items() if k not in ("reservation", "user")}
     assert [m["month"] for m in body["months"]] == [timezone.now().strftime("%Y-%m")]
+
+
+def test_usage_is_read_per_member_who_made_each_reservation(available_fleet):
+    ada, bob = (key_client(member_key("acme", name, "member")) for name in ("ada", "bob"))
+    made = {
+        name: post(client, "/v1/reservations", {"node_count": 1}).json()["id"]
+        for name, client in [("ada", ada), ("bob", bob)]
+    }
+    for name, reservation_id in made.items():
+        (node,) = Node.objects.filter(reservation_id=reservation_id)
+        drive(node, "provision_succeeded", reservation=node.reservation)
+        services.settle_reservation(reservation_id=reservation_id)
+        reservation_ages(node.reservation, by=WAIT)
+    body = bob.get("/v1/usage").json()  # a member reads the whole organisation's, by member
+    assert {row["reservation"]: row["user"] for row in body["results"]} == {made["ada"]: "ada", made["bob"]: "bob"}
+    assert [member["user"] for member in body["members"]] == ["ada", "bob"]
+    for member in body["members"]:
+        (own,) = [row for row in body["results"] if row["user"] == member["user"]]
+        assert member["node_seconds_active"] == own["node_seconds_active"] >= WAIT.seconds
+    figures = ("node_seconds_active", "node_seconds_degraded", "node_seconds_replacement")
+    assert {k: sum(m[k] for m in body["members"]) for k in figures} == body["total"]
 
 
 def test_usage_is_the_tenants_own_and_refuses_a_bad_window(acme, globex, available_fleet):
