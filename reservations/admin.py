@@ -10,12 +10,14 @@ import csv
 from datetime import timedelta
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.http import HttpResponse
 
 from core import clock
 from core.admin_inlines import PaginatedInline
 from core.admin_permissions import has_permission
-from reservations import selectors, services, usage
+from core.errors import Conflict
+from reservations import access, selectors, services, usage
 from reservations.models import (
     Activity,
     Allocation,
@@ -29,7 +31,7 @@ from reservations.models import (
     Webhook,
     WebhookDelivery,
 )
-from reservations.services import api_keys
+from reservations.services import api_keys, members
 
 
 class ReadOnlyInline(PaginatedInline):
@@ -80,12 +82,14 @@ class QuotaInline(admin.StackedInline):
 
 
 class MembershipInline(admin.TabularInline):
-    """The organisation's members and their roles: an operator adds its first admin here."""
+    """The organisation's members and their roles: an operator adds its first admin here. Saved
+    through reservations.services.members (TenantAdmin.save_formset): the organisation's activity
+    names the operator, and it keeps an admin."""
 
     model = Membership
     extra = 0
     autocomplete_fields = ["user"]
-    readonly_fields = ["created_at"]
+    readonly_fields = ["created_at", "signed_out_at"]
 
 
 @admin.register(ApiKey)
@@ -119,6 +123,26 @@ class TenantAdmin(admin.ModelAdmin):
     actions = ["revoke_api_tokens", "export_usage_csv"]
 
     has_revoke_tenant_tokens_permission = has_permission("reservations.revoke_tenant_tokens")
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Membership:
+            return super().save_formset(request, form, formset, change)
+        tenant = form.instance
+        formset.save(commit=False)  # sorts the rows into new, changed and deleted ones
+        try:
+            with transaction.atomic():
+                for member in formset.new_objects:
+                    members.add_member(tenant=tenant, user=member.user, role=access.Role(member.role))
+                for member, changed in formset.changed_objects:
+                    if "user" in changed:  # another person in the row: they join, the one before leaves
+                        members.add_member(tenant=tenant, user=member.user, role=access.Role(member.role))
+                        members.remove_member(tenant=tenant, membership_id=member.pk)
+                    else:
+                        members.change_role(tenant=tenant, membership_id=member.pk, role=access.Role(member.role))
+                for member in formset.deleted_objects:
+                    members.remove_member(tenant=tenant, membership_id=member.pk)
+        except Conflict as refused:
+            self.message_user(request, f"Members not changed: {refused}", messages.ERROR)
 
     @admin.action(
         description="Revoke every API key of selected tenants (manage.py create_tenant issues a new one)",

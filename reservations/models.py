@@ -84,6 +84,9 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=ROLES)
     created_at = models.DateTimeField(db_default=Now())
+    # An admin signed the member out: their pages signed in before then no longer act for the
+    # organisation (console.sessions); their keys are revoked one by one, not by this.
+    signed_out_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["tenant", "user"]
@@ -173,6 +176,7 @@ class ActivityKind(models.TextChoices):
     MEMBER_JOINED = "member_joined"
     MEMBER_ROLE_CHANGED = "member_role_changed"
     MEMBER_REMOVED = "member_removed"
+    MEMBER_SIGNED_OUT = "member_signed_out"
     WEBHOOK_CREATED = "webhook_created"
     WEBHOOK_DELETED = "webhook_deleted"
     SSH_KEY_ADDED = "ssh_key_added"

@@ -106,6 +106,9 @@ class Client:
     def remove_member(self, member_id: int) -> None:
         self.request("DELETE", f"/v1/members/{member_id}")
 
+    def sign_out_member(self, member_id: int) -> None:
+        self.request("DELETE", f"/v1/members/{member_id}/sessions")
+
     def invite(self, email: str, role: str | None = None) -> dict:
         """An invitation: {"url", "expires_at"}, the URL to give the person invited."""
         wanted = {"email": email} if role is None else {"email": email, "role": role}

@@ -22,7 +22,14 @@ from gpufleet_client.capacity_commands import do_capacity, do_quota, do_usage
 from gpufleet_client.command_support import INTERRUPTED, OK, USAGE, Failed, refused
 from gpufleet_client.config import ConfigError, load
 from gpufleet_client.key_commands import do_create_key, do_keys, do_revoke_key
-from gpufleet_client.member_commands import ROLES, do_change_role, do_invite, do_members, do_remove_member
+from gpufleet_client.member_commands import (
+    ROLES,
+    do_change_role,
+    do_invite,
+    do_members,
+    do_remove_member,
+    do_sign_out_member,
+)
 from gpufleet_client.reservation_commands import do_extend, do_list, do_release, do_reserve, do_show
 from gpufleet_client.verify_command import do_verify
 from gpufleet_client.webhook_commands import do_add_webhook, do_delete_webhook, do_deliveries, do_redeliver, do_webhooks
@@ -79,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     _webhook_commands(_adder(hooks.add_subparsers(title="webhook commands", metavar="COMMAND"), output))
     keys = command("keys", do_keys, "list your organisation's API keys; create and revoke them")
     _key_commands(_adder(keys.add_subparsers(title="key commands", metavar="COMMAND"), output))
-    members = command("members", do_members, "list your organisation's members; invite, change and remove them")
+    members = command(
+        "members", do_members, "list your organisation's members; invite, change, remove and sign them out"
+    )
     _member_commands(_adder(members.add_subparsers(title="member commands", metavar="COMMAND"), output))
     _verify_arguments(
         command(
@@ -190,6 +199,10 @@ def _member_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     role = command("role", do_change_role, "change a member's role")
     role.add_argument("id", type=positive_int, metavar="ID")
     role.add_argument("role", choices=ROLES, metavar="ROLE", help=", ".join(ROLES))
+    sign_out = command(
+        "sign-out", do_sign_out_member, "end a member's signed-in pages for the organisation (their keys stay)"
+    )
+    sign_out.add_argument("id", type=positive_int, metavar="ID")
 
 
 def _verify_arguments(verify: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""`gpufleet members` and its commands: list, invite, role, remove."""
+"""`gpufleet members` and its commands: list, invite, role, remove, sign-out."""
 
 from __future__ import annotations
 
@@ -47,4 +47,11 @@ def do_remove_member(args, config: Config) -> int:
     client(config).remove_member(args.id)
     if not args.json:
         print(f"member {args.id} removed: their keys act for no one from now on")
+    return OK
+
+
+def do_sign_out_member(args, config: Config) -> int:
+    client(config).sign_out_member(args.id)
+    if not args.json:
+        print(f"member {args.id} signed out: their pages show nothing of the organisation until they sign in again")
     return OK

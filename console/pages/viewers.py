@@ -11,32 +11,30 @@ API answers 401.
 from __future__ import annotations
 
 from django.contrib.auth.views import redirect_to_login
+from django.contrib.sessions.backends.base import SessionBase
 from rest_framework import generics
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.views import APIView
 
 from console.pages.disclosure import EVERYTHING, Disclosure, PublicDisclosure, TenantDisclosure
-from console.pages.selectors import standing_of
+from console.pages.sessions import standing_in_session
 from core.prometheus_auth import is_operator
 from reservations.services.api_keys import Caller
 
 SIGN_IN = "sign in: an operator, or a tenant with its API token"
 
 
-ORGANISATION = "organisation"  # the session's key: the organisation a member's pages act for
-
-
-def disclosure_for(user, *, public_listener: bool = False, organisation: str | None = None) -> Disclosure | None:
+def disclosure_for(user, *, public_listener: bool = False, session: SessionBase | None = None) -> Disclosure | None:
     """The Disclosure for `user` (a request's, None or anonymous when nobody signed in) acting for
-    `organisation` (an API key's, or the one picked on the tenant page) on this listener, or None
-    when it may see nothing here."""
+    the organisation its `session` picked (console.pages.sessions) on this listener, or None when
+    it may see nothing here."""
     if public_listener:
         return PublicDisclosure()
     if user is None or not user.is_authenticated:
         return None
     if is_operator(user):
         return EVERYTHING
-    standing = standing_of(user, organisation)
+    standing = standing_in_session(user, session) if session is not None else None
     if standing is None:
         return PublicDisclosure()
     return TenantDisclosure(standing.tenant, username=user.get_username())
@@ -54,7 +52,7 @@ class DisclosedPage:
         disclosure = disclosure_for(
             getattr(request, "user", None),
             public_listener=self.public_listener,
-            organisation=None if self.public_listener else request.session.get(ORGANISATION),
+            session=None if self.public_listener else request.session,
         )
         if disclosure is None:
             return redirect_to_login(request.get_full_path())
@@ -85,7 +83,7 @@ class DisclosedAPIView(generics.GenericAPIView):
             # the organisation's view (operators sign in for theirs).
             disclosure = TenantDisclosure(caller.tenant, username=caller.user.get_username())
         else:
-            disclosure = disclosure_for(request.user, organisation=request.session.get(ORGANISATION))
+            disclosure = disclosure_for(request.user, session=request.session)
         if disclosure is None:
             self.permission_denied(request, message=SIGN_IN)
         self.disclosure = disclosure

@@ -17,7 +17,8 @@ from django.utils.http import urlencode
 from django.views import View
 
 from console.pages import figures, forms, selectors, tiles
-from console.pages.viewers import ORGANISATION, DisclosedPage
+from console.pages.sessions import ORGANISATION, standing_in_session
+from console.pages.viewers import DisclosedPage
 from core.errors import Conflict, FieldRefused, Forbidden
 from core.parsing import InvalidInput, parse_int
 from fleet.api.filtersets import NodeFilterSet
@@ -109,7 +110,7 @@ class TenantPage(LoginRequiredMixin, View):
 
     def dispatch(self, request, *args, **kwargs):
         if request.user.is_authenticated:  # else LoginRequiredMixin sends the browser to the login
-            self.standing = selectors.standing_of(request.user, request.session.get(ORGANISATION))
+            self.standing = standing_in_session(request.user, request.session)
             self.tenant = self.standing.tenant if self.standing is not None else None
             if request.method not in ("GET", "HEAD", "OPTIONS"):
                 self._check_role()
@@ -309,7 +310,7 @@ class ChooseOrganisationView(LoginRequiredMixin, View):
 
     def post(self, request):
         wanted = request.POST.get("organisation", "")
-        standing = selectors.standing_of(request.user, wanted)
+        standing = standing_in_session(request.user, request.session, wanted)
         if standing is None or standing.tenant.name != wanted:
             raise Http404("you are no member of such an organisation")
         request.session[ORGANISATION] = wanted

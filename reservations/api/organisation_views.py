@@ -112,6 +112,18 @@ class MemberDetailView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class MemberSessionsView(APIView):
+    permission_classes = [IsTenant]
+    administers = True
+
+    @extend_schema(responses={204: None, 404: ERROR})
+    def delete(self, request, pk: int):
+        """Sign the member out: their pages signed in before now no longer act for the organisation
+        until they sign in again. Their keys keep working: revoke those one by one."""
+        members.sign_out_member(tenant=caller_of(request).tenant, membership_id=pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 class InvitationListView(APIView):
     permission_classes = [IsTenant]
     administers = True

@@ -39,6 +39,7 @@ urlpatterns = [
     path("keys/<int:pk>", organisation_views.ApiKeyDetailView.as_view(), name="api-key-detail"),
     path("members", organisation_views.MemberListView.as_view(), name="member-list"),
     path("members/<int:pk>", organisation_views.MemberDetailView.as_view(), name="member-detail"),
+    path("members/<int:pk>/sessions", organisation_views.MemberSessionsView.as_view(), name="member-sessions"),
     path("invitations", organisation_views.InvitationListView.as_view(), name="invitation-list"),
     path("activity", organisation_views.ActivityListView.as_view(), name="activity-list"),
 ]

@@ -33,6 +33,18 @@ class Invited:
     invitation: Invitation
 
 
+def add_member(*, tenant: Tenant, user: User, role: access.Role) -> Membership:
+    """An operator makes `user` a member with `role` (the admin's inline, create_tenant --admin), or
+    changes the role of one who is already."""
+    with transaction.atomic():
+        member = _locked_members(tenant).filter(user=user).first()
+        if member is not None:
+            return change_role(tenant=tenant, membership_id=member.pk, role=role)
+        member = Membership.objects.create(tenant=tenant, user=user, role=role.value)
+        activity.record(tenant, ActivityKind.MEMBER_JOINED, member=user.get_username(), role=role.value)
+    return member
+
+
 def change_role(*, tenant: Tenant, membership_id: int, role: access.Role) -> Membership:
     with transaction.atomic():
         member = _locked_members(tenant).filter(pk=membership_id).first()
@@ -58,6 +70,19 @@ def remove_member(*, tenant: Tenant, membership_id: int) -> None:
             _keep_an_admin(tenant, leaving=member)
         member.delete()
         activity.record(tenant, ActivityKind.MEMBER_REMOVED, member=member.user.get_username(), role=member.role)
+
+
+def sign_out_member(*, tenant: Tenant, membership_id: int) -> Membership:
+    """End the member's signed-in sessions for this organisation: pages signed in before now show
+    it nothing until they sign in again (console.pages.sessions). Their keys are revoked apart."""
+    with transaction.atomic():
+        member = Membership.objects.select_for_update().filter(tenant=tenant, pk=membership_id).first()
+        if member is None:
+            raise NotFound("no such member")
+        member.signed_out_at = clock.now()
+        member.save(update_fields=["signed_out_at"])
+        activity.record(tenant, ActivityKind.MEMBER_SIGNED_OUT, member=member.user.get_username())
+    return member
 
 
 def _locked_members(tenant: Tenant):

@@ -1,6 +1,6 @@
 """`gpufleet keys` and `gpufleet members` against the live control plane: a key made, used, listed
 by its prefix (never shown again) and revoked (then refused, 401, through the CLI); the key read
-from GPUFLEET_KEY or from the config file's `key`; members listed, their roles changed, removed,
+from GPUFLEET_KEY or from the config file's `key`; members listed, their roles changed, removed, signed out,
 and people invited. Any member's key lists keys and members; an admin's makes and revokes keys
 and manages members (tests.support.api.member_key makes both); the organisation key that
 `manage.py create_tenant` prints acts as an admin but makes no keys."""
@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from reservations.models import ApiKey
+from reservations.models import ApiKey, Membership
 from tests.client.conftest import Tenant, tenant_environment
 from tests.support.api import member_key
 from tests.support.factories import tenant_token
@@ -244,6 +244,16 @@ def test_list_members_change_a_role_and_remove_a_member(alice, bob):
     assert alice.run("members", "remove", str(bob_id)).returncode == 3
     assert alice.run("members", "role", str(bob_id), "admin").returncode == 3
     assert alice.run("members", "role", str(bob_id), "owner").returncode == 2  # not a role
+
+
+def test_sign_a_member_out(alice, bob):
+    bob_id = members_of(alice)["bob"]["id"]
+    signed_out = alice.run("members", "sign-out", str(bob_id))
+    assert signed_out.returncode == 0, signed_out.stderr
+    assert signed_out.stdout.startswith(f"member {bob_id} signed out")
+    assert Membership.objects.get(pk=bob_id).signed_out_at is not None
+    assert bob.run("members", "sign-out", str(bob_id)).returncode == 1  # a member's key is no admin's
+    assert alice.run("members", "sign-out", "999999").returncode == 3
 
 
 def test_the_last_admin_stays(alice):

@@ -252,6 +252,9 @@ API: dict[str, Entry] = {
         {"PATCH": ADMINISTER, "DELETE": ADMINISTER},
         {"PATCH": {"role": "member"}},
     ),
+    "v1/members/<int:pk>/sessions": Entry(
+        lambda w: f"/v1/members/{w.spare_member.pk}/sessions", {"DELETE": ADMINISTER}
+    ),
     "v1/invitations": Entry(
         lambda w: "/v1/invitations", {"POST": ADMINISTER}, {"POST": {"email": "matrix@example.com"}}
     ),

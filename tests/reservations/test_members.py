@@ -121,3 +121,71 @@ def test_a_member_of_two_organisations_picks_one():
     assert mo.post("/my/organisation", {"organisation": "globex"}).status_code == 302
     assert b"for tenant <strong>globex</strong> (viewer)" in mo.get("/my/reservations").content
     assert mo.post("/my/organisation", {"organisation": "initech"}).status_code == 404
+
+
+def test_an_admin_signs_a_member_out_of_the_organisations_pages_until_they_sign_in_again():
+    admin = key_client(member_key("acme", "alice", "admin"))
+    mo_key = key_client(member_key("acme", "mo", "member"))
+    member_key("globex", "mo", "member")
+    mo = browser("mo")
+    assert b"for tenant <strong>acme</strong>" in mo.get("/my/reservations").content
+    mo_id = members(admin)["mo"]["id"]
+    assert key_client(member_key("acme", "vera", "viewer")).delete(f"/v1/members/{mo_id}/sessions").status_code == 403
+    gus = Membership.objects.get(tenant__name="globex", user__username="mo").pk
+    assert admin.delete(f"/v1/members/{gus}/sessions").status_code == 404  # another organisation's
+
+    assert admin.delete(f"/v1/members/{mo_id}/sessions").status_code == 204
+    page = mo.get("/my/reservations").content
+    assert b"for tenant <strong>acme</strong>" not in page
+    assert b"for tenant <strong>globex</strong>" in page  # the other organisation did not sign mo out
+    assert mo.post("/my/organisation", {"organisation": "acme"}).status_code == 404
+    assert mo_key.get("/v1/members").status_code == 200  # keys are revoked one by one, not by this
+    (signed_out,) = admin.get("/v1/activity").json()["results"][:1]
+    assert (signed_out["event"], signed_out["detail"], signed_out["user"]) == (
+        "member_signed_out",
+        {"member": "mo"},
+        "alice",
+    )
+
+    again = browser("mo")  # signs in again
+    assert again.post("/my/organisation", {"organisation": "acme"}).status_code == 302
+    assert b"for tenant <strong>acme</strong>" in again.get("/my/reservations").content
+
+
+def change_form(page) -> dict:
+    """What a browser posts back from an admin change page as it was shown (its inlines' rows too)."""
+    forms = [page.context["adminform"].form]
+    data = {}
+    for inline in page.context["inline_admin_formsets"]:
+        formset = inline.formset
+        data |= {f"{formset.prefix}-{name}": value for name, value in formset.management_form.initial.items()}
+        forms += formset.forms
+    for form in forms:
+        for field in form:
+            value = field.value()
+            if value not in (None, False):
+                data[field.html_name] = "on" if value is True else value
+    return data
+
+
+def test_an_operators_changes_to_members_in_the_admin_are_the_organisations_activity(admin_client):
+    member_key("acme", "alice", "admin")
+    member_key("acme", "mo", "member")
+    acme = Membership.objects.get(user__username="alice").tenant
+    page = f"/admin/reservations/tenant/{acme.pk}/change/"
+    shown = change_form(admin_client.get(page))
+    users = {
+        key.split("-")[1]: value
+        for key, value in shown.items()
+        if key.startswith("memberships-") and key.endswith("-user")
+    }
+    rows = {get_user_model().objects.get(pk=pk).username: row for row, pk in users.items()}
+    assert admin_client.post(page, {**shown, f"memberships-{rows['mo']}-role": "viewer"}).status_code == 302
+    # The last admin stays, here as through the API.
+    refused = admin_client.post(page, {**shown, f"memberships-{rows['alice']}-DELETE": "on"}, follow=True)
+    assert "Members not changed: an organisation keeps at least one admin" in refused.content.decode()
+    assert Membership.objects.get(user__username="alice").role == "admin"
+
+    changes = [(a.event, a.detail, a.user) for a in acme.activity.order_by("id")][-1:]
+    assert changes == [("member_role_changed", {"member": "mo", "role": "viewer", "was": "member"}, "admin")]
+    assert Membership.objects.get(user__username="mo").role == "viewer"

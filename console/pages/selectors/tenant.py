@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Prefetch
+from django.db.models import Prefetch, Q
 
 from core import clock
 from fleet.models import Node
@@ -31,13 +31,19 @@ class Standing:
     organisations: list[str]
 
 
-def standing_of(user, chosen: str | None = None) -> Standing | None:
+def standing_of(user, chosen: str | None = None, *, signed_in_at: datetime | None) -> Standing | None:
     """Looked up at every request: a member removed, or whose role changed, sees it at the next one.
     The organisation `chosen` if the user is its member, else the organisation whose own account
-    the user is (as its admin), else their first by name."""
+    the user is (as its admin), else their first by name; of the memberships, only those whose
+    admins have not signed the member out since `signed_in_at` (None: signed in long ago)."""
     if not user.is_authenticated:
         return None
-    memberships = {m.tenant.name: m for m in Membership.objects.filter(user=user).select_related("tenant")}
+    current = Membership.objects.filter(user=user).select_related("tenant")
+    if signed_in_at is None:
+        current = current.filter(signed_out_at__isnull=True)
+    else:
+        current = current.filter(Q(signed_out_at__isnull=True) | Q(signed_out_at__lt=signed_in_at))
+    memberships = {m.tenant.name: m for m in current}
     own = Tenant.objects.filter(user=user).first()
     names = sorted({*memberships, *([own.name] if own else [])})
     if chosen in memberships or (own is None and memberships):

@@ -4,8 +4,8 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from reservations import access
-from reservations.models import Membership, Tenant
-from reservations.services import api_keys
+from reservations.models import Tenant
+from reservations.services import api_keys, members
 
 
 class Command(BaseCommand):
@@ -26,7 +26,7 @@ class Command(BaseCommand):
         tenant, created = Tenant.objects.get_or_create(name=name)
         if admin:
             user, _ = get_user_model().objects.get_or_create(username=admin)
-            Membership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": access.Role.ADMIN.value})
+            members.add_member(tenant=tenant, user=user, role=access.Role.ADMIN)
         issued = api_keys.issue_key(tenant=tenant, name="made by manage.py create_tenant", organisation_key=True)
         self.stdout.write(
             f"{'created' if created else 'found'} tenant {name}"
