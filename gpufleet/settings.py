@@ -116,9 +116,11 @@ LOGIN_REDIRECT_URL = "/my/reservations"
 # read from <issuer>/.well-known/openid-configuration as each process starts (a provider that does
 # not answer stops it, naming the variable). A person is the user oidc-<sub>; their roles claim
 # (GPUFLEET_OIDC_ROLES_CLAIM) lists <organisation>:<role> entries, which become their memberships
-# at every sign-in (and GPUFLEET_OIDC_OPERATOR_ROLE an operator). SessionRefresh signs them in
-# again, silently (prompt=none), once GPUFLEET_OIDC_RENEW_SECONDS have passed since the last time:
-# a role taken away at the provider is gone by then.
+# at every sign-in (GPUFLEET_OIDC_OPERATOR_ROLE an operator, and entries
+# GPUFLEET_OIDC_ADMIN_GROUP_PREFIX<group> the admin's groups of that name, as staff). SessionRefresh
+# (gpufleet/oidc_refresh.py, which sends htmx's polls there too) signs them in again, silently
+# (prompt=none), once GPUFLEET_OIDC_RENEW_SECONDS have passed since the last time: a role taken
+# away at the provider is gone by then.
 OIDC_ISSUER = environment.text("GPUFLEET_OIDC_ISSUER", "").rstrip("/")
 OIDC_ENABLED = bool(OIDC_ISSUER)
 OIDC_RP_CLIENT_ID = environment.text("GPUFLEET_OIDC_CLIENT_ID", "")
@@ -126,12 +128,13 @@ OIDC_RP_CLIENT_SECRET = environment.text("GPUFLEET_OIDC_CLIENT_SECRET", "")
 OIDC_RP_SCOPES = environment.text("GPUFLEET_OIDC_SCOPES", "openid email")
 OIDC_ROLES_CLAIM = environment.text("GPUFLEET_OIDC_ROLES_CLAIM", "groups")
 OIDC_OPERATOR_ROLE = environment.text("GPUFLEET_OIDC_OPERATOR_ROLE", "gpufleet:operator")
+OIDC_ADMIN_GROUP_PREFIX = environment.text("GPUFLEET_OIDC_ADMIN_GROUP_PREFIX", "gpufleet:group:")
 OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = environment.number("GPUFLEET_OIDC_RENEW_SECONDS", 900, positive=True)
 OIDC_USE_PKCE = True
 OIDC_TIMEOUT = 10
 LOGIN_REDIRECT_URL_FAILURE = LOGIN_URL
 OIDC_AUTHENTICATION_BACKEND = "reservations.oidc.RolesClaimBackend"
-OIDC_MIDDLEWARE = "mozilla_django_oidc.middleware.SessionRefresh"
+OIDC_MIDDLEWARE = "gpufleet.oidc_refresh.HtmxAwareSessionRefresh"
 
 
 if OIDC_ENABLED:
