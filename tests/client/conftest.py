@@ -76,6 +76,14 @@ def tenant_environment(tmp_path: Path, url: str, token: str | None) -> dict[str,
     return env
 
 
+def with_key(tmp_path: Path, url: str, key: str | None) -> Tenant:
+    """A caller of the CLI with `key` in GPUFLEET_KEY (no GPUFLEET_TOKEN, no config file; none: no key anywhere)."""
+    env = tenant_environment(tmp_path, url, None)
+    if key is not None:
+        env["GPUFLEET_KEY"] = key
+    return Tenant(env)
+
+
 def admin_key(tenant: str) -> str:
     """The key of the organisation's admin, who may do all a tenant does (webhooks and keys are an
     admin's; the organisation key `manage.py create_tenant` prints acts as a member)."""

@@ -14,19 +14,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from reservations.models import ApiKey, Membership
-from tests.client.conftest import Tenant, tenant_environment
+from tests.client.conftest import Tenant, with_key
 from tests.support.api import member_key
 from tests.support.factories import tenant_token
 
 KEY = re.compile(r"^gf_[0-9a-f]{8}_[A-Za-z0-9_-]{43}$")
-
-
-def with_key(tmp_path, url: str, key: str | None) -> Tenant:
-    """A person calling the CLI with `key` in GPUFLEET_KEY (no GPUFLEET_TOKEN, no config file)."""
-    env = tenant_environment(tmp_path, url, None)
-    if key is not None:
-        env["GPUFLEET_KEY"] = key
-    return Tenant(env)
 
 
 @pytest.fixture

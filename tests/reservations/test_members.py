@@ -155,7 +155,7 @@ def test_an_admin_signs_a_member_out_of_the_organisations_pages_until_they_sign_
 def change_form(page) -> dict:
     """What a browser posts back from an admin change page as it was shown (its inlines' rows too)."""
     forms = [page.context["adminform"].form]
-    data = {}
+    data: dict[str, object] = {}
     for inline in page.context["inline_admin_formsets"]:
         formset = inline.formset
         data |= {f"{formset.prefix}-{name}": value for name, value in formset.management_form.initial.items()}

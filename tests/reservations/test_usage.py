@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from fleet.models import Node, Pod
 from reservations import services
-from reservations.models import Quota, Tenant
+from reservations.models import Quota, Reservation, Tenant
 from reservations.usage import Hold, Span, calendar_month, months, node_seconds, spans
 from tests.support.api import key_client, member_key, post
 from tests.support.factories import drive
@@ -84,11 +84,11 @@ def test_usage_is_read_per_member_who_made_each_reservation(available_fleet):
         name: post(client, "/v1/reservations", {"node_count": 1}).json()["id"]
         for name, client in [("ada", ada), ("bob", bob)]
     }
-    for name, reservation_id in made.items():
-        (node,) = Node.objects.filter(reservation_id=reservation_id)
-        drive(node, "provision_succeeded", reservation=node.reservation)
-        services.settle_reservation(reservation_id=reservation_id)
-        reservation_ages(node.reservation, by=WAIT)
+    for reservation in Reservation.objects.filter(pk__in=made.values()):
+        (node,) = Node.objects.filter(reservation=reservation)
+        drive(node, "provision_succeeded", reservation=reservation)
+        services.settle_reservation(reservation_id=reservation.pk)
+        reservation_ages(reservation, by=WAIT)
     body = bob.get("/v1/usage").json()  # a member reads the whole organisation's, by member
     assert {row["reservation"]: row["user"] for row in body["results"]} == {made["ada"]: "ada", made["bob"]: "bob"}
     assert [member["user"] for member in body["members"]] == ["ada", "bob"]

@@ -104,7 +104,8 @@ def tenant_webhooks(tenant: Tenant, deliveries: int = RECENT_DELIVERIES) -> list
 
 @dataclass(frozen=True)
 class UsageRow:
-    reservation: int | None  # None: the total
+    reservation: int | None  # None: a member's total, or the organisation's
+    user: str  # who made the reservation, or whose total it is ("" for the organisation's)
     seconds: dict[str, int]
 
     @property
@@ -117,22 +118,24 @@ class Usage:
     start: datetime
     end: datetime
     rows: list[UsageRow]
+    members: list[UsageRow]
     total: UsageRow
 
 
 def usage_this_month(tenant: Tenant, now: datetime | None = None) -> Usage:
-    """The tenant's node-seconds per reservation from the first of this month (UTC) until `now`
-    (None: core.clock's)."""
+    """The tenant's node-seconds per reservation and per member from the first of this month (UTC)
+    until `now` (None: core.clock's)."""
     end = now or clock.now()
     start = calendar_month(end).start
     usage = usage_of(tenant, start, end, now=end)
 
-    def row(reservation, seconds) -> UsageRow:
-        return UsageRow(reservation=reservation, seconds={kind: seconds[kind] for kind in USAGE_KINDS})
+    def row(figures: dict, reservation: int | None = None, user: str = "") -> UsageRow:
+        return UsageRow(reservation, user, seconds={kind: figures[kind] for kind in USAGE_KINDS})
 
     return Usage(
         start=start,
         end=end,
-        rows=[row(entry["reservation"], entry) for entry in usage["results"]],
-        total=row(None, usage["total"]),
+        rows=[row(entry, entry["reservation"], entry["user"]) for entry in usage["results"]],
+        members=[row(entry, user=entry["user"]) for entry in usage["members"]],
+        total=row(usage["total"]),
     )

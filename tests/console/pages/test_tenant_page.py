@@ -496,7 +496,7 @@ def test_the_webhooks_deliveries_are_listed_and_one_is_sent_again(alice_client, 
     assert f"Delivery {delivery.pk} (reservation.released) is queued to be sent again." in page(alice_client)
 
 
-def test_usage_this_month_is_shown_per_reservation_with_the_total(alice_client, alice, available_fleet):
+def test_usage_this_month_is_shown_per_reservation_per_member_and_the_total(alice_client, alice, available_fleet):
     mine = reserve(alice, 2, "p2")
     bring_up(mine)
     reservation_ages(mine, by=timedelta(seconds=10))
@@ -506,4 +506,7 @@ def test_usage_this_month_is_shown_per_reservation_with_the_total(alice_client, 
     assert 20 <= active < 30 and degraded == replacement == 0  # two nodes up for 10 s (and the moments the test took)
     total = group_of(r'<tr data-usage="total">(.*?)</tr>', text, re.S)
     assert [int(s) for s in re.findall(r'data-seconds="(\d+)"', total)] == [active, degraded, replacement]
+    # Per member who made them: here the service's caller, no person (no request named one).
+    ((member, figures),) = re.findall(r'<tr data-usage-member="([^"]*)">(.*?)</tr>', text, re.S)
+    assert member == "" and [int(s) for s in re.findall(r'data-seconds="(\d+)"', figures)] == [active, 0, 0]
     assert f"Node-hours from {timezone.now():%Y-%m}-01 00:00 to" in text
