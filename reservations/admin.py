@@ -17,7 +17,7 @@ from core import clock
 from core.admin_inlines import PaginatedInline
 from core.admin_permissions import has_permission
 from core.errors import Conflict
-from reservations import access, selectors, services, usage
+from reservations import access, selectors, services, usage, webhooks
 from reservations.models import (
     Activity,
     Allocation,
@@ -226,3 +226,11 @@ class WebhookAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # the tenant's own: POST /v1/webhooks
+
+    # Through the service, one by one: the organisation's activity names the operator who deleted it.
+    def delete_model(self, request, obj):
+        webhooks.delete_webhook(tenant=obj.tenant, webhook_id=obj.pk)
+
+    def delete_queryset(self, request, queryset):
+        for webhook in queryset.select_related("tenant"):
+            self.delete_model(request, webhook)

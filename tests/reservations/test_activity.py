@@ -1,8 +1,10 @@
-"""Every change through the API and the tenant page names the person and the key (its prefix, never
+"""Every change through the API, the tenant page and the admin names the person and the key (its prefix, never
 the key): the organisation's activity (keys, members, invitations, webhooks, SSH keys), its
 reservations' history and the nodes' audit rows; a worker's rows name no one."""
 
 from __future__ import annotations
+
+import ipaddress
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -84,6 +86,16 @@ def test_the_tenant_page_names_the_signed_in_person_and_no_key(available_fleet):
     (event,) = ReservationEvent.objects.filter(event="created")
     assert (event.user, event.key) == ("mo", "")
     assert b'data-activity="key_created"' in browser.get("/my/reservations").content
+
+
+def test_an_operator_deleting_a_webhook_in_the_admin_is_named_in_the_organisations_activity(admin_client, settings):
+    settings.WEBHOOK_ALLOWED_NETWORKS = (ipaddress.ip_network("192.0.2.0/24"),)  # a documentation network
+    alice = key_client(member_key("acme", "alice", "admin"))
+    hook = post(alice, "/v1/webhooks", {"url": "http://192.0.2.1/hook", "events": ["reservation.active"]}).json()
+    gone = admin_client.post(f"/admin/reservations/webhook/{hook['id']}/delete/", {"post": "yes"})
+    assert gone.status_code == 302
+    (deleted,) = Activity.objects.filter(event="webhook_deleted")
+    assert (deleted.user, deleted.key, deleted.detail) == ("admin", "", {"webhook": hook["id"]})
 
 
 def test_rows_written_outside_a_request_name_no_one(fleet):
