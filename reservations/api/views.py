@@ -23,12 +23,11 @@ from reservations.api.serializers import (
     ReservationSerializer,
     SSHKeyRequestSerializer,
     SSHKeySerializer,
-    UsageRequestSerializer,
-    UsageSerializer,
     WebhookDeliverySerializer,
     WebhookRequestSerializer,
     WebhookSerializer,
 )
+from reservations.api.usage_serializers import UsageRequestSerializer, UsageSerializer
 from reservations.models import Reservation, SSHKey, Tenant, Webhook
 from reservations.placement import PlacementRefused
 from reservations.services.api_keys import Caller

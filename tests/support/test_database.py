@@ -17,8 +17,6 @@ from django.db import connection
 
 from tests.support import REPO_ROOT
 
-# Any number will do, as long as nothing else on the server takes this advisory lock.
-TEMPLATE_LOCK = 0x6770_7566_6C65_6574 & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def migrations_digest() -> str:
@@ -31,13 +29,20 @@ def migrations_digest() -> str:
 
 
 @contextmanager
-def _template_lock() -> Iterator[None]:
+def _template_lock(base: str) -> Iterator[None]:
+    """The lock of the templates named after `base` (this run's test database): the processes of a
+    run wait for the one migrating, however long it takes; runs on other databases do not."""
+    key = int.from_bytes(hashlib.sha256(f"gpufleet test template {base}".encode()).digest()[:8], "big") >> 1
     with connection._nodb_cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [TEMPLATE_LOCK])
+        # The settings' lock and statement timeouts (for the control plane's requests) would cut the
+        # wait for a migration, which takes twenty seconds and more on a busy machine.
+        cursor.execute("SET lock_timeout = 0")
+        cursor.execute("SET statement_timeout = 0")
+        cursor.execute("SELECT pg_advisory_lock(%s)", [key])
         try:
             yield
         finally:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [TEMPLATE_LOCK])
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def _databases_named_like(prefix: str) -> list[str]:
@@ -59,7 +64,7 @@ def copy_of_migrated_database(process: str) -> str:
     base = settings.DATABASES["default"]["TEST"]["NAME"].removesuffix(f"_{process}")
     template = f"{base}_migrated_{migrations_digest()}"
     before = connection.settings_dict["NAME"]
-    with _template_lock():
+    with _template_lock(base):
         if template not in _databases_named_like(template):
             _drop_outdated_templates(f"{base}_migrated_", template)
             connection.settings_dict["TEST"]["NAME"] = template
