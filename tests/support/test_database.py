@@ -18,7 +18,6 @@ from django.db import connection
 from tests.support import REPO_ROOT
 
 
-
 def migrations_digest() -> str:
     """What the migrated schema depends on: every migration file and the installed apps."""
     digest = hashlib.sha256(repr(settings.INSTALLED_APPS).encode())
