@@ -1,5 +1,5 @@
 """What every API view shares: errors as JSON `{"detail": ...}` (a domain Conflict is a 409, a lock
-or statement timeout a 503), a body size cap, strict input and pagination."""
+or statement timeout or the database out of reach a 503), a body size cap, strict input and pagination."""
 
 from __future__ import annotations
 
@@ -30,9 +30,15 @@ class DatabaseBusy(exceptions.APIException):
     """503 with Retry-After (DRF sends `wait` as the header): core.database_busy."""
 
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = database_busy.DETAIL
+    default_detail = database_busy.BUSY.detail
     default_code = "database_busy"
-    wait = database_busy.RETRY_AFTER_SECONDS
+    wait = database_busy.BUSY.retry_after_seconds
+
+
+class DatabaseUnavailable(DatabaseBusy):
+    default_detail = database_busy.UNAVAILABLE.detail
+    default_code = "database_unavailable"
+    wait = database_busy.UNAVAILABLE.retry_after_seconds
 
 
 class SizeLimitedJSONParser(JSONParser):
@@ -101,6 +107,8 @@ def api_exception_handler(error: Exception, context: dict[str, Any]) -> Response
         error = exceptions.Throttled(detail=str(error))
     elif database_busy.gave_up_waiting(error):
         error = DatabaseBusy()
+    elif database_busy.unavailable(error):
+        error = DatabaseUnavailable()
     response = exception_handler(error, context)
     if response is not None and isinstance(error, exceptions.ValidationError):
         response.data = {"detail": _first_error(response.data), "errors": response.data}

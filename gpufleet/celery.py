@@ -10,3 +10,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
 app = Celery("gpufleet")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Named, not imported: `python -m gpufleet.heartbeat`, the liveness probe, imports this package
+# first and must not find its own module imported already.
+app.steps["consumer"].add("gpufleet.worker_heartbeat:HeartbeatFile")

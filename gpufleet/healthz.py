@@ -11,6 +11,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.redis_connection import redis_client
+
 CHECK_TIMEOUT_SECONDS = 2
 
 
@@ -24,7 +26,7 @@ def database_status() -> str:
 
 
 def broker_status() -> str:
-    client = redis.Redis.from_url(
+    client = redis_client(
         settings.REDIS_URL, socket_timeout=CHECK_TIMEOUT_SECONDS, socket_connect_timeout=CHECK_TIMEOUT_SECONDS
     )
     try:

@@ -38,7 +38,8 @@ class DomainErrorsAsStatuses:
     core.api.api_exception_handler, since DRF answers its views' exceptions itself. A page that
     shows a refusal next to a form field catches it there; anything else a service refuses
     gets its status here, with Django's own 404 and 403 pages, never a 500. A lock or statement
-    timeout is 503 `{"detail": ...}` with Retry-After, as on the API (core.database_busy)."""
+    timeout, or the database out of reach, is 503 `{"detail": ...}` with Retry-After, as on the API
+    (core.database_busy)."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -51,11 +52,11 @@ class DomainErrorsAsStatuses:
             raise Http404(str(error)) from error
         if isinstance(error, Forbidden):
             raise PermissionDenied(str(error)) from error
-        if database_busy.gave_up_waiting(error):
+        if (refusal := database_busy.refusal(error)) is not None:
             return JsonResponse(
-                {"detail": database_busy.DETAIL},
+                {"detail": refusal.detail},
                 status=503,
-                headers={"Retry-After": str(database_busy.RETRY_AFTER_SECONDS)},
+                headers={"Retry-After": str(refusal.retry_after_seconds)},
             )
         for kind, status in ((FieldRefused, 400), (Conflict, 409), (TooMany, 429)):
             if isinstance(error, kind):

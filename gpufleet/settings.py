@@ -5,9 +5,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from core import redis_connection
 from fleet import segments
 from gpufleet import environment
 from gpufleet.oidc_discovery import oidc_provider_settings
+from gpufleet.settings_fabrics import *  # noqa: F403
+from gpufleet.settings_fabrics import FABRIC_POLL_SECONDS, FABRIC_SYNC_SECONDS
 from gpufleet.settings_shared import *  # noqa: F403
 from gpufleet.settings_shared import BASE_DIR, database
 
@@ -76,10 +79,9 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database(environment.text("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpufleet"))}
+DATABASES = {"default": database("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpufleet")}
 
 REDIS_URL = environment.text("REDIS_URL", "redis://127.0.0.1:6379/0")
-BMCSIM_URL = environment.text("BMCSIM_URL", "http://127.0.0.1:8100")
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -171,14 +173,24 @@ REST_FRAMEWORK = {
     },
 }
 
+# Redis through Sentinel (core/redis_connection.py): REDIS_URL sentinel://host:port;sentinel://host:port/0.
+REDIS_SENTINEL_MASTER = environment.text("GPUFLEET_REDIS_SENTINEL_MASTER", "")
+REDIS_SENTINEL_PASSWORD = environment.text("GPUFLEET_REDIS_SENTINEL_PASSWORD", "")
+if problem := redis_connection.url_problem(REDIS_URL, REDIS_SENTINEL_MASTER):
+    sys.exit(f"gpu-fleet: {problem}")
+
 # Django's cache in Redis, shared by every web process: the API's per-tenant throttles count
 # there. Short socket timeouts: with Redis down a request waits a moment, then is let through.
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
+        "LOCATION": [REDIS_URL],  # one server, behind Sentinels too: Django splits a string at ';'
         "KEY_PREFIX": DATABASES["default"]["NAME"],  # control planes that share a Redis count apart
-        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        "OPTIONS": {
+            "pool_class": "core.redis_connection.CachePool",
+            "socket_connect_timeout": 0.5,
+            "socket_timeout": 0.5,
+        },
     }
 }
 
@@ -190,45 +202,19 @@ CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for 
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"socket_connect_timeout": 2, "socket_timeout": 5}
+if redis_connection.sentinel_url(REDIS_URL):
+    CELERY_BROKER_TRANSPORT_OPTIONS |= {
+        "master_name": REDIS_SENTINEL_MASTER,
+        "sentinel_kwargs": redis_connection.sentinel_options(CELERY_BROKER_TRANSPORT_OPTIONS, REDIS_SENTINEL_PASSWORD),
+    }
 # Publishing gives up fast: the reconciler enqueues again whatever a lost message was for.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2}
+# Any number of beats may run: one schedules, the others stand by (gpufleet/beat_leadership.py).
+CELERY_BEAT_SCHEDULER = "gpufleet.beat_leadership:LeaderScheduler"
+# Workers and beat touch it from their loops, for liveness probes (gpufleet/heartbeat.py). Unset: none.
+HEARTBEAT_FILE = environment.text("GPUFLEET_HEARTBEAT_FILE", "")
 RECONCILE_SECONDS = environment.number("GPUFLEET_RECONCILE_SECONDS", 5, positive=True)
-# The fabric's switches (workflows/fabric_health.py): their health is read every FABRIC_POLL_SECONDS
-# from the Redfish service that manages them. The demo's is bmcsim, with its fleet-wide operator
-# credential; a real fabric's (a switch manager such as UFM) is given with its own, and its address
-# must be in BMC_NETWORKS, as the BMCs' are.
-FABRIC_REDFISH_URL = environment.text("GPUFLEET_FABRIC_REDFISH_URL", BMCSIM_URL)
-FABRIC_REDFISH_USERNAME = environment.text("GPUFLEET_FABRIC_REDFISH_USERNAME", "root")
-DEVELOPMENT_FABRIC_PASSWORD = "calvin"  # bmcsim's; `check --deploy` warns while it is the one set
-FABRIC_REDFISH_PASSWORD = environment.text("GPUFLEET_FABRIC_REDFISH_PASSWORD", DEVELOPMENT_FABRIC_PASSWORD)
-FABRIC_POLL_SECONDS = environment.number("GPUFLEET_FABRIC_POLL_SECONDS", 15, positive=True)
-# Placement keeps off a cut-off node at once; the reservation it serves loses it (and it is wiped)
-# only once its switch's trouble has lasted this long, so that a link that flaps once costs no node.
-FABRIC_LET_GO_AFTER_SECONDS = environment.number("GPUFLEET_FABRIC_LET_GO_AFTER_SECONDS", 60)
-# Tenants' networks (workflows/fabric_sync.py): each fabric's manager, reached through a URL
-# template per manager ({switch}: a leaf switch's NVUE; {fabric}: an InfiniBand fabric's UFM, one a
-# pod; {domain}: an NVLink domain's NMX-M, one a rack), with its credential, on these networks only.
-# The demo's are bmcsim's, which `check --deploy` refuses. A node on no tenant's network is on the
-# provisioning VLAN. Every FABRIC_SYNC_SECONDS every attachment is read back, for drift.
-FABRIC_MANAGER_DEFAULT_URLS = {
-    "ethernet": f"{BMCSIM_URL}/switches/{{switch}}",
-    "infiniband": f"{BMCSIM_URL}/pods/{{fabric}}",
-    "nvlink": f"{BMCSIM_URL}/nvlink-domains/{{domain}}",
-}
-ETHERNET_MANAGER_URL = environment.text("GPUFLEET_ETHERNET_MANAGER_URL", FABRIC_MANAGER_DEFAULT_URLS["ethernet"])
-INFINIBAND_MANAGER_URL = environment.text("GPUFLEET_INFINIBAND_MANAGER_URL", FABRIC_MANAGER_DEFAULT_URLS["infiniband"])
-NVLINK_MANAGER_URL = environment.text("GPUFLEET_NVLINK_MANAGER_URL", FABRIC_MANAGER_DEFAULT_URLS["nvlink"])
-ETHERNET_MANAGER_USERNAME = environment.text("GPUFLEET_ETHERNET_MANAGER_USERNAME", FABRIC_REDFISH_USERNAME)
-ETHERNET_MANAGER_PASSWORD = environment.text("GPUFLEET_ETHERNET_MANAGER_PASSWORD", FABRIC_REDFISH_PASSWORD)
-INFINIBAND_MANAGER_USERNAME = environment.text("GPUFLEET_INFINIBAND_MANAGER_USERNAME", FABRIC_REDFISH_USERNAME)
-INFINIBAND_MANAGER_PASSWORD = environment.text("GPUFLEET_INFINIBAND_MANAGER_PASSWORD", FABRIC_REDFISH_PASSWORD)
-NVLINK_MANAGER_USERNAME = environment.text("GPUFLEET_NVLINK_MANAGER_USERNAME", FABRIC_REDFISH_USERNAME)
-NVLINK_MANAGER_PASSWORD = environment.text("GPUFLEET_NVLINK_MANAGER_PASSWORD", FABRIC_REDFISH_PASSWORD)
-FABRIC_MANAGER_NETWORKS = environment.networks(
-    "GPUFLEET_FABRIC_MANAGER_NETWORKS", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
-)
-FABRIC_SYNC_SECONDS = environment.number("GPUFLEET_FABRIC_SYNC_SECONDS", 30, positive=True)
 # A sweep on the workers' queue waits behind the workflow runs there: it must outlive a backlog, or
 # a busy fleet discards every sweep before a worker takes it. Each sweep claims its rows in the
 # database, so a late one does nothing twice; the limit only keeps messages from piling up while no

@@ -69,7 +69,8 @@ TEMPLATES = [
 # not read. Timeouts as on the private listener.
 DATABASES = {
     "default": database(
-        environment.text("PUBLIC_DATABASE_URL", "postgres://gpufleet_public@127.0.0.1:5432/gpufleet"),
+        "PUBLIC_DATABASE_URL",
+        "postgres://gpufleet_public@127.0.0.1:5432/gpufleet",
         engine="gpufleet.public_database",
         # Read-only for every statement, whatever the role's grants (grant_public_role sets it on the role too).
         server_options="-c default_transaction_read_only=on",

@@ -2,7 +2,10 @@
 the private listener, workers, beat, commands) and gpufleet/settings_public.py (the public
 listener, which must read no secret) each start from these."""
 
+import re
+import sys
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import dj_database_url
 
@@ -37,10 +40,23 @@ DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = environment.integer("GPUFLEET_DB_IDLE_IN_TRA
 DATABASE_CONNECT_TIMEOUT = environment.integer("DATABASE_CONNECT_TIMEOUT", 5, minimum=1)
 
 
-def database(url: str, *, engine: str | None = None, server_options: str = "") -> dj_database_url.DBConfig:
-    """A DATABASES entry for `url`: connections kept a minute and checked, with the timeouts above
-    (and `server_options`, more `-c name=value` pairs) set on every connection."""
-    entry = dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True, engine=engine)
+_DATABASE_URL_FORM = (
+    "a PostgreSQL URL, postgresql://user@host:port/name, or with several hosts"
+    " postgresql://user@host1:port1,host2:port2/name?target_session_attrs=read-write"
+)
+
+
+def database(
+    variable: str, default: str, *, engine: str | None = None, server_options: str = ""
+) -> dj_database_url.DBConfig:
+    """A DATABASES entry for the URL in `variable`: connections kept a minute and checked, with the
+    timeouts above (and `server_options`, more `-c name=value` pairs) set on every connection. A URL
+    it cannot use stops the process with one line, as gpufleet/environment.py's readers do."""
+    url = environment.text(variable, default)
+    try:
+        entry = _parse_database_url(url, engine=engine)
+    except ValueError as error:
+        sys.exit(f"gpu-fleet: {variable}={_without_password(url)!r}: expected {_DATABASE_URL_FORM} ({error})")
     entry.setdefault("OPTIONS", {}).update(
         connect_timeout=DATABASE_CONNECT_TIMEOUT,
         options=(
@@ -49,6 +65,37 @@ def database(url: str, *, engine: str | None = None, server_options: str = "") -
         ).strip(),
     )
     return entry
+
+
+def _parse_database_url(url: str, *, engine: str | None) -> dj_database_url.DBConfig:
+    """dj_database_url's entry for `url`, which reads one host only. Several hosts (libpq's
+    host1:port1,host2:port2, to fail over between a primary and its standbys) become HOST and PORT as
+    libpq's comma lists, which Django hands psycopg as they are: it tries each host in turn, and
+    keeps the first that `target_session_attrs` (a query parameter, in OPTIONS) accepts. A host
+    without a port has an empty item in PORT, libpq's default port."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"the scheme {parts.scheme!r} is not postgres or postgresql")
+    user, at, hosts = parts.netloc.rpartition("@")
+    if "," not in hosts:
+        return dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True, engine=engine)
+    names, ports = [], []
+    for host in hosts.split(","):
+        if not host:
+            raise ValueError("an empty host in the list of hosts")
+        one = urlsplit(f"//{host}")
+        names.append(unquote(one.hostname or ""))
+        ports.append(str(one.port or ""))  # ValueError for a port that is no number from 0 to 65535
+    # The rest of the URL as dj_database_url reads it, with the first host alone.
+    first = parts._replace(netloc=f"{user}{at}{hosts.split(',')[0]}").geturl()
+    entry = dj_database_url.parse(first, conn_max_age=60, conn_health_checks=True, engine=engine)
+    entry["HOST"], entry["PORT"] = ",".join(names), ",".join(ports)
+    return entry
+
+
+def _without_password(url: str) -> str:
+    """`url` as a refusal may show it: any password in it starred out."""
+    return re.sub(r"^([^:/]*://[^:@/]*):[^@/]*@", r"\1:***@", url)
 
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

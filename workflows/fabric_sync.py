@@ -36,6 +36,7 @@ from django.db import connection, transaction
 from django.dispatch import receiver
 
 from core import clock
+from core.redis_connection import redis_client
 from core.topology import ETHERNET, FABRICS, INFINIBAND, NVLINK
 from fleet import lifecycle
 from fleet.models import GPU, NetworkAttachment, SegmentKind, TenantNetwork
@@ -265,7 +266,7 @@ def _sync_manager(
 
 @functools.cache
 def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+    return redis_client(url, socket_connect_timeout=2, socket_timeout=5)
 
 
 def request_sync() -> bool:

@@ -16,12 +16,14 @@ from collections.abc import Iterable
 import redis
 from django.conf import settings
 
+from core.redis_connection import redis_client
+
 PREFIX = "gpufleet:workflow-waiting:"
 
 
 @functools.cache
 def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+    return redis_client(url, socket_connect_timeout=2, socket_timeout=5)
 
 
 def _client() -> redis.Redis:

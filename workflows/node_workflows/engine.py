@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
+import tenacity
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from core import database_busy
 from fleet import leases, lifecycle, services
 from fleet.leases import Lease, LeaseLost, record_discarded_result
 from fleet.lifecycle import Event, State
@@ -138,8 +140,9 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
 
 
 def _remaining_steps(workflow: Workflow, run: Run) -> tuple[tuple[StepName, WorkflowStep], ...]:
-    """Resume where a paused run stopped. After a worker died or stalled mid-step, start over:
-    nobody knows what it left the machine doing, and every step is safe to repeat."""
+    """Resume where a paused run stopped. After a worker died, stalled or lost its database
+    mid-step, start over: nobody knows what it left the machine doing, and every step is safe to
+    repeat."""
     names = [name for name, _ in workflow.steps]
     if run.lease.took_over or run.node.step not in names:
         return workflow.steps
@@ -165,6 +168,14 @@ def run_workflow(*, node_id: int, worker: str, clients: Clients = HARDWARE) -> s
                     outcomes.append(_run_steps(run, WORKFLOWS[lifecycle.State(node.state)], in_state))
             except LeaseLost:
                 outcomes.append("lease lost")
+            except DatabaseError as error:
+                if not database_busy.unavailable(error):
+                    raise
+                # The database went away mid-step (its primary died: a failover). What the step had
+                # not committed is gone with it; what the machine was left doing nobody knows.
+                log.warning("%s: the database went away at %s: %s", node.name, run.step or "start", error)
+                outcomes.append(f"database lost at {run.step or 'start'}")
+                run.next_lease = _lease_once_the_database_is_back(lease)
             lease = run.next_lease
             if lease is not None:
                 node, in_state = _node_and_time_in_state(node_id)
@@ -172,6 +183,26 @@ def run_workflow(*, node_id: int, worker: str, clients: Clients = HARDWARE) -> s
         bmc.close()
         agent.close()
     return ", ".join(outcomes)
+
+
+def _lease_once_the_database_is_back(lease: Lease) -> Lease | None:
+    """`lease`, to start the node's workflow over as a takeover does, once the database answers
+    again (a standby promoted) and the lease still holds: retried with backoff for as long as the
+    lease may last, the broken connection dropped before each try. None if the lease was lost
+    meanwhile; a database still out of reach is raised, and the reconciler sends the node again
+    once the lease has run out."""
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(database_busy.unavailable),
+        wait=tenacity.wait_random_exponential(multiplier=0.5, max=5),
+        stop=tenacity.stop_after_delay(settings.LEASE_SECONDS),
+        before=lambda _: close_old_connections(),
+        reraise=True,
+    )
+    try:
+        retrying(leases.heartbeat, lease)
+    except LeaseLost:
+        return None
+    return replace(lease, took_over=True)
 
 
 def _node_and_time_in_state(node_id: int) -> tuple[Node, float]:

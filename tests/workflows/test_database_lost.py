@@ -1,0 +1,64 @@
+"""A worker whose database goes away mid-step (its primary killed, a standby promoted) leaves
+nothing of the step half-done, waits for the database to answer again, and starts the node's
+workflow over under the lease it holds, as a takeover does: no wait for the lease to run out.
+tests/e2e/test_postgres_failover.py does it across a real failover."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from django.db import connection
+
+from fleet.models import AuditEvent, Node
+from tests.support.factories import drive
+from tests.support.fake_hardware import FakeAgent, FakeBMC
+from workflows import node_workflows
+from workflows.clients import Clients
+
+
+def break_this_connection() -> None:
+    """This thread's connection ended by its server, as a primary's death ends it."""
+    pid = connection.connection.info.backend_pid
+    own = connection.settings_dict
+    with psycopg.connect(
+        host=own["HOST"], port=own["PORT"], user=own["USER"], dbname=own["NAME"], autocommit=True
+    ) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+class AgentWhoseFirstRunLosesTheDatabase(FakeAgent):
+    """Diagnostics that pass at once; while the first run starts, the worker's database goes away."""
+
+    def __init__(self, node: Node):
+        super().__init__(node)
+        self.started: list[int] = []
+
+    def start_diagnostics(self, level: int) -> dict:
+        self.started.append(level)
+        if len(self.started) == 1:
+            break_this_connection()
+        return {"state": "running", "level": level, "started_at": float(len(self.started)), "results": []}
+
+    def diagnostics(self) -> dict:
+        run = {"state": "succeeded", "level": self.started[-1], "started_at": float(len(self.started))}
+        return {**run, "results": [{"test": "software", "gpu": g["index"], "passed": True} for g in self.gpus]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_that_loses_its_database_starts_the_workflow_over_once_it_is_back(node):
+    drive(node, "inspection_started")
+    agent = AgentWhoseFirstRunLosesTheDatabase(node)
+    clients = Clients(bmc=lambda node: FakeBMC([]), agent=lambda node: agent)
+    token = Node.objects.get(pk=node.pk).fencing_token
+
+    outcome = node_workflows.run_workflow(node_id=node.pk, worker="test", clients=clients)
+
+    assert outcome == "database lost at wait_for_diagnostics, paused at attest"  # attestation is not configured here
+    assert agent.started == [1, 1]
+    steps = AuditEvent.objects.filter(node=node, event="step_changed").order_by("id").values_list("reason", "detail")
+    first_visit = ["boot_service_image", "wait_for_agent", "check_firmware", "check_inventory", "start_diagnostics"]
+    # The step change the lost connection was writing is not there: it is written again, once, after the start over.
+    assert [reason for reason, _ in steps] == [*first_visit, *first_visit, "wait_for_diagnostics", "attest"]
+    assert {detail["token"] for _, detail in steps} == {token + 1}, "one lease throughout"
+    node.refresh_from_db()
+    assert (node.state, node.diagnostic_level, node.lease_owner) == ("inspecting", 1, "")
