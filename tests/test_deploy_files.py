@@ -1,14 +1,19 @@
 """deploy/: the Dockerfile, compose.yaml, the Kubernetes manifests and the Grafana files, checked
 without a container engine or a cluster.
 
-What a tool here can check is checked by the tool: promtool and amtool (required: a missing one
-fails, `.ci/run` installs them), promtool again for every dashboard query, `kubectl kustomize` and
-`docker compose config` where those clients work (the compose plugin is not installed on our
-machines, so the YAML structure is asserted instead). Plain pytest: no database.
+What a tool here can check is checked by the tool: promtool, amtool and kubectl (required: a
+missing one fails, `.ci/run` installs them), promtool again for every dashboard query, `kubectl
+kustomize` for the Kubernetes base and each overlay, whose every object kubernetes-validate then
+checks, offline, against a current Kubernetes release's schemas; `docker compose config` where
+that client works (the compose plugin is not installed on our machines, so the YAML structure is
+asserted instead). Plain pytest: no database.
 """
 
 from __future__ import annotations
 
+import collections
+import copy
+import functools
 import importlib.util
 import json
 import os
@@ -16,8 +21,11 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -29,6 +37,7 @@ DEPLOY = REPO_ROOT / "deploy"
 COMPOSE_FILE = DEPLOY / "compose.yaml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 K8S = DEPLOY / "k8s"
+K8S_BASE = K8S / "base"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "gpu-fleet.json"
 DATASOURCES = DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yaml"
 DASHBOARD_PROVIDERS = DEPLOY / "grafana" / "provisioning" / "dashboards" / "gpu-fleet.yaml"
@@ -83,7 +92,7 @@ def compose() -> dict:
 
 def k8s_objects() -> dict[tuple[str, str], dict]:
     objects = {}
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in sorted(K8S_BASE.glob("*.yaml")):
         if path.name == "kustomization.yaml":
             continue
         for doc in load_all(path):
@@ -112,7 +121,7 @@ def test_the_deploy_files_exist():
         COMPOSE_PROMETHEUS,
         COMPOSE_ALERTMANAGER,
         DEPLOY_README,
-        K8S / "kustomization.yaml",
+        K8S_BASE / "kustomization.yaml",
         REPO_ROOT / ".dockerignore",
     ]:
         assert path.is_file(), path
@@ -438,15 +447,27 @@ def test_docker_compose_config_accepts_both_profiles_and_requires_the_secrets():
 
 # --- Kubernetes --------------------------------------------------------------------------------
 
+# The newest release whose schemas the pinned kubernetes-validate bundles (it has 1.25 to 1.37).
+KUBERNETES_VERSION = "1.37"
+HEARTBEAT_FILE = "/tmp/heartbeat"
+HEARTBEAT_PROBE = ["python", "-m", "gpufleet.heartbeat", HEARTBEAT_FILE, "--max-age", "60"]
+CELERY_PROCESSES = {"worker", "webhooks", "beat"}
+AUTOSCALED = {"web", "worker"}
+# network-policies.yaml's placeholders, the documentation ranges: the BMC network, the fabric
+# managers' network, the OpenID provider.
+BMC_NETWORK, FABRIC_NETWORK, OIDC_NETWORK = "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"
+PRIVATE_RANGES = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.0/8", "169.254.0.0/16"}
+
 
 def test_k8s_has_the_expected_objects():
     objects = k8s_objects()
+    components = ["web", "public", "worker", "webhooks", "beat"]
     expected = {
-        ("Deployment", "gpufleet-web"),
-        ("Deployment", "gpufleet-public"),
-        ("Deployment", "gpufleet-worker"),
-        ("Deployment", "gpufleet-webhooks"),
-        ("Deployment", "gpufleet-beat"),
+        *[("Deployment", f"gpufleet-{name}") for name in components],
+        *[("PodDisruptionBudget", f"gpufleet-{name}") for name in components],
+        *[("NetworkPolicy", f"gpufleet-{name}") for name in [*components, "migrate", "default-deny", "dns"]],
+        ("HorizontalPodAutoscaler", "gpufleet-web"),
+        ("HorizontalPodAutoscaler", "gpufleet-worker"),
         ("Service", "gpufleet-web"),
         ("Service", "gpufleet-public"),
         ("ConfigMap", "gpufleet-config"),
@@ -457,15 +478,20 @@ def test_k8s_has_the_expected_objects():
         ("Job", "gpufleet-migrate"),
     }
     assert set(objects) == expected
-    # PostgreSQL and Redis are external: nothing here runs them.
+    # PostgreSQL and Redis are external to the base: nothing there runs them (the overlays do).
     images = {c["image"] for obj in objects.values() if "template" in obj.get("spec", {}) for c in containers(obj)}
     assert {image.split(":")[0] for image in images} == {APP_IMAGE}
 
 
-def test_k8s_beat_runs_exactly_once():
+def test_k8s_beat_runs_twice_and_one_leads():
     beat = k8s_objects()[("Deployment", "gpufleet-beat")]
-    assert beat["spec"]["replicas"] == 1
-    assert beat["spec"]["strategy"]["type"] == "Recreate", "a rolling update would run two beats"
+    assert beat["spec"]["replicas"] == 2
+    assert beat["spec"]["strategy"]["type"] == "RollingUpdate", "a third beat only waits for the lock"
+    (container,) = containers(beat)
+    command = container["command"]
+    assert command[command.index("--scheduler") + 1] == "gpufleet.beat_leadership:LeaderScheduler"
+    module, _, scheduler = command[command.index("--scheduler") + 1].partition(":")
+    assert scheduler in (REPO_ROOT / (module.replace(".", "/") + ".py")).read_text()
 
 
 @pytest.mark.parametrize(
@@ -484,6 +510,8 @@ def test_k8s_listeners_have_healthz_probes_and_a_service(name, module, port):
         assert ports[get["port"]] == port
         # The kubelet sends the pod IP as Host, which ALLOWED_HOSTS would answer with a 400.
         assert {"name": "Host", "value": "localhost"} in get["httpHeaders"]
+    # Until it listens, liveness waits: the start is the startup probe's.
+    assert ports[container["startupProbe"]["tcpSocket"]["port"]] == port
     config = objects[("ConfigMap", "gpufleet-config")]["data"]
     assert "localhost" in config["ALLOWED_HOSTS"].split(",")
     service = objects[("Service", f"gpufleet-{name}")]
@@ -491,6 +519,27 @@ def test_k8s_listeners_have_healthz_probes_and_a_service(name, module, port):
     assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
     assert service["spec"]["ports"][0]["port"] == port
     assert f"gpufleet-{name}" in config["ALLOWED_HOSTS"].split(","), "in-cluster clients use the Service name"
+
+
+def test_k8s_celery_processes_are_live_by_their_heartbeat_not_by_a_shell(tmp_path):
+    objects = k8s_objects()
+    for name in CELERY_PROCESSES:
+        (container,) = containers(objects[("Deployment", f"gpufleet-{name}")])
+        assert {"name": "GPUFLEET_HEARTBEAT_FILE", "value": HEARTBEAT_FILE} in container["env"], name
+        for probe in ["startupProbe", "readinessProbe", "livenessProbe"]:
+            assert container[probe]["exec"]["command"] == HEARTBEAT_PROBE, (name, probe)
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert str(Path(HEARTBEAT_FILE).parent) in mounts, f"{name}: the heartbeat needs a writable /tmp"
+    assert '"GPUFLEET_HEARTBEAT_FILE"' in (REPO_ROOT / "gpufleet" / "settings.py").read_text()
+    # The probe's command, run here: it fails without a fresh heartbeat, and passes with one.
+    heartbeat = tmp_path / "heartbeat"
+    command = [sys.executable, *HEARTBEAT_PROBE[1:3], str(heartbeat), *HEARTBEAT_PROBE[4:]]
+    assert run(*command).returncode == 1
+    heartbeat.touch()
+    assert run(*command).returncode == 0
+    old = time.time() - 120
+    os.utime(heartbeat, (old, old))
+    assert run(*command).returncode == 1
 
 
 def test_k8s_workloads_request_resources_and_read_their_settings_from_the_configmap_and_secret():
@@ -505,8 +554,7 @@ def test_k8s_workloads_request_resources_and_read_their_settings_from_the_config
             secret = "gpufleet-public-secrets" if name == "gpufleet-public" else "gpufleet-secrets"
             assert refs == {("configMapRef", "gpufleet-config"), ("secretRef", secret)}, name
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
-            if kind == "Deployment":
-                check_app_command(container["command"])
+            check_app_command(container["command"])
         for volume in obj["spec"]["template"]["spec"].get("volumes", []):
             if "secret" in volume:
                 assert ("Secret", volume["secret"]["secretName"]) in objects, name
@@ -538,7 +586,7 @@ def test_k8s_public_listener_holds_no_secret_but_its_database_login_and_serves_t
     (volume,) = [v for v in volumes if v["name"] == mount["name"]]
     assert volume["configMap"]["name"] == "gpufleet-public-jwks"
     assert jwks.name in objects[("ConfigMap", "gpufleet-public-jwks")]["data"]
-    assert "export_signing_keys" in (K8S / "public-jwks.template.yaml").read_text()
+    assert "export_signing_keys" in (K8S_BASE / "public-jwks.template.yaml").read_text()
 
 
 def test_k8s_secrets_are_templates_with_placeholders_only():
@@ -549,9 +597,9 @@ def test_k8s_secrets_are_templates_with_placeholders_only():
         assert secret["stringData"]
         for key, value in secret["stringData"].items():
             assert value.startswith(PLACEHOLDER), f"{secret['metadata']['name']}.{key} holds a value"
-    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    assert "secret.template.yaml" not in kustomization["resources"], "the template must not be applied as is"
-    assert set(kustomization["resources"]) == {"configmap.yaml", "web.yaml", "public.yaml", "worker.yaml", "beat.yaml"}
+    rendered = {(obj["kind"], obj["metadata"]["name"]) for obj in kustomize(K8S_BASE)}
+    assert not [key for key in rendered if key[0] == "Secret"], "the templates must not be applied as they are"
+    assert ("ConfigMap", "gpufleet-public-jwks") not in rendered
 
 
 def test_k8s_configmap_holds_no_secret_and_every_setting_is_read_somewhere():
@@ -564,22 +612,278 @@ def test_k8s_configmap_holds_no_secret_and_every_setting_is_read_somewhere():
         for path in [
             "gpufleet/settings.py",
             "gpufleet/settings_shared.py",
+            "gpufleet/settings_fabrics.py",
             "gpufleet/settings_public.py",
             "bmcsim/settings.py",
         ]
     )
     keys = set(config) | set(objects[("Secret", "gpufleet-secrets")]["stringData"])
     keys |= set(objects[("Secret", "gpufleet-public-secrets")]["stringData"])
+    for overlay in OVERLAYS:
+        keys |= set(rendered_objects(K8S / "overlays" / overlay)[("ConfigMap", "gpufleet-config")]["data"])
     for key in keys - {"DJANGO_SETTINGS_MODULE"}:
         assert f'"{key}"' in sources, f"{key} is not a setting the code reads"
 
 
-def test_kubectl_kustomize_builds_the_manifests():
-    assert shutil.which("kubectl"), "kubectl is missing: .ci/run installs Debian's kubernetes-client"
-    result = run("kubectl", "kustomize", str(K8S))
+# The base and every overlay, as `kubectl kustomize` builds them (Debian's kubectl 1.20 and newer
+# ones alike: the kustomizations use the spellings both know).
+OVERLAYS = ["cloudnativepg", "redis-sentinel"]
+BUILDS = [K8S_BASE, *[K8S / "overlays" / overlay for overlay in OVERLAYS]]
+
+
+@functools.cache
+def kustomize(directory: Path) -> tuple[dict, ...]:
+    assert shutil.which("kubectl"), "kubectl is missing: bin/install-prerequisites installs Debian's kubernetes-client"
+    result = run("kubectl", "kustomize", str(directory))
     assert result.returncode == 0, result.stderr
-    kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(result.stdout) if doc)
-    assert kinds == ["ConfigMap", *["Deployment"] * 5, "Service", "Service"]
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def rendered_objects(directory: Path) -> dict[tuple[str, str], dict]:
+    return {(obj["kind"], obj["metadata"]["name"]): obj for obj in kustomize(directory)}
+
+
+def build_id(directory: Path) -> str:
+    return str(directory.relative_to(K8S))
+
+
+def pod_labels(workload: dict) -> dict:
+    return workload["spec"]["template"]["metadata"]["labels"]
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """A label selector with matchLabels only (the manifests use no other kind) that `labels` match."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def test_kubectl_kustomize_builds_the_base():
+    kinds = collections.Counter(obj["kind"] for obj in kustomize(K8S_BASE))
+    assert kinds == {
+        "ConfigMap": 1,
+        "Job": 1,
+        "Deployment": 5,
+        "PodDisruptionBudget": 5,
+        "NetworkPolicy": 8,
+        "HorizontalPodAutoscaler": 2,
+        "Service": 2,
+    }
+    # The image is set once, for the Deployments and the migrate Job alike.
+    workloads = [obj for obj in kustomize(K8S_BASE) if obj["kind"] in {"Deployment", "Job"}]
+    assert {c["image"] for obj in workloads for c in containers(obj)} == {f"{APP_IMAGE}:local"}
+
+
+@pytest.mark.parametrize("directory", BUILDS, ids=build_id)
+def test_k8s_every_object_passes_the_kubernetes_schemas(directory):
+    """Strict: an unknown field fails as a wrong type does. The CloudNativePG Cluster, a custom
+    resource no Kubernetes release has a schema for, is checked by hand below."""
+    checked = 0
+    for obj in kustomize(directory):
+        if obj["apiVersion"].startswith("postgresql.cnpg.io/"):
+            continue
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        checked += 1
+    assert checked >= len(kustomize(K8S_BASE))
+
+
+def test_k8s_schema_validation_refuses_a_broken_manifest():
+    deployment = copy.deepcopy(rendered_objects(K8S_BASE)[("Deployment", "gpufleet-web")])
+    containers(deployment)[0]["readinessProbe"]["periodSeconds"] = "5"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+    deployment = copy.deepcopy(rendered_objects(K8S_BASE)[("Deployment", "gpufleet-web")])
+    containers(deployment)[0]["livenesProbe"] = containers(deployment)[0].pop("livenessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("directory", BUILDS, ids=build_id)
+def test_k8s_every_workload_has_probes_resources_and_a_disruption_budget(directory):
+    objects = kustomize(directory)
+    workloads = [obj for obj in objects if obj["kind"] in {"Deployment", "StatefulSet"}]
+    budgets = [obj for obj in objects if obj["kind"] == "PodDisruptionBudget"]
+    assert workloads
+    for workload in workloads:
+        name = workload["metadata"]["name"]
+        for container in containers(workload):
+            assert {"readinessProbe", "livenessProbe"} <= container.keys(), f"{name}: probes"
+            assert {"cpu", "memory"} <= container["resources"]["requests"].keys(), f"{name}: requests"
+            assert "memory" in container["resources"]["limits"], f"{name}: a memory limit"
+        matching = [b for b in budgets if selects(b["spec"]["selector"], pod_labels(workload))]
+        assert len(matching) == 1, f"{name}: {len(matching)} disruption budgets"
+        (budget,) = matching
+        # A budget that admits no eviction would hold every node drain for ever.
+        replicas = workload["spec"].get("replicas", 2)
+        assert budget["spec"].get("maxUnavailable", 0) >= 1 or budget["spec"]["minAvailable"] < replicas, name
+
+
+def test_k8s_web_and_worker_scale_on_cpu_and_leave_the_count_to_their_autoscaler():
+    objects = rendered_objects(K8S_BASE)
+    targets = set()
+    for (kind, name), hpa in objects.items():
+        if kind != "HorizontalPodAutoscaler":
+            continue
+        target = hpa["spec"]["scaleTargetRef"]
+        assert hpa["apiVersion"] == "autoscaling/v2" and target["kind"] == "Deployment", name
+        deployment = objects[("Deployment", target["name"])]
+        assert "replicas" not in deployment["spec"], f"{target['name']}: each apply would undo the autoscaler"
+        assert 2 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"], name
+        (metric,) = hpa["spec"]["metrics"]
+        assert metric["resource"]["name"] == "cpu" and metric["resource"]["target"]["type"] == "Utilization"
+        (container,) = containers(deployment)
+        assert "cpu" in container["resources"]["requests"], "utilisation is measured against the request"
+        targets.add(target["name"])
+    assert targets == {f"gpufleet-{name}" for name in AUTOSCALED}
+    for (kind, name), deployment in objects.items():
+        if kind == "Deployment" and name not in targets:
+            assert deployment["spec"]["replicas"] >= 2, f"{name}: one node lost must not stop it"
+
+
+def egress_rules(objects: list[dict], labels: dict) -> list[dict]:
+    policies = [p for p in objects if p["kind"] == "NetworkPolicy" and selects(p["spec"]["podSelector"], labels)]
+    return [rule for policy in policies for rule in policy["spec"].get("egress", [])]
+
+
+def ingress_rules(objects: list[dict], labels: dict) -> list[dict]:
+    policies = [p for p in objects if p["kind"] == "NetworkPolicy" and selects(p["spec"]["podSelector"], labels)]
+    return [rule for policy in policies for rule in policy["spec"].get("ingress", [])]
+
+
+def ip_blocks(rules: list[dict]) -> set[str]:
+    return {peer["ipBlock"]["cidr"] for rule in rules for peer in rule.get("to", []) if "ipBlock" in peer}
+
+
+def test_k8s_network_policies_deny_by_default_and_open_what_each_process_needs():
+    objects = list(kustomize(K8S_BASE))
+    policies = {obj["metadata"]["name"]: obj for obj in objects if obj["kind"] == "NetworkPolicy"}
+    deny = policies["gpufleet-default-deny"]["spec"]
+    assert set(deny["policyTypes"]) == {"Ingress", "Egress"} and "ingress" not in deny and "egress" not in deny
+    workloads = {
+        pod_labels(obj)["app.kubernetes.io/component"]: pod_labels(obj)
+        for obj in objects
+        if obj["kind"] in {"Deployment", "Job"}
+    }
+    assert set(workloads) == {"web", "public", "worker", "webhooks", "beat", "migrate"}
+    for component, labels in workloads.items():
+        assert selects(deny["podSelector"], labels), component
+        assert selects(policies[f"gpufleet-{component}"]["spec"]["podSelector"], labels), component
+        ports = {port["port"] for rule in egress_rules(objects, labels) for port in rule.get("ports", [])}
+        assert {53, 5432} <= ports, f"{component}: DNS and PostgreSQL"
+    # In: the two listeners, on their own ports; nothing into the Celery processes or the Job.
+    inbound = {c: ingress_rules(objects, labels) for c, labels in workloads.items()}
+    assert {c for c, rules in inbound.items() if rules} == {"web", "public"}
+    assert [port["port"] for rule in inbound["web"] for port in rule["ports"]] == [PORTS["web"]]
+    assert [port["port"] for rule in inbound["public"] for port in rule["ports"]] == [PORTS["public"]]
+    # Out: the public listener to PostgreSQL and DNS only, and no address of its own choosing.
+    public_out = egress_rules(objects, workloads["public"])
+    assert {port["port"] for rule in public_out for port in rule["ports"]} == {53, 5432}
+    assert not ip_blocks(public_out)
+    # Only the workers reach the BMC and fabric networks; webhooks go to public addresses alone.
+    reach = {c: ip_blocks(egress_rules(objects, labels)) for c, labels in workloads.items()}
+    assert {c for c, blocks in reach.items() if {BMC_NETWORK, FABRIC_NETWORK} & blocks} == {"worker"}
+    assert reach["web"] == {OIDC_NETWORK}
+    assert not reach["beat"] and not reach["migrate"]
+    (internet,) = [
+        peer["ipBlock"]
+        for rule in egress_rules(objects, workloads["webhooks"])
+        for peer in rule.get("to", [])
+        if peer.get("ipBlock", {}).get("cidr") == "0.0.0.0/0"
+    ]
+    assert set(internet["except"]) >= PRIVATE_RANGES
+    network_policies = (K8S_BASE / "network-policies.yaml").read_text()
+    for placeholder in [BMC_NETWORK, FABRIC_NETWORK, OIDC_NETWORK]:
+        assert f"REPLACE {placeholder}" in network_policies, f"{placeholder} must say what to put there"
+
+
+def test_k8s_migrate_job_is_a_pre_deploy_step():
+    objects = rendered_objects(K8S_BASE)
+    job = objects[("Job", "gpufleet-migrate")]
+    annotations = job["metadata"]["annotations"]
+    assert annotations["argocd.argoproj.io/hook"] == "PreSync"
+    assert annotations["argocd.argoproj.io/hook-delete-policy"] == "BeforeHookCreation"
+    # Without Argo CD, the documented order applies this Job alone, by its label, before the rest.
+    assert job["metadata"]["labels"]["app.kubernetes.io/component"] == "migrate"
+    selector = "-l app.kubernetes.io/component=migrate"
+    assert selector in (K8S_BASE / "migrate-job.yaml").read_text()
+    assert selector in DEPLOY_README.read_text()
+    (container,) = containers(job)
+    assert container["command"][-1].startswith("python manage.py migrate --no-input")
+
+
+def secret_readers(objects: dict) -> list[tuple[dict, dict]]:
+    """(workload, container) for every container that reads gpufleet-secrets."""
+    return [
+        (obj, container)
+        for (kind, _), obj in objects.items()
+        if kind in {"Deployment", "Job"}
+        for container in containers(obj)
+        if {"secretRef": {"name": "gpufleet-secrets"}} in container["envFrom"]
+    ]
+
+
+def test_k8s_cloudnativepg_overlay_runs_three_synchronous_instances_and_points_the_apps_at_the_primary():
+    """The Cluster is a custom resource: its shape is checked here against CloudNativePG's
+    documented fields (postgresql.cnpg.io/v1), not a schema."""
+    objects = rendered_objects(K8S / "overlays" / "cloudnativepg")
+    (cluster,) = [obj for (kind, _), obj in objects.items() if kind == "Cluster"]
+    assert cluster["apiVersion"] == "postgresql.cnpg.io/v1"
+    spec = cluster["spec"]
+    assert set(spec) == {"instances", "imageName", "postgresql", "bootstrap", "storage", "affinity", "resources"}
+    assert spec["instances"] == 3
+    synchronous = spec["postgresql"]["synchronous"]
+    assert synchronous["method"] in {"any", "first"} and 1 <= synchronous["number"] < spec["instances"]
+    assert synchronous["dataDurability"] == "required", "a commit must not go on unprotected"
+    assert re.fullmatch(r"ghcr\.io/cloudnative-pg/postgresql:15(\.\d+)?", spec["imageName"])
+    initdb = spec["bootstrap"]["initdb"]
+    assert initdb["database"] == initdb["owner"] == "gpufleet"
+    assert f"ALTER ROLE {initdb['owner']} CREATEROLE" in initdb["postInitApplicationSQL"]
+    assert spec["affinity"]["podAntiAffinityType"] == "required"
+    # Every process with the app's secrets reads DATABASE_URL from the operator's app Secret, whose
+    # `uri` names the primary's service, <cluster>-rw.
+    readers = secret_readers(objects)
+    assert {obj["metadata"]["name"] for obj, _ in readers} == {
+        f"gpufleet-{name}" for name in ["web", "worker", "webhooks", "beat", "migrate"]
+    }
+    for obj, container in readers:
+        (url,) = [e for e in container["env"] if e["name"] == "DATABASE_URL"]
+        ref = url["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": f"{cluster['metadata']['name']}-app", "key": "uri"}, obj["metadata"]["name"]
+    assert f"{cluster['metadata']['name']}-rw" in (K8S / "overlays" / "cloudnativepg" / "database-url.yaml").read_text()
+
+
+def test_k8s_redis_sentinel_overlay_runs_redis_and_sentinels_and_points_the_apps_at_them():
+    from core import redis_connection
+
+    objects = rendered_objects(K8S / "overlays" / "redis-sentinel")
+    redis, sentinel = objects[("StatefulSet", "gpufleet-redis")], objects[("StatefulSet", "gpufleet-redis-sentinel")]
+    assert redis["spec"]["replicas"] == sentinel["spec"]["replicas"] == 3
+    for statefulset in [redis, sentinel]:
+        (container,) = containers(statefulset)
+        assert container["image"] == "redis:7.2", "pinned, and the last Redis under the BSD licence"
+        service = objects[("Service", statefulset["spec"]["serviceName"])]
+        assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+        assert selects({"matchLabels": service["spec"]["selector"]}, pod_labels(statefulset))
+    scripts = objects[("ConfigMap", "gpufleet-redis-scripts")]["data"]
+    for script in scripts.values():
+        result = subprocess.run(["sh", "-n"], input=script, capture_output=True, text=True, timeout=10)
+        assert result.returncode == 0, result.stderr
+    master = objects[("ConfigMap", "gpufleet-config")]["data"]["GPUFLEET_REDIS_SENTINEL_MASTER"]
+    assert f"sentinel monitor {master} " in scripts["sentinel.sh"]
+    assert f"get-master-addr-by-name {master}" in scripts["redis.sh"]
+    # REDIS_URL names each Sentinel by its pod's stable name, for every process with the app's secrets.
+    names = {f"{sentinel['metadata']['name']}-{i}.{sentinel['spec']['serviceName']}" for i in range(3)}
+    readers = secret_readers(objects)
+    assert len(readers) == 5
+    for obj, container in readers:
+        (url,) = [e["value"] for e in container["env"] if e["name"] == "REDIS_URL"]
+        parsed = redis_connection.sentinel_url(url)
+        assert parsed is not None, obj["metadata"]["name"]
+        assert set(parsed.sentinels) == {(name, 26379) for name in names}
+    # Only gpu-fleet's pods and one another reach them.
+    policy = objects[("NetworkPolicy", "gpufleet-redis")]["spec"]
+    assert selects(policy["podSelector"], pod_labels(redis)) and selects(policy["podSelector"], pod_labels(sentinel))
+    peers = [peer["podSelector"]["matchLabels"] for rule in policy["ingress"] for peer in rule["from"]]
+    assert peers == [{"app.kubernetes.io/name": "gpufleet"}, {"app.kubernetes.io/name": "gpufleet-redis"}]
 
 
 # --- Grafana -----------------------------------------------------------------------------------
