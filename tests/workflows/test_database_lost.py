@@ -62,3 +62,39 @@ def test_a_step_that_loses_its_database_starts_the_workflow_over_once_it_is_back
     assert {detail["token"] for _, detail in steps} == {token + 1}, "one lease throughout"
     node.refresh_from_db()
     assert (node.state, node.diagnostic_level, node.lease_owner) == ("inspecting", 1, "")
+
+
+class AgentWhoseRunIsTakenOverWhileTheDatabaseIsGone(AgentWhoseFirstRunLosesTheDatabase):
+    """As above, and while the worker has no database a successor claims the node (its lease ran
+    out: the worker had stalled, and the server ended its connection)."""
+
+    def __init__(self, node: Node):
+        super().__init__(node)
+        self.node_id = node.pk
+
+    def start_diagnostics(self, level: int) -> dict:
+        if not self.started:
+            own = connection.settings_dict
+            with psycopg.connect(
+                host=own["HOST"], port=own["PORT"], user=own["USER"], dbname=own["NAME"], autocommit=True
+            ) as other:
+                other.execute(
+                    "UPDATE fleet_node SET fencing_token = fencing_token + 1, lease_owner = 'successor',"
+                    " lease_expires_at = now() + interval '1 minute' WHERE id = %s",
+                    [self.node_id],
+                )
+        return super().start_diagnostics(level)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_that_loses_its_database_and_then_its_lease_is_audited_as_discarded(node):
+    drive(node, "inspection_started")
+    agent = AgentWhoseRunIsTakenOverWhileTheDatabaseIsGone(node)
+    clients = Clients(bmc=lambda node: FakeBMC([]), agent=lambda node: agent)
+
+    outcome = node_workflows.run_workflow(node_id=node.pk, worker="test", clients=clients)
+
+    assert outcome == "database lost at wait_for_diagnostics"
+    (discarded,) = AuditEvent.objects.filter(node=node, event="result_discarded")
+    assert (discarded.actor, discarded.detail["attempted"]) == ("worker:test", "step wait_for_diagnostics")
+    assert Node.objects.get(pk=node.pk).lease_owner == "successor"

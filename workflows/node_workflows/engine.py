@@ -176,6 +176,8 @@ def run_workflow(*, node_id: int, worker: str, clients: Clients = HARDWARE) -> s
                 log.warning("%s: the database went away at %s: %s", node.name, run.step or "start", error)
                 outcomes.append(f"database lost at {run.step or 'start'}")
                 run.next_lease = _lease_once_the_database_is_back(lease)
+                if run.next_lease is None:  # a successor took the node meanwhile: the step was for nothing
+                    record_discarded_result(lease=lease, attempted=f"step {run.step or 'start'}", actor=run.actor)
             lease = run.next_lease
             if lease is not None:
                 node, in_state = _node_and_time_in_state(node_id)
@@ -189,8 +191,8 @@ def _lease_once_the_database_is_back(lease: Lease) -> Lease | None:
     """`lease`, to start the node's workflow over as a takeover does, once the database answers
     again (a standby promoted) and the lease still holds: retried with backoff for as long as the
     lease may last, the broken connection dropped before each try. None if the lease was lost
-    meanwhile; a database still out of reach is raised, and the reconciler sends the node again
-    once the lease has run out."""
+    meanwhile (a stalled worker's connection may be what the server ended); a database still out
+    of reach is raised, and the reconciler sends the node again once the lease has run out."""
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(database_busy.unavailable),
         wait=tenacity.wait_random_exponential(multiplier=0.5, max=5),
