@@ -65,7 +65,7 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -n 2 --dist worksteal
+	$(VENV)/bin/pytest -n 2 --dist worksteal --durations=25
 
 # The inner loop: ruff, the layers, the types, and every test of none of the slow kinds that pytest.ini
 # declares (end-to-end, browser, validators, fuzzing, scale, timing, soak), each property test on a tenth of
