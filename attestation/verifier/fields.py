@@ -19,6 +19,16 @@ MAX_EVENTS = 1024
 MAX_GPUS = 64
 MAX_MEASUREMENTS = 16
 MAX_NAME_CHARS = 64
+# NVIDIA's SPDM evidence (spdm.py): a GET_MEASUREMENTS request and its signed MEASUREMENTS
+# response (about 4 KiB for 64 SHA-384 blocks), and the device's certificate chain, leaf to root.
+MAX_SPDM_REPORT_BYTES = 32768
+MAX_SPDM_CHAIN_CERTS = 8
+# NVIDIA's RIMs (gpu_rims.py): signed SWID tags of about 21 KiB, 64 measurements of at most 4
+# alternatives, signed by a chain of 4 certificates (NVIDIA's verifier allows 5).
+MAX_RIM_BYTES = 262144
+MAX_RIM_MEASUREMENTS = 254  # indexes 0 to 253: SPDM's block indexes 1 to 254, less one
+MAX_RIM_ALTERNATIVES = 16
+MAX_RIM_CERTS = 5
 
 
 def base64_bytes(value: object, where: str, limit: int) -> bytes:
