@@ -27,6 +27,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import psycopg
@@ -68,6 +69,13 @@ def _tool(*args: str | Path, cwd: Path) -> None:
     done = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=60, **_run_as())
     if done.returncode != 0:
         raise AssertionError(f"{Path(args[0]).name} failed ({done.returncode}): {done.stdout}{done.stderr}")
+
+
+def multi_host_url(ports: Iterable[int], database: str) -> str:
+    """A control plane's DATABASE_URL over the servers on these loopback ports, first started first:
+    whichever is the primary."""
+    hosts = ",".join(f"127.0.0.1:{port}" for port in ports)
+    return f"postgresql://{SUPERUSER}@{hosts}/{database}?target_session_attrs=read-write"
 
 
 def _children(pid: int) -> list[int]:
@@ -151,13 +159,17 @@ class Server:
 
 
 class PostgresCluster:
-    """A primary and its synchronous standby, started; `primary` and `standby` follow failovers."""
+    """A primary and its synchronous standby, started, on `ports` (the soak names its URL before it
+    starts them: multi_host_url) or free ones; `primary` and `standby` follow failovers."""
 
-    def __init__(self) -> None:
+    def __init__(self, ports: tuple[int, int] | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="gpufleet-pg-"))
         if os.geteuid() == 0:
             shutil.chown(self.root, SUPERUSER, pwd.getpwnam(SUPERUSER).pw_gid)
-        first, second = (Server(name, self.root / name, free_port()) for name in ("a", "b"))
+        first, second = (
+            Server(name, self.root / name, port)
+            for name, port in zip("ab", ports or (free_port(), free_port()), strict=True)
+        )
         self.servers = (first, second)
         self.primary: Server = first
         self.standby: Server | None = second
@@ -171,14 +183,9 @@ class PostgresCluster:
             self.stop()
             raise
 
-    @property
-    def hosts(self) -> str:
-        """Both servers as a URL's host list: 127.0.0.1:port,127.0.0.1:port, first started first."""
-        return ",".join(f"127.0.0.1:{server.port}" for server in self.servers)
-
     def url(self, database: str) -> str:
         """The control plane's DATABASE_URL: both hosts, whichever is the primary."""
-        return f"postgresql://{SUPERUSER}@{self.hosts}/{database}?target_session_attrs=read-write"
+        return multi_host_url((server.port for server in self.servers), database)
 
     def create_database(self, name: str, *, copy_of: str | None = None) -> None:
         """A database on the primary: empty, or a copy of `copy_of`, a libpq URL of a database on

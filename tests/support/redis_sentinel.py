@@ -7,6 +7,7 @@ replica promoted)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -23,10 +24,17 @@ DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 2000
 
 
-class SentinelCluster:
-    """Started on construction; `url` and `env()` are how the control plane is given it."""
+def sentinel_url(ports: Iterable[int]) -> str:
+    """REDIS_URL in kombu's form: the Sentinels on these loopback ports, database 0."""
+    return ";".join(f"sentinel://127.0.0.1:{port}" for port in ports) + "/0"
 
-    def __init__(self, log_dir: Path, sentinels: int = 3):
+
+class SentinelCluster:
+    """Started on construction; `url` and `env()` are how the control plane is given it. Its
+    Sentinels listen on `sentinel_ports` (the soak names its URL before it starts them) or on
+    three free ports."""
+
+    def __init__(self, log_dir: Path, sentinel_ports: Sequence[int] = ()):
         self.dir = log_dir / "redis-sentinel"
         self.dir.mkdir(exist_ok=True)
         self.redis: dict[int, Process] = {}  # by port, master and replicas alike
@@ -37,14 +45,14 @@ class SentinelCluster:
         replica = free_port()  # once the master listens: never the same port
         self._start_redis(replica, replica_of=master)
         wait_for("the replica to sync", lambda: self._info(replica).get("master_link_status") == "up", timeout=10)
-        for port in (free_port() for _ in range(sentinels)):
+        for port in sentinel_ports or (free_port() for _ in range(3)):
             self._start_sentinel(port, master)
         self.wait_until_watched()
 
     @property
     def url(self) -> str:
         """REDIS_URL in kombu's form: every Sentinel, database 0."""
-        return ";".join(f"sentinel://127.0.0.1:{port}" for port in self.sentinels) + "/0"
+        return sentinel_url(self.sentinels)
 
     def env(self) -> dict[str, str]:
         return {"REDIS_URL": self.url, "GPUFLEET_REDIS_SENTINEL_MASTER": MASTER_NAME}

@@ -28,6 +28,7 @@ from tests.support.processes import (
     start_prometheus,
     start_worker,
 )
+from tests.support.redis_sentinel import SentinelCluster
 
 WEBHOOK_TOKEN = "e2e-webhook-token"
 PROMETHEUS_TOKEN = "e2e-prometheus-token"
@@ -40,7 +41,7 @@ class ControlPlane:
         self,
         tmp_path: Path,
         bmcsim_url: str,
-        redis_server: RedisServer,
+        redis_server: RedisServer | SentinelCluster,
         *,
         web_port: int | None = None,
         scrape_interval: str = "1s",
