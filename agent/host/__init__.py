@@ -4,8 +4,8 @@ GPUs, their readings and resets through NVML (nvml.py); the checksum of the medi
 (boot_medium.py, for a tenant image's check); XIDs from the kernel log (kernel_log.py),
 or from NVML's events where the kernel log cannot be read (a container without CAP_SYSLOG),
 never both, which would count each XID twice; attestation evidence through the TPM 2.0 tools
-(tpm.py); disks from /sys/block (disks.py); diagnostics through DCGM's `dcgmi diag` where DCGM
-is installed (dcgm.py).
+(tpm.py) and each GPU's own SPDM report through NVML; disks from /sys/block (disks.py);
+diagnostics through DCGM's `dcgmi diag` where DCGM is installed (dcgm.py).
 
 Long operations (the GPU memory wipe, a reset, a diagnostics run) run in the background, one at a
 time, and are kept in memory: an agent restarted mid-operation answers `idle`, and the control
@@ -14,6 +14,7 @@ plane starts it again.
 
 from __future__ import annotations
 
+import base64
 import logging
 import socket
 import threading
@@ -24,20 +25,20 @@ from pathlib import Path
 
 import pynvml
 
-from ..backend import FAILED, RUNNING, SUCCEEDED, GPUStatus, Operation, Reading, Refused, Unavailable
+from ..backend import FAILED, GPU, RUNNING, SUCCEEDED, GPUStatus, Operation, Reading, Refused, Unavailable
 from . import disks
 from .boot_medium import BootMedium
 from .dcgm import LEVELS, Diagnostics
 from .kernel_log import KmsgFollower, XidCounter
-from .nvml import NoNVML, Nvml, ResetFailed
+from .nvml import NoAttestation, NoNVML, Nvml, ResetFailed
 from .tpm import TPMQuoter
 
 log = logging.getLogger("gpu-agent")
 DMI_SERIAL = Path("/sys/class/dmi/id/product_serial")
 NET = Path("/sys/class/net")
 NO_GPU_ATTESTATION = (
-    "no GPU attestation on this node: gpu-agent does not drive NVIDIA's attestation SDK yet, so the"
-    " GPUs give no signed reports and the control plane's policy decides"
+    "no GPU attestation the control plane appraises yet: the GPUs' signed SPDM reports are under"
+    " gpu_spdm, which its verifier does not read yet, so its policy decides"
 )
 
 
@@ -178,7 +179,18 @@ class HostBackend:
             "event_log": self.quoter.event_log(),
             "gpus": [],
             "gpu_attestation": NO_GPU_ATTESTATION,
+            "gpu_spdm": [self._gpu_spdm(gpu, nonce) for gpu in self.identities],
         }
+
+    def _gpu_spdm(self, gpu: GPU, nonce: bytes) -> dict:
+        """{"index", "uuid", "source": "in_band", "report": base64, "cert_chain": PEM}, the GPU's own
+        report over NVML; or {"index", "uuid", "status": "unavailable", "reason"} (NoAttestation's)."""
+        which = {"index": gpu.index, "uuid": gpu.uuid}
+        try:
+            report, cert_chain = self.nvml.attestation(gpu.index, nonce)
+        except NoAttestation as why_not:
+            return {**which, "status": "unavailable", "reason": why_not.reason}
+        return {**which, "source": "in_band", "report": base64.b64encode(report).decode(), "cert_chain": cert_chain}
 
     def gpu_wipe(self) -> Operation:
         return self._wipe.operation

@@ -1,4 +1,5 @@
-"""The node's GPUs through NVML (nvidia-ml-py's pynvml): identity, readings, XID events and resets.
+"""The node's GPUs through NVML (nvidia-ml-py's pynvml): identity, readings, XID events, resets and
+attestation (each GPU's SPDM report, signed over the verifier's nonce, and its certificate chain).
 
 Every reading is taken on its own: one a GPU or driver does not have (NVML's NotSupported, or
 FunctionNotFound from a libnvidia-ml older than the call) is None, the others are still read.
@@ -24,6 +25,7 @@ from ..backend import GPU, Reading, Refused, Unavailable
 MIB = 1024 * 1024
 NVIDIA_SMI_TIMEOUT_S = 300
 XID_EVENT_WAIT_MS = 1000
+GPU_NONCE_BYTES = pynvml.NVML_CC_GPU_CEC_NONCE_SIZE  # SPDM's: NVML hands the GPU exactly 32 bytes
 
 _UNSUPPORTED = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
 _WHY_NO_NVML = {
@@ -57,6 +59,16 @@ class ResetFailed(Exception):
     """nvidia-smi did not reset the GPUs; the message says what it said."""
 
 
+class NoAttestation(Exception):
+    """A GPU cannot give an attestation report. `reason`: "unsupported" (the GPU or its driver has no
+    confidential computing), "confidential_computing_off", "nonce_not_32_bytes", or the name of the
+    NVML error that stopped it ("NVMLError_GpuIsLost")."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class Nvml:
     """NVML, open from construction until close(); thread-safe.
 
@@ -84,6 +96,27 @@ class Nvml:
     def reading(self, index: int) -> Reading:
         with self._lock:
             return _reading(self._handle(index))
+
+    def attestation(self, index: int, nonce: bytes) -> tuple[bytes, str]:
+        """The GPU's SPDM attestation report (its GET_MEASUREMENTS request, carrying `nonce`, and its
+        signed MEASUREMENTS response) and its attestation certificate chain (PEM, leaf first), or
+        NoAttestation saying why not."""
+        if len(nonce) != GPU_NONCE_BYTES:
+            raise NoAttestation(f"nonce_not_{GPU_NONCE_BYTES}_bytes")
+        with self._lock:
+            handle = self._handle(index)
+            try:
+                # Confidential computing is on or off for the whole system, every GPU at once.
+                if pynvml.nvmlSystemGetConfComputeState().ccFeature != pynvml.NVML_CC_SYSTEM_FEATURE_ENABLED:
+                    raise NoAttestation("confidential_computing_off")
+                report = pynvml.nvmlDeviceGetConfComputeGpuAttestationReport(handle, nonce)
+                certificate = pynvml.nvmlDeviceGetConfComputeGpuCertificate(handle)
+            except _UNSUPPORTED:
+                raise NoAttestation("unsupported") from None
+            except pynvml.NVMLError as error:
+                raise NoAttestation(type(error).__name__) from None
+        chain = bytes(certificate.attestationCertChain[: certificate.attestationCertChainSize])
+        return bytes(report.attestationReport[: report.attestationReportSize]), chain.decode("ascii")
 
     def start_xid_events(self, on_xid: Callable[[int, int], None]) -> None:
         """Hands every XID NVML reports to on_xid(gpu index, xid), from a daemon thread, until close()."""

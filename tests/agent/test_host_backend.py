@@ -424,7 +424,7 @@ def test_the_evidence_of_a_known_good_boot_is_affirmed_by_the_control_planes_ver
 
     assert answer.status_code == 200, answer.text
     evidence = answer.json()
-    assert set(evidence) == {"quote", "event_log", "gpus", "gpu_attestation"}
+    assert set(evidence) == {"quote", "event_log", "gpus", "gpu_attestation", "gpu_spdm"}
     assert evidence["gpus"] == []
     assert evidence["gpu_attestation"] == NO_GPU_ATTESTATION
     verdict = verify(
