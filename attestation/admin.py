@@ -1,7 +1,7 @@
 from django.contrib import admin
 
-from attestation import services
-from attestation.models import AttestationPolicy, AttestationResult, ReferenceValue, TrustAnchor
+from attestation import gpu_rims_import, services
+from attestation.models import AttestationPolicy, AttestationResult, GpuRim, ReferenceValue, TrustAnchor
 
 
 @admin.register(TrustAnchor)
@@ -41,6 +41,43 @@ class ReferenceValueAdmin(admin.ModelAdmin):
     def _record(self, request, queryset, what: str) -> None:
         for value in queryset:
             self.log_change(request, value, f"release {value.release} {what}")
+
+
+@admin.register(GpuRim)
+class GpuRimAdmin(admin.ModelAdmin):
+    """Imported only by manage.py import_gpu_rims (NVIDIA-signed, as signed); operators retire them."""
+
+    list_display = ["rim_id", "component", "version", "chip", "valid_until", "imported_at", "retired_at"]
+    list_filter = [("retired_at", admin.EmptyFieldListFilter), "component", "chip"]
+    search_fields = ["rim_id", "version"]
+    actions = ["retire", "return_to_service"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        # The list's actions need the permission; the form shows every field read-only.
+        return obj is None and super().has_change_permission(request)
+
+    @admin.action(
+        description="Retire the selected RIMs' releases (GPUs running them fail verification)", permissions=["change"]
+    )
+    def retire(self, request, queryset):
+        rim_ids = sorted(queryset.values_list("rim_id", flat=True))
+        retired = gpu_rims_import.retire_gpu_rims(rim_ids)
+        self._record(request, queryset, "retired")
+        self.message_user(request, f"{retired} of {len(rim_ids)} RIMs retired: {', '.join(rim_ids)}")
+
+    @admin.action(description="Return the selected RIMs' releases to service", permissions=["change"])
+    def return_to_service(self, request, queryset):
+        rim_ids = sorted(queryset.values_list("rim_id", flat=True))
+        returned = gpu_rims_import.return_gpu_rims_to_service(rim_ids)
+        self._record(request, queryset, "returned to service")
+        self.message_user(request, f"{returned} of {len(rim_ids)} RIMs returned to service: {', '.join(rim_ids)}")
+
+    def _record(self, request, queryset, what: str) -> None:
+        for rim in queryset:
+            self.log_change(request, rim, f"RIM {rim.rim_id} {what}")
 
 
 @admin.register(AttestationPolicy)

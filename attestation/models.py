@@ -14,6 +14,14 @@ from core import clock
 class TrustAnchorRole(models.TextChoices):
     MANUFACTURER_CA = "manufacturer_ca", "Manufacturer CA (attestation keys)"
     GPU_VENDOR_ROOT = "gpu_vendor_root", "GPU vendor root (device keys)"
+    # NVIDIA's own roots, for real GPUs' evidence (manage.py verify_gpu_evidence) and RIMs
+    # (manage.py import_gpu_rims); appraisal needs neither, so neither is required.
+    NVIDIA_DEVICE_ROOT = "nvidia_device_root", "NVIDIA Device Identity CA (GPU device keys)"
+    NVIDIA_RIM_ROOT = "nvidia_rim_root", "NVIDIA RIM root (reference integrity manifests)"
+
+
+# The roles appraisal cannot go without (services.trusted_roots).
+REQUIRED_ROLES = (TrustAnchorRole.MANUFACTURER_CA, TrustAnchorRole.GPU_VENDOR_ROOT)
 
 
 class TrustAnchor(models.Model):
@@ -59,6 +67,46 @@ class ReferenceValue(models.Model):
 
     def __str__(self):
         return f"{self.release} {self.component} {self.digest[:16]}…"
+
+
+class GpuRimComponent(models.TextChoices):
+    DRIVER = "driver", "GPU driver"
+    VBIOS = "vbios", "VBIOS"
+
+
+class GpuRim(models.Model):
+    """One of NVIDIA's reference integrity manifests: the golden measurements of one GPU driver or
+    VBIOS release, kept as signed (attestation/gpu_rims_import.py verified it against the RIM root)."""
+
+    rim_id = models.CharField(
+        max_length=128, unique=True, help_text="NVIDIA's id: NV_GPU_DRIVER_<chip>_<version> or NV_GPU_VBIOS_<…>."
+    )
+    component = models.CharField(max_length=8, choices=GpuRimComponent.choices)
+    version = models.CharField(max_length=32, help_text="Its colloquialVersion, lowercase.")
+    chip = models.CharField(max_length=32)
+    tag_id = models.CharField(max_length=255)
+    valid_from = models.DateTimeField(help_text="When every certificate of its signing chain is valid.")
+    valid_until = models.DateTimeField()
+    golden = models.JSONField(help_text="The active measurement indexes: {index: [SHA-384 hex, …]}.")
+    xml = models.TextField(help_text="The signed document, as NVIDIA published it.")
+    sha384 = models.CharField(max_length=96, help_text="Of the signed document.")
+    imported_at = models.DateTimeField(db_default=Now())
+    retired_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When operators retired its release: evidence of that driver or VBIOS fails verification.",
+    )
+
+    class Meta:
+        ordering = ["component", "chip", "version"]
+        verbose_name = "GPU RIM"
+        constraints = [
+            models.CheckConstraint(condition=Q(component__in=GpuRimComponent.values), name="gpu_rim_component_known"),
+            models.CheckConstraint(condition=Q(sha384__regex=r"^[0-9a-f]{96}$"), name="gpu_rim_sha384_hex"),
+        ]
+
+    def __str__(self):
+        return self.rim_id
 
 
 class AttestationPolicy(models.Model):

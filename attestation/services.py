@@ -23,6 +23,7 @@ from gpufleet_client.offline_verification import ResultInvalid, verify_result
 
 from attestation import ear, reference, verifier
 from attestation.models import (
+    REQUIRED_ROLES,
     AttestationPolicy,
     AttestationResult,
     ReferenceValue,
@@ -101,7 +102,7 @@ def trusted_roots() -> verifier.TrustedRoots:
     """The roots the chains must end at. An anchor no chain can end at (saved before anchors were
     checked, or written around the checks) counts as missing: inspections wait, saying why."""
     anchors = dict(TrustAnchor.objects.values_list("role", "pem"))
-    missing = sorted(set(TrustAnchorRole.values) - set(anchors))
+    missing = sorted(set(REQUIRED_ROLES) - set(anchors))
     if missing:
         raise NotConfigured(f"trust anchors not imported: {', '.join(missing)} (manage.py import_trust_anchors)")
     try:
@@ -256,17 +257,22 @@ def import_reference_manifest(document: object) -> int:
 
 @transaction.atomic
 def import_trust_anchors(roots: dict) -> list[str]:
-    """Install the manufacturer CA and GPU vendor root (PEM), replacing older ones."""
+    """Install the manufacturer CA and GPU vendor root (PEM), and NVIDIA's roots where the document
+    has them, replacing older ones. Returns the roles installed."""
     if not isinstance(roots, dict):
         raise ValueError("trust anchors must be an object of PEM certificates by role")
+    valid_at = clock.now()
     verifier.TrustedRoots.from_pem(
         manufacturer_ca=roots.get(TrustAnchorRole.MANUFACTURER_CA),
         gpu_vendor_root=roots.get(TrustAnchorRole.GPU_VENDOR_ROOT),
-        valid_at=clock.now(),
+        valid_at=valid_at,
     )  # refuses every anchor no chain could end at before a row changes
-    for role in TrustAnchorRole.values:
+    installing = [role for role in TrustAnchorRole.values if role in REQUIRED_ROLES or role in roots]
+    for role in installing:
+        verifier.load_trust_anchor(role, roots[role], valid_at=valid_at)
+    for role in installing:
         TrustAnchor.objects.update_or_create(role=role, defaults={"pem": roots[role]})
-    return list(TrustAnchorRole.values)
+    return installing
 
 
 def node_exists(name: str) -> bool:

@@ -19,7 +19,7 @@ from django.db.models import Model
 from django.test import RequestFactory
 from django.utils import timezone
 
-from attestation.models import ReferenceValue
+from attestation.models import GpuRim, ReferenceValue
 from fleet import firmware_rollouts
 from fleet.models import FirmwareBaseline
 from remediation.models import Remediation, RemediationStatus
@@ -130,10 +130,34 @@ def a_retired_reference_value():
     return a_reference_value(retired_at=timezone.now())
 
 
+def a_gpu_rim(**fields):
+    now = timezone.now()
+    rim = GpuRim.objects.create(
+        rim_id="NV_GPU_DRIVER_GH100_550.144.03",
+        component="driver",
+        version="550.144.03",
+        chip="GH100",
+        tag_id="t",
+        valid_from=now,
+        valid_until=now + timedelta(days=365),
+        golden={},
+        xml="<x/>",
+        sha384="ab" * 48,
+        **fields,
+    )
+    return [rim], {}
+
+
+def a_retired_gpu_rim():
+    return a_gpu_rim(retired_at=timezone.now())
+
+
 # What each action acts on: the rows to select and whatever else its form posts.
 SCENARIOS = {
     ("attestation.ReferenceValue", "retire"): a_reference_value,
     ("attestation.ReferenceValue", "return_to_service"): a_retired_reference_value,
+    ("attestation.GpuRim", "retire"): a_gpu_rim,
+    ("attestation.GpuRim", "return_to_service"): a_retired_gpu_rim,
     ("fleet.Node", "quarantine"): a_node_and_a_reason,
     ("fleet.Node", "return_to_service"): a_quarantined_node,
     ("fleet.Node", "put_into_maintenance"): an_enrolled_node,

@@ -1,0 +1,65 @@
+import json
+from datetime import datetime
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from attestation import gpu_rims_import, verifier
+from attestation.gpu_evidence import CandidateRim, check_gpu_evidence, read_report
+from attestation.models import GpuRim, TrustAnchorRole
+from core import clock
+
+
+class Command(BaseCommand):
+    help = (
+        "Verify one NVIDIA GPU's evidence (its SPDM report and certificate chain) and compare its measurements"
+        " with the RIMs of its driver and VBIOS; prints the result as JSON, exits 0 only when every check passes."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--report", required=True, type=Path, help="The attestation report: hex text or binary.")
+        parser.add_argument("--chain", required=True, type=Path, help="Its certificate chain, PEM, leaf first.")
+        parser.add_argument(
+            "--nonce", required=True, type=bytes.fromhex, help="The nonce the GPU was asked to sign, hex."
+        )
+        parser.add_argument(
+            "--rims", type=Path, help="A directory of RIMs to compare with; default: the imported ones."
+        )
+        parser.add_argument("--root", type=Path, help="The device root, PEM; default: the nvidia_device_root anchor.")
+        parser.add_argument(
+            "--at", type=datetime.fromisoformat, help="Verify as of this ISO time (with its zone); default: now."
+        )
+        parser.add_argument("--no-revocation", action="store_true", help="Do not fail for want of revocation answers.")
+
+    def handle(self, *args, report, chain, nonce, rims, root: Path | None, at, no_revocation, **options):
+        if at is not None and at.tzinfo is None:
+            raise CommandError("--at needs a time zone, e.g. 2024-01-01T00:00:00+00:00")
+        try:
+            device_root = (
+                verifier.load_trust_anchor("device root", root.read_text())
+                if root is not None
+                else gpu_rims_import.root(TrustAnchorRole.NVIDIA_DEVICE_ROOT)
+            )
+            candidates = (
+                [CandidateRim(document.name, document.xml) for document in gpu_rims_import.read_documents(str(rims))]
+                if rims is not None
+                else [
+                    CandidateRim(row.rim_id, row.xml.encode(), row.retired_at is not None)
+                    for row in GpuRim.objects.all()
+                ]
+            )
+            result = check_gpu_evidence(
+                report=read_report(report.read_bytes()),
+                chain_pem=chain.read_text(),
+                nonce=nonce,
+                device_root=device_root,
+                rim_root=gpu_rims_import.root(TrustAnchorRole.NVIDIA_RIM_ROOT),
+                rims=candidates,
+                at=at or clock.now(),
+                check_revocation=not no_revocation,
+            )
+        except (OSError, ValueError) as error:
+            raise CommandError(str(error)) from error
+        self.stdout.write(json.dumps(result, indent=2))
+        if result["failures"]:
+            raise SystemExit(1)
