@@ -79,6 +79,11 @@ async def get_roots(request: web.Request) -> web.Response:
     return web.json_response(request.app[SIM].pki.roots())
 
 
+async def get_spdm_root(request: web.Request) -> web.Response:
+    """The root the GPUs' SPDM identities (Redfish ComponentIntegrity) chain to: NVIDIA's Device Identity CA's part."""
+    return web.json_response({"gpu_device_identity_ca": request.app[SIM].pki.spdm_root()})
+
+
 async def get_reference_values(request: web.Request) -> web.Response:
     return web.json_response(releases.reference_values(request.app[SIM].settings.quoted_pcrs))
 
@@ -162,6 +167,7 @@ async def get_node_event_log(request: web.Request) -> web.Response:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/bmcsim/v1/inventory", get_inventory, allow_head=False)
     router.add_get("/bmcsim/v1/roots", get_roots, allow_head=False)
+    router.add_get("/bmcsim/v1/roots/spdm", get_spdm_root, allow_head=False)
     router.add_get("/bmcsim/v1/reference-values", get_reference_values, allow_head=False)
     router.add_get("/bmcsim/v1/firmware-releases", get_firmware_releases, allow_head=False)
     router.add_get("/bmcsim/v1/faults", get_faults, allow_head=False)

@@ -28,6 +28,13 @@ Kinds of a node (POST /bmcsim/v1/faults with {"node", "kind", ...}):
   with a SimpleUpdate of that component (the reflash) unless `survives_reflash` is true, in which
   case the flash completes and the inventory still shows the tampered image. A tampered BIOS
   stays measured until the next boot after the fault ends.
+- gpu_measurement_tamper {"gpu"}: the GPU's SPDM measurements (Redfish ComponentIntegrity) differ
+  at its VBIOS's block spdm.TAMPERED_INDEX, still signed by the GPU: a VBIOS changed in place,
+  which wipes, resets and reboots leave as it is.
+- gpu_wrong_nonce {"gpu"}: the GPU's signed measurements carry another nonce than the one asked.
+- gpu_broken_chain {"gpu"}: the GPU's SPDM leaf certificate is forged (the provisioner CA's name,
+  another key), so it no longer chains to the device identity CA; the measurements still verify
+  against the leaf. These three last until DELETE /bmcsim/v1/faults.
 - bios_tamper {"attribute"?, "value"?}: one BIOS attribute (default SriovGlobalEnable) is changed in
   the current Attributes (default: to the other of its values, so SR-IOV off). It survives wipes
   and reboots and ends at a boot after which the attribute holds another value (Bios/Settings set
@@ -82,7 +89,7 @@ from typing import TypeGuard
 
 from agent.sim import DIAGNOSTIC_TESTS
 
-from . import bios, releases, sel
+from . import bios, releases, sel, spdm
 from .fabric import PORT_FLAP, SWITCH_DOWN
 from .fabric_managers import ETHERNET, FABRIC_DRIFT, FABRICS, INFINIBAND, NVLINK, STANDING_KINDS, nmx
 from .state import CLEARS, Fleet, NodeState
@@ -104,6 +111,7 @@ KINDS = (
     "firmware_tamper",
     "bios_tamper",
     "sel",
+    *spdm.KINDS,
     SWITCH_DOWN,
     PORT_FLAP,
     *STANDING_KINDS,
@@ -111,7 +119,7 @@ KINDS = (
 )
 SWITCH_KINDS = (SWITCH_DOWN, PORT_FLAP)
 FABRIC_KINDS = (*STANDING_KINDS, FABRIC_DRIFT)
-GPU_KINDS = ("xid", "ecc_dbe", "row_remap_failure", "diag_fail")
+GPU_KINDS = ("xid", "ecc_dbe", "row_remap_failure", "diag_fail", *spdm.KINDS)
 CLEARABLE_KINDS = ("xid", "ecc_dbe", "row_remap_failure")
 TESTS = tuple(test for level in sorted(DIAGNOSTIC_TESTS) for test in DIAGNOSTIC_TESTS[level])
 CC_MODES = ("on", "off", "devtools")
@@ -188,7 +196,7 @@ def _gpu_fault(node: NodeState, kind: str, payload: dict, now: float) -> dict:
         if xid == GPU_FELL_OFF_THE_BUS:
             severity, message_id, message, args, sensor, origin = sel.gpu_off_the_bus(gpu)
             node.sel_append(now, severity, message_id, message, args, sensor, origin)
-    else:  # ecc_dbe, row_remap_failure
+    else:  # ecc_dbe, row_remap_failure and the SPDM faults
         fault = {"kind": kind, "gpu": gpu, **clears}
     node.faults.append(fault)
     return fault

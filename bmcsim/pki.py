@@ -1,9 +1,14 @@
-"""The simulated manufacturer CA, GPU-vendor root, and the keys and certificates they issue.
+"""The simulated manufacturer CA, GPU-vendor root, GPU device identity CA, and the keys and
+certificates they issue.
 
 The roots and a 32-byte seed are generated once per data directory and kept there. Node
 attestation keys (ECDSA P-256) and GPU device keys (ECDSA P-384) are derived from the seed on
 demand, so 10,000 nodes with 80,000 GPUs cost nothing until asked for evidence; each
 certificate is issued on first use and stored, so evidence stays verifiable across restarts.
+
+The device identity CA is the root of the GPUs' SPDM identities, as NVIDIA's Device Identity CA
+is of its GPUs': a provisioner CA under it issues each GPU's leaf (the GSP firmware's, P-384) for
+the firmware's FWID, in the TCG DICE extension of NVIDIA's Hopper layout.
 """
 
 from __future__ import annotations
@@ -45,7 +50,13 @@ def _name(common_name: str, serial: str | None = None) -> x509.Name:
 
 
 def _issue(
-    subject: x509.Name, public_key, issuer: x509.Certificate | None, issuer_key, *, ca: bool
+    subject: x509.Name,
+    public_key,
+    issuer: x509.Certificate | None,
+    issuer_key,
+    *,
+    ca: bool,
+    extensions: tuple[x509.ExtensionType, ...] = (),
 ) -> x509.Certificate:
     builder = (
         x509.CertificateBuilder()
@@ -66,7 +77,31 @@ def _issue(
         builder = builder.add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False
         )
+    for extension in extensions:
+        builder = builder.add_extension(extension, critical=False)
     return builder.sign(issuer_key, hashes.SHA384() if isinstance(issuer_key.curve, ec.SECP384R1) else hashes.SHA256())
+
+
+# The TCG DICE FWID extension as NVIDIA's Hopper leaves carry it: SEQUENCE { INTEGER 1, the leaf's
+# SubjectPublicKeyInfo, FWID SEQUENCE { hashAlg OID, digest OCTET STRING } }; the verifier
+# (attestation.verifier.spdm) reads the FWID, the last element.
+HOPPER_FWID_EXTENSION = x509.ObjectIdentifier("2.23.133.5.4.1")
+DER_INTEGER_1 = bytes.fromhex("020101")
+DER_SHA384_OID = bytes.fromhex("0609608648016503040202")  # 2.16.840.1.101.3.4.2.2
+
+
+def _der(tag: int, contents: bytes) -> bytes:
+    size = len(contents)
+    if size < 0x80:
+        return bytes([tag, size]) + contents
+    length = size.to_bytes((size.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(length)]) + length + contents
+
+
+def hopper_fwid_extension(public_key: ec.EllipticCurvePublicKey, fwid: bytes) -> x509.UnrecognizedExtension:
+    spki = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    fwid_der = _der(0x30, DER_SHA384_OID + _der(0x04, fwid))
+    return x509.UnrecognizedExtension(HOPPER_FWID_EXTENSION, _der(0x30, DER_INTEGER_1 + spki + fwid_der))
 
 
 def _pem(cert: x509.Certificate) -> str:
@@ -79,6 +114,7 @@ class PKI:
         self._store = store
         self._aks: dict[str, tuple[ec.EllipticCurvePrivateKey, str]] = {}
         self._gpu_keys: dict[str, tuple[ec.EllipticCurvePrivateKey, list[str]]] = {}
+        self._spdm: dict[tuple[str, bytes, bool], tuple[ec.EllipticCurvePrivateKey, list[str]]] = {}
         seed_path = directory / "seed"
         if not seed_path.exists():
             atomic_write(seed_path, os.urandom(32))
@@ -96,6 +132,21 @@ class PKI:
                 ca=True,
             ),
         )
+
+        self.device_identity_key, self.device_identity_ca = self._root(
+            "gpu-device-identity-ca", "bmcsim Device Identity CA"
+        )
+        self.provisioner_key, self.provisioner_ca = self._intermediate(
+            "gpu-provisioner-ca", "bmcsim GH100 Provisioner ICA", self.device_identity_ca, self.device_identity_key
+        )
+        # What a forged leaf claims as its issuer: the provisioner's name, with a key of no root's.
+        self.forger_key = self._derive(ec.SECP384R1(), "gpu-forger-ca")
+
+    def _intermediate(
+        self, label: str, common_name: str, issuer: x509.Certificate, issuer_key: ec.EllipticCurvePrivateKey
+    ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = self._derive(ec.SECP384R1(), label)
+        return key, self._cert(label, lambda: _issue(_name(common_name), key.public_key(), issuer, issuer_key, ca=True))
 
     def _root(self, label: str, common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
         key_path, cert_path = self._dir / f"{label}.key", self._dir / f"{label}.pem"
@@ -150,5 +201,32 @@ class PKI:
             self._gpu_keys[gpu_uuid] = (key, [_pem(cert), _pem(self.gpu_ca)])
         return self._gpu_keys[gpu_uuid]
 
+    def spdm_identity(
+        self, gpu_uuid: str, serial: str, fwid: bytes, *, forged: bool = False
+    ) -> tuple[ec.EllipticCurvePrivateKey, list[str]]:
+        """A GPU's SPDM key for its firmware's FWID and its chain (leaf, provisioner CA), as its
+        Certificate serves it; the device identity CA is served apart. `forged`: the same key in a
+        leaf that claims the provisioner as issuer but was signed by another key (a broken chain)."""
+        cached = self._spdm.get((gpu_uuid, fwid, forged))
+        if cached is None:
+            key = self._derive(ec.SECP384R1(), f"spdm/{gpu_uuid}/{fwid.hex()}")
+            signer = self.forger_key if forged else self.provisioner_key
+            leaf = self._cert(
+                f"spdm{'-forged' if forged else ''}/{gpu_uuid}/{fwid.hex()}",
+                lambda: _issue(
+                    _name(f"{gpu_uuid} GSP FMC LF", serial),
+                    key.public_key(),
+                    self.provisioner_ca,
+                    signer,
+                    ca=False,
+                    extensions=(hopper_fwid_extension(key.public_key(), fwid),),
+                ),
+            )
+            cached = self._spdm[(gpu_uuid, fwid, forged)] = (key, [_pem(leaf), _pem(self.provisioner_ca)])
+        return cached
+
     def roots(self) -> dict[str, str]:
         return {"manufacturer_ca": _pem(self.manufacturer_ca), "gpu_vendor_root": _pem(self.gpu_root)}
+
+    def spdm_root(self) -> str:
+        return _pem(self.device_identity_ca)

@@ -9,7 +9,20 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from . import accounts, bios_settings, chassis, fabrics, logs, managers, service, storage, systems, tasks, update
+from . import (
+    accounts,
+    bios_settings,
+    chassis,
+    component_integrity,
+    fabrics,
+    logs,
+    managers,
+    service,
+    storage,
+    systems,
+    tasks,
+    update,
+)
 from .access import redfish_middleware
 
 __all__ = ["add_routes", "redfish_middleware"]
@@ -19,7 +32,20 @@ def add_routes(router: web.UrlDispatcher) -> None:
     """One resource per path, so that its Allow header lists every method; each path also answers
     with a trailing slash, as Redfish clients use both."""
     by_path: dict[str, list] = {}
-    for module in (service, systems, bios_settings, storage, logs, managers, chassis, tasks, update, accounts, fabrics):
+    for module in (
+        service,
+        systems,
+        bios_settings,
+        storage,
+        logs,
+        managers,
+        chassis,
+        tasks,
+        update,
+        accounts,
+        fabrics,
+        component_integrity,
+    ):
         for method, path, handler in module.ROUTES:
             by_path.setdefault(path, []).append((method, handler))
     for path, routes in by_path.items():

@@ -58,6 +58,8 @@ TYPES = {
     "Fabric": "v1_4_0",
     "Switch": "v1_11_0",
     "Port": "v1_18_0",
+    "ComponentIntegrity": "v1_3_2",
+    "Certificate": "v1_11_0",
 }
 
 COLLECTIONS = (
@@ -80,6 +82,8 @@ COLLECTIONS = (
     "FabricCollection",
     "SwitchCollection",
     "PortCollection",
+    "ComponentIntegrityCollection",
+    "CertificateCollection",
 )
 
 # Namespaces of types used inside resources: Settings.v1_4_0's OperationApplyTimeSupport (Volumes),

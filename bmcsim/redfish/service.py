@@ -45,6 +45,7 @@ def odata_document() -> dict:
         "SessionService": "/redfish/v1/SessionService",
         "AccountService": "/redfish/v1/AccountService",
         "Fabrics": "/redfish/v1/Fabrics",
+        "ComponentIntegrity": "/redfish/v1/ComponentIntegrity",
     }
     return {
         "@odata.context": "/redfish/v1/$metadata",
@@ -77,6 +78,7 @@ def service_root() -> dict:
         "SessionService": ref("/redfish/v1/SessionService"),
         "AccountService": ref("/redfish/v1/AccountService"),
         "Fabrics": ref("/redfish/v1/Fabrics"),
+        "ComponentIntegrity": ref("/redfish/v1/ComponentIntegrity"),
         "Links": {"Sessions": ref("/redfish/v1/SessionService/Sessions")},
     }
 

@@ -137,6 +137,7 @@ def processor_body(node: NodeState, processor_id: str, now: float) -> dict | Non
         "TotalCores": None,
         "TotalThreads": None,
         "Socket": f"SXM{gpu.index}",
+        "Certificates": ref(f"{body['@odata.id']}/Certificates"),  # its SPDM identity (ComponentIntegrity)
     }
 
 
