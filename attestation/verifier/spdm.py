@@ -17,7 +17,9 @@ under the GPU codes: `gpu_chain` (the chain, or the leaf's FWID, component `<gpu
 
 from __future__ import annotations
 
+import functools
 import re
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.x509 import verification
 
-from attestation.verifier.chains import chain_verifier, load_certificate, pem_chain
+from attestation.verifier.chains import CHAIN_CACHE_SIZE, chain_verifier, load_certificate, pem_chain
 from attestation.verifier.fields import MAX_PEM_CHARS, MAX_SPDM_CHAIN_CERTS, MAX_SPDM_REPORT_BYTES
 from attestation.verifier.gpu_reports import verifies_p384
 from attestation.verifier.verdict import Failure, shown
@@ -231,22 +233,36 @@ def _expect_header(reader: _Reader, code: int, message: str) -> None:
         )
 
 
+# A measurement block's header (Index, MeasurementSpecification, MeasurementSize), then its DMTF
+# value's (DMTFSpecMeasurementValueType, DMTFSpecMeasurementValueSize): read with one unpack each,
+# as a report has 64 blocks and the reading is most of the verification's time besides the signature.
+_BLOCK_HEADER = struct.Struct("<BBH")
+_VALUE_HEADER = struct.Struct("<BH")
+
+
 def _measurement_blocks(record: _Reader, count: int) -> dict[int, MeasurementBlock]:
     if count == 0:
         raise ValueError("no measurement blocks")
+    data, offset, end = record.data, record.offset, len(record.data)
     blocks: dict[int, MeasurementBlock] = {}
     for _ in range(count):  # at most 255: NumberOfBlocks is a byte
-        index = record.uint(1, "a measurement block's Index")
-        specification = record.uint(1, f"measurement block {index}'s MeasurementSpecification")
-        measurement = _Reader(record.take(record.uint(2, f"block {index}'s MeasurementSize"), f"block {index}"))
+        if offset + _BLOCK_HEADER.size > end:
+            raise ValueError(f"ends at byte {end}, inside a measurement block's header")
+        index, specification, size = _BLOCK_HEADER.unpack_from(data, offset)
+        start, offset = offset + _BLOCK_HEADER.size, offset + _BLOCK_HEADER.size + size
+        if offset > end:
+            raise ValueError(f"ends at byte {end}, inside block {index}")
         if not 1 <= index <= MAX_MEASUREMENT_INDEX or index in blocks:
             raise ValueError(f"a measurement block of index {index} (0, 255 or repeated)")
         if specification != DMTF_MEASUREMENT_SPECIFICATION:
             raise ValueError(f"measurement block {index} of specification {specification:#x}, not DMTF's")
-        value_type = measurement.uint(1, f"block {index}'s DMTFSpecMeasurementValueType")
-        size = measurement.uint(2, f"block {index}'s DMTFSpecMeasurementValueSize")
-        blocks[index] = MeasurementBlock(index, value_type, measurement.take(size, f"block {index}'s value"))
-        measurement.end(f"measurement block {index}'s value")
+        if size < _VALUE_HEADER.size:
+            raise ValueError(f"ends at byte {size}, inside block {index}'s DMTF value header")
+        value_type, value_size = _VALUE_HEADER.unpack_from(data, start)
+        if value_size != size - _VALUE_HEADER.size:
+            raise ValueError(f"measurement block {index}'s value of {value_size} bytes in {size - _VALUE_HEADER.size}")
+        blocks[index] = MeasurementBlock(index, value_type, data[start + _VALUE_HEADER.size : offset])
+    record.offset = offset
     record.end(f"the {count} measurement blocks NumberOfBlocks announces")
     return blocks
 
@@ -310,9 +326,18 @@ def _chain_problem(chain: tuple[x509.Certificate, ...], root: x509.Certificate, 
     not_valid = [c for c in (*chain, root) if not c.not_valid_before_utc <= at <= c.not_valid_after_utc]
     if not_valid:
         return f"a certificate not valid at {at.isoformat()}: {not_valid[0].subject.rfc4514_string()}"
+    return _path_problem(chain, root)
+
+
+@functools.lru_cache(maxsize=CHAIN_CACHE_SIZE)
+def _path_problem(chain: tuple[x509.Certificate, ...], root: x509.Certificate) -> str | None:
+    """The chain's path to the root and its leaf's use, which do not depend on the time once every
+    certificate is valid (checked apart, each time): checked at the latest notBefore (NVIDIA's leaf
+    predates its intermediate), and cached, as every report of a GPU comes with the same chain."""
     leaf = chain[0]
+    latest_start = max(c.not_valid_before_utc for c in (*chain, root))
     try:
-        chain_verifier(root, at).verify(leaf, list(chain[1:]))
+        chain_verifier(root, latest_start).verify(leaf, list(chain[1:]))
     except (verification.VerificationError, ValueError) as err:  # the validator's words alone seldom say which root
         return f"a chain ending at {chain[-1].issuer.rfc4514_string()}: {err}"
     try:
