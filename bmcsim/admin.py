@@ -1,6 +1,6 @@
 """bmcsim's own API under /bmcsim/v1: inventory (with the fabric), trust roots, reference values,
-firmware releases, faults of nodes and switches, sample OS images, what each node's BMC fetched
-into its virtual media and what its last boot measured.
+firmware releases, the GPUs' signed RIMs, faults of nodes and switches, sample OS images, what
+each node's BMC fetched into its virtual media and what its last boot measured.
 
 This is the data-center side of the simulation (what an inventory system and a lab bench
 give), so it needs no credentials. Errors are JSON {"detail": ...}.
@@ -16,7 +16,7 @@ from aiohttp import web
 from agent.app import detail
 from core.topology import ETHERNET, INFINIBAND, NVLINK, NetworkPorts, fabric_levels
 
-from . import evidence, fabric_apis, faults, images, releases, state
+from . import evidence, fabric_apis, faults, gpu_rims, images, releases, state
 from .sim import SIM, Simulator
 
 
@@ -79,9 +79,24 @@ async def get_roots(request: web.Request) -> web.Response:
     return web.json_response(request.app[SIM].pki.roots())
 
 
-async def get_spdm_root(request: web.Request) -> web.Response:
-    """The root the GPUs' SPDM identities (Redfish ComponentIntegrity) chain to: NVIDIA's Device Identity CA's part."""
-    return web.json_response({"gpu_device_identity_ca": request.app[SIM].pki.spdm_root()})
+async def get_spdm_roots(request: web.Request) -> web.Response:
+    """The root the GPUs' SPDM identities (Redfish ComponentIntegrity) chain to, NVIDIA's Device
+    Identity CA's part, and the one their RIMs' signatures chain to, NVIDIA's RIM root's."""
+    return web.json_response(request.app[SIM].pki.spdm_roots())
+
+
+async def get_gpu_rims(request: web.Request) -> web.Response:
+    base = request.app[SIM].settings.base_url
+    rims = [{"rim_id": rim_id, "url": f"{base}/bmcsim/v1/gpu-rims/{rim_id}"} for rim_id in gpu_rims.catalogue()]
+    return web.json_response({"rims": rims})
+
+
+async def get_gpu_rim(request: web.Request) -> web.Response:
+    sim = request.app[SIM]
+    xml = gpu_rims.document(sim.pki, sim.settings.data_dir, request.match_info["rim_id"])
+    if xml is None:
+        return detail(404, f"no GPU RIM {request.match_info['rim_id']!r}")
+    return web.Response(body=xml, content_type="application/xml")
 
 
 async def get_reference_values(request: web.Request) -> web.Response:
@@ -167,7 +182,9 @@ async def get_node_event_log(request: web.Request) -> web.Response:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/bmcsim/v1/inventory", get_inventory, allow_head=False)
     router.add_get("/bmcsim/v1/roots", get_roots, allow_head=False)
-    router.add_get("/bmcsim/v1/roots/spdm", get_spdm_root, allow_head=False)
+    router.add_get("/bmcsim/v1/roots/spdm", get_spdm_roots, allow_head=False)
+    router.add_get("/bmcsim/v1/gpu-rims", get_gpu_rims, allow_head=False)
+    router.add_get("/bmcsim/v1/gpu-rims/{rim_id}", get_gpu_rim, allow_head=False)
     router.add_get("/bmcsim/v1/reference-values", get_reference_values, allow_head=False)
     router.add_get("/bmcsim/v1/firmware-releases", get_firmware_releases, allow_head=False)
     router.add_get("/bmcsim/v1/faults", get_faults, allow_head=False)

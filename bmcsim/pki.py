@@ -1,5 +1,5 @@
-"""The simulated manufacturer CA, GPU-vendor root, GPU device identity CA, and the keys and
-certificates they issue.
+"""The simulated manufacturer CA, GPU-vendor root, GPU device identity CA, GPU RIM signing root,
+and the keys and certificates they issue.
 
 The roots and a 32-byte seed are generated once per data directory and kept there. Node
 attestation keys (ECDSA P-256) and GPU device keys (ECDSA P-384) are derived from the seed on
@@ -142,6 +142,17 @@ class PKI:
         # What a forged leaf claims as its issuer: the provisioner's name, with a key of no root's.
         self.forger_key = self._derive(ec.SECP384R1(), "gpu-forger-ca")
 
+        # Signs the GPUs' reference integrity manifests (bmcsim/gpu_rims.py), as NVIDIA's RIM
+        # signing root does through its signers.
+        self.rim_root_key, self.rim_root = self._root("gpu-rim-root", "bmcsim RIM Signing Root CA")
+        self.rim_signer_key = self._derive(ec.SECP384R1(), "gpu-rim-signer")
+        self.rim_signer = self._cert(
+            "gpu-rim-signer",
+            lambda: _issue(
+                _name("bmcsim RIM Signer"), self.rim_signer_key.public_key(), self.rim_root, self.rim_root_key, ca=False
+            ),
+        )
+
     def _intermediate(
         self, label: str, common_name: str, issuer: x509.Certificate, issuer_key: ec.EllipticCurvePrivateKey
     ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
@@ -228,5 +239,6 @@ class PKI:
     def roots(self) -> dict[str, str]:
         return {"manufacturer_ca": _pem(self.manufacturer_ca), "gpu_vendor_root": _pem(self.gpu_root)}
 
-    def spdm_root(self) -> str:
-        return _pem(self.device_identity_ca)
+    def spdm_roots(self) -> dict[str, str]:
+        """The roots of the GPUs' SPDM identities and of their RIMs."""
+        return {"gpu_device_identity_ca": _pem(self.device_identity_ca), "gpu_rim_root": _pem(self.rim_root)}

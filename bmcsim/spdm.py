@@ -56,11 +56,19 @@ def fwid(vbios_release: str) -> bytes:
     return _sha384("fwid", vbios_release)
 
 
+def vbios_measurement(index: int, vbios_digest: str) -> bytes:
+    """Block `index` (of VBIOS_INDICES) of the VBIOS image with that digest: its RIM's golden value."""
+    return _sha384("vbios", vbios_digest, str(index))
+
+
+def driver_measurement(index: int, driver_release: str) -> bytes:
+    """Block `index` (not of VBIOS_INDICES) of a driver release: its RIM's golden value."""
+    return _sha384("driver", driver_release, str(index))
+
+
 def measurement(index: int, vbios_digest: str, driver_release: str) -> bytes:
     return (
-        _sha384("vbios", vbios_digest, str(index))
-        if index in VBIOS_INDICES
-        else _sha384("driver", driver_release, str(index))
+        vbios_measurement(index, vbios_digest) if index in VBIOS_INDICES else driver_measurement(index, driver_release)
     )
 
 
