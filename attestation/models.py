@@ -109,6 +109,38 @@ class GpuRim(models.Model):
         return self.rim_id
 
 
+class OcspSource(models.TextChoices):
+    FETCHED = "fetched", "Fetched from the issuer's responder"
+    IMPORTED = "imported", "Imported by an operator"
+
+
+class OcspResponse(models.Model):
+    """An OCSP answer for one certificate (its serial under one issuer's key), kept as signed with
+    its validity; the newest one fetched or imported for that certificate (attestation/ocsp.py).
+    Whether it is good at a time is attestation/verifier/revocation.py's to say."""
+
+    serial_number = models.CharField(max_length=64, help_text="The certificate's serial, lowercase hex.")
+    issuer_key_hash = models.CharField(
+        max_length=128, help_text="Of the issuer's public key, lowercase hex, by the answer's hash algorithm."
+    )
+    der = models.BinaryField(help_text="The answer, DER, as the responder signed it.")
+    this_update = models.DateTimeField()
+    next_update = models.DateTimeField(null=True, blank=True, help_text="None: the responder gave no nextUpdate.")
+    fetched_at = models.DateTimeField(help_text="When it was fetched or imported.")
+    source = models.CharField(max_length=8, choices=OcspSource.choices)
+
+    class Meta:
+        ordering = ["serial_number", "issuer_key_hash"]
+        verbose_name = "OCSP response"
+        constraints = [
+            models.UniqueConstraint(fields=["serial_number", "issuer_key_hash"], name="ocsp_response_per_certificate"),
+            models.CheckConstraint(condition=Q(source__in=OcspSource.values), name="ocsp_response_source_known"),
+        ]
+
+    def __str__(self):
+        return f"OCSP {self.serial_number} ({self.this_update:%Y-%m-%d %H:%M})"
+
+
 class AttestationPolicy(models.Model):
     """A strict policy (attestation/policy.py) for one node class: the GPU model of its nodes."""
 
