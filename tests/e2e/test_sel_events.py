@@ -43,7 +43,10 @@ def recorded(node: Node, alert: str) -> Remediation:
 def test_a_critical_sel_event_under_a_tenant_quarantines_the_node_and_the_reservation_heals(bmcsim, control_plane):
     reservation = active_under_watch(control_plane)
     Webhook.objects.create(
-        tenant=reservation.tenant, url="https://hooks.acme.test/nodes", events=["node.quarantined"], secret="whsec_x"
+        tenant=reservation.tenant,
+        url="https://hooks.acme.test/nodes",
+        events=["node.quarantined"],
+        secret="whsec_Z3B1LXJlcGFpci1lMmUtd2ViaG9vay1rZXk=",
     )
     victim = Node.objects.filter(reservation=reservation).order_by("name").first()
     assert victim is not None
