@@ -13,7 +13,6 @@ import pytest
 from attestation.verifier import load_trust_anchor
 from attestation.verifier.spdm import read_spdm_evidence, verify_spdm_evidence
 from core.topology import bmc_password
-from tests.bmcsim.test_validators import BIN, REDFISH_DATA, operator_login, run_validator
 
 MEMBER = "/redfish/v1/ComponentIntegrity/node-002-GPU3"
 ACTION = f"{MEMBER}/Actions/ComponentIntegrity.SPDMGetSignedMeasurements"
@@ -114,28 +113,3 @@ def test_a_broken_chain_fails_the_chain_alone(bmcsim):
     assert failures(bmcsim, evidence_of(bmcsim, nonce), nonce) == {("gpu_chain", "gpu")}
     other = bmcsim.post(ACTION.replace("GPU3", "GPU2"), json={"Nonce": nonce.hex()}).json()
     assert base64.b64decode(other["SignedMeasurements"])
-
-
-@pytest.mark.validators
-def test_the_service_validator_passes_component_integrity_and_its_certificate(bmcsim, tmp_path):
-    _, failed, log = run_validator(
-        [
-            str(BIN / "rf_service_validator"),
-            *operator_login(bmcsim),
-            "--skipschema",
-            "--schema_directory",
-            str(REDFISH_DATA / "csdl"),
-            "--logdir",
-            str(tmp_path),
-        ],
-        tmp_path,
-    )
-    errors = [line for line in log.splitlines() if " - ERROR - " in line]
-    assert failed == 0 and not errors, "\n".join(errors)
-    for resource in (
-        "ComponentIntegrity",
-        "ComponentIntegrity/node-004-GPU3",
-        "Systems/node-004/Processors/GPU3/Certificates",
-        "Systems/node-004/Processors/GPU3/Certificates/CertChain",
-    ):
-        assert f"Validating /redfish/v1/{resource}..." in log
