@@ -29,26 +29,30 @@ import argparse
 import ipaddress
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db.models import F
 from gpufleet_client.cli import build_parser
 
 from attestation import ear
 from attestation import services as attestation
 from fleet.models import Node
-from reservations import access
 from reservations import services as reservations
 from reservations.access import Action
-from reservations.models import ApiKey, Membership, Reservation, Webhook, WebhookDelivery
+from reservations.models import Membership, Reservation, Webhook, WebhookDelivery
 from reservations.models import Tenant as Organisation
 from reservations.services import api_keys
 from tests.client.conftest import Completed, Tenant, with_key
-from tests.hostile_tenant.test_role_matrix import ALLOWED, API, ORG, OTHER, ROLES, UNAUTHENTICATED, state_of
-from tests.support.api import member_key
-from tests.support.factories import drive, signed_result, tenant_token
+from tests.hostile_tenant.test_role_matrix import (
+    ALLOWED,
+    API,
+    ORG,
+    ROLES,
+    UNAUTHENTICATED,
+    matrix_keys,
+    state_of,
+)
+from tests.support.factories import drive, signed_result
 
 READ, USE, ADMINISTER = Action.READ, Action.USE, Action.ADMINISTER
 HOOK = "http://127.0.0.1:9/hooks"  # loopback, allowed as a webhook's target here (WEBHOOK_ALLOWED_NETWORKS)
@@ -95,24 +99,8 @@ def world(live_server, available_fleet, broker, settings, tmp_path) -> World:
     ear.generate_signing_key(tmp_path / "signing" / "2026-11-29.pem")
     settings.GPUFLEET_SIGNING_KEY = str(tmp_path / "signing")
 
-    organisation_key = tenant_token(ORG)
+    keys = matrix_keys()
     organisation = Organisation.objects.get(name=ORG)
-    keys = {
-        "admin": member_key(ORG, f"{ORG}-admin", "admin"),
-        "member": member_key(ORG, f"{ORG}-member", "member"),
-        "viewer": member_key(ORG, f"{ORG}-viewer", "viewer"),
-        "admin read-scope": member_key(ORG, f"{ORG}-admin", "admin", scope="read"),
-        "organisation key": organisation_key,
-        "expired": member_key(ORG, f"{ORG}-member", "member"),
-        "revoked": member_key(ORG, f"{ORG}-admin", "admin"),
-        "removed member": member_key(ORG, "leaver", "admin"),
-        "other organisation": member_key(OTHER, f"{OTHER}-admin", "admin"),
-    }
-    expired = ApiKey.objects.get(prefix=access.prefix_of(keys["expired"]))
-    ApiKey.objects.filter(pk=expired.pk).update(expires_at=F("created_at") + timedelta(microseconds=1))
-    revoked = ApiKey.objects.get(prefix=access.prefix_of(keys["revoked"]))
-    assert api_keys.revoke_key(tenant=organisation, key_id=revoked.pk)
-    Membership.objects.filter(tenant=organisation, user__username="leaver").delete()
 
     spare_user = get_user_model().objects.create(username=f"{ORG}-spare")
     spare_member = Membership.objects.create(tenant=organisation, user=spare_user, role="viewer")

@@ -88,9 +88,10 @@ class FakeBMC:
         pass
 
 
-@pytest.fixture
-def world(available_fleet, monkeypatch) -> World:
-    monkeypatch.setattr("workflows.api.views.bmc_client", lambda node: FakeBMC())
+def matrix_keys() -> dict[str, str]:
+    """A key for each caller the matrices try (the routes' here, the CLI's in
+    tests/client/test_cli_role_matrix.py), the organisation made as an operator makes it: the
+    expired one expired, the revoked one revoked, the removed member gone."""
     organisation_key = tenant_token(ORG)
     tenant = Tenant.objects.get(name=ORG)
     keys = {
@@ -108,6 +109,14 @@ def world(available_fleet, monkeypatch) -> World:
     ApiKey.objects.filter(pk=expired.pk).update(expires_at=F("created_at") + timedelta(microseconds=1))
     assert api_keys.revoke_key(tenant=tenant, key_id=ApiKey.objects.get(prefix=access.prefix_of(keys["revoked"])).pk)
     Membership.objects.filter(tenant=tenant, user__username="leaver").delete()
+    return keys
+
+
+@pytest.fixture
+def world(available_fleet, monkeypatch) -> World:
+    monkeypatch.setattr("workflows.api.views.bmc_client", lambda node: FakeBMC())
+    keys = matrix_keys()
+    tenant = Tenant.objects.get(name=ORG)
 
     users = get_user_model().objects
     spare_user = users.create(username=f"{ORG}-spare")
