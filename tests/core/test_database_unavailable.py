@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import psycopg
 import pytest
 from django.db import close_old_connections, connection
 from django.db.utils import OperationalError
@@ -16,6 +15,7 @@ from django.test import Client
 from core import database_busy
 from reservations.models import Tenant
 from tests.support.api import tenant_client
+from tests.support.connections import end_this_connection
 from tests.support.ports import free_port
 
 UNAVAILABLE = {"detail": "the database is unavailable: try again shortly"}
@@ -32,17 +32,6 @@ def no_server_answers() -> Iterator[None]:
     finally:
         connection.close()
         connection.settings_dict["PORT"] = before
-
-
-def broken_by_the_server() -> None:
-    """This thread's connection ended by its server (as a shutdown or a crash ends it), which
-    psycopg learns at its next statement."""
-    pid = connection.connection.info.backend_pid
-    settings = connection.settings_dict
-    with psycopg.connect(
-        host=settings["HOST"], port=settings["PORT"], user=settings["USER"], dbname=settings["NAME"], autocommit=True
-    ) as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
 def assert_unavailable(answer, waited: float) -> None:
@@ -81,7 +70,7 @@ def test_a_page_while_no_server_answers_is_503_at_once(django_user_model):
 def test_a_connection_broken_by_its_server_is_503_and_the_next_request_reconnects():
     client = tenant_client("acme")
     assert client.get("/v1/reservations").status_code == 200
-    broken_by_the_server()
+    end_this_connection()
     assert_unavailable(*timed(lambda: client.get("/v1/reservations")))
     close_old_connections()  # as every request's end does (Django's test client leaves it out)
     assert client.get("/v1/reservations").status_code == 200

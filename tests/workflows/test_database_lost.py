@@ -5,25 +5,14 @@ tests/e2e/test_postgres_failover.py does it across a real failover."""
 
 from __future__ import annotations
 
-import psycopg
 import pytest
-from django.db import connection
 
 from fleet.models import AuditEvent, Node
+from tests.support.connections import another_connection, end_this_connection
 from tests.support.factories import drive
 from tests.support.fake_hardware import FakeAgent, FakeBMC
 from workflows import node_workflows
 from workflows.clients import Clients
-
-
-def break_this_connection() -> None:
-    """This thread's connection ended by its server, as a primary's death ends it."""
-    pid = connection.connection.info.backend_pid
-    own = connection.settings_dict
-    with psycopg.connect(
-        host=own["HOST"], port=own["PORT"], user=own["USER"], dbname=own["NAME"], autocommit=True
-    ) as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
 class AgentWhoseFirstRunLosesTheDatabase(FakeAgent):
@@ -36,7 +25,7 @@ class AgentWhoseFirstRunLosesTheDatabase(FakeAgent):
     def start_diagnostics(self, level: int) -> dict:
         self.started.append(level)
         if len(self.started) == 1:
-            break_this_connection()
+            end_this_connection()
         return {"state": "running", "level": level, "started_at": float(len(self.started)), "results": []}
 
     def diagnostics(self) -> dict:
@@ -74,10 +63,7 @@ class AgentWhoseRunIsTakenOverWhileTheDatabaseIsGone(AgentWhoseFirstRunLosesTheD
 
     def start_diagnostics(self, level: int) -> dict:
         if not self.started:
-            own = connection.settings_dict
-            with psycopg.connect(
-                host=own["HOST"], port=own["PORT"], user=own["USER"], dbname=own["NAME"], autocommit=True
-            ) as other:
+            with another_connection() as other:
                 other.execute(
                     "UPDATE fleet_node SET fencing_token = fencing_token + 1, lease_owner = 'successor',"
                     " lease_expires_at = now() + interval '1 minute' WHERE id = %s",
