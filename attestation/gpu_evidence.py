@@ -6,9 +6,9 @@ against NVIDIA's RIM root at the evidence's time.
 A missing RIM is a failure: a measurement no RIM accounts for is not known good. NVIDIA publishes
 no driver RIM for its sample Hopper report's driver (535.86.09), so that report never passes.
 Revocation is the caller's `revocation` (attestation/ocsp.py, from the OCSP answers kept): it says
-why the device chain is not known unrevoked. A certificate without an answer fails; an answer past
-its nextUpdate will do only as old as the policy allows. Without one (the operator waived it)
-revocation is not checked.
+why the device chain, or the signing chain of a RIM used, is not known unrevoked. A certificate
+without an answer fails; an answer past its nextUpdate will do only as old as the policy allows.
+Without one (the operator waived it) revocation is not checked.
 """
 
 from __future__ import annotations
@@ -19,7 +19,15 @@ from datetime import datetime
 
 from cryptography import x509
 
-from attestation.verifier.gpu_rims import DRIVER, VBIOS, GoldenMeasurement, compare_measurements, read_rim, verify_rim
+from attestation.verifier.gpu_rims import (
+    DRIVER,
+    VBIOS,
+    GoldenMeasurement,
+    compare_measurements,
+    read_rim,
+    signing_chain,
+    verify_rim,
+)
 from attestation.verifier.spdm import read_spdm_evidence, verify_spdm_evidence
 from core import validation
 
@@ -63,32 +71,40 @@ def check_gpu_evidence(
         f"{f.code} {f.component}: expected {f.expected}, found {f.found}"
         for f in verify_spdm_evidence(evidence, nonce=nonce, root=device_root, at=at)
     ]
-    used: dict[str, str] = {}
+    used: dict[str, CandidateRim] = {}
     # A RIM's index is an SPDM measurement block's index less one.
     measured = {index - 1: block.value for index, block in evidence.measurements.items()}
     candidates = list(rims)
     for component, version in ((DRIVER, evidence.driver_version), (VBIOS, evidence.vbios_version)):
-        golden, problems, name = _golden(candidates, component, version, rim_root, at)
+        golden, problems, candidate = _golden(candidates, component, version, rim_root, at)
         failures += problems
-        if golden is not None and name is not None:
-            used[component] = name
-            failures += [f"{component} RIM {name}: {failure}" for failure in compare_measurements(golden, measured)]
+        if golden is not None and candidate is not None:
+            used[component] = candidate
+            failures += [
+                f"{component} RIM {candidate.name}: {failure}" for failure in compare_measurements(golden, measured)
+            ]
     if revocation is not None:
-        chain = evidence.chain if evidence.chain[-1] == device_root else (*evidence.chain, device_root)
-        # Not the leaf: the GPU's firmware makes it at boot, and no responder knows it (NVIDIA's
-        # own verifier starts at the certificate above it too).
-        failures += revocation(chain[1:])
+        # Not the device's leaf: the GPU's firmware makes it at boot, and no responder knows it
+        # (NVIDIA's own verifier starts at the certificate above it too). A RIM's signer is one.
+        failures += revocation(_ending_at(evidence.chain, device_root)[1:])
+        for component, candidate in used.items():
+            chain = _ending_at(signing_chain(candidate.xml), rim_root)
+            failures += [f"{component} RIM {candidate.name}: {failure}" for failure in revocation(chain)]
     return {
         "failures": failures,
         "driver_version": evidence.driver_version,
         "vbios_version": evidence.vbios_version,
-        "rims": used,
+        "rims": {component: candidate.name for component, candidate in used.items()},
     }
+
+
+def _ending_at(chain: tuple[x509.Certificate, ...], root: x509.Certificate) -> tuple[x509.Certificate, ...]:
+    return chain if chain[-1] == root else (*chain, root)
 
 
 def _golden(
     candidates: list[CandidateRim], component: str, version: str, rim_root: x509.Certificate, at: datetime
-) -> tuple[dict[int, GoldenMeasurement] | None, list[str], str | None]:
+) -> tuple[dict[int, GoldenMeasurement] | None, list[str], CandidateRim | None]:
     """The golden measurements of the one RIM of that release, or the failures saying why there are none."""
     matching = []
     for candidate in candidates:
@@ -111,4 +127,4 @@ def _golden(
         problems.append(f"{component} RIM {candidate.name}: release retired")
     if problems:
         return None, problems, None
-    return dict(rim.golden), [], candidate.name
+    return dict(rim.golden), [], candidate

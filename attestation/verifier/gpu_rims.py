@@ -96,6 +96,13 @@ def read_rim(xml: bytes) -> Rim:
     return rim
 
 
+def signing_chain(xml: bytes) -> tuple[x509.Certificate, ...]:
+    """The certificates the RIM carries, its signer first (for their revocation); validation.Invalid
+    naming where for a RIM off its shape."""
+    _rim, chain = _read(_parse(xml))
+    return chain
+
+
 def verify_rim(rim_xml: bytes, *, root: x509.Certificate, at: datetime) -> list[str]:
     """Why the RIM is not one NVIDIA signed, valid at `at` (the evidence's time); empty when it is.
 

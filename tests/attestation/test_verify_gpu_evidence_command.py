@@ -14,10 +14,12 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 from django.core.management import call_command
 
 from attestation.gpu_rims_import import RimDocument, import_gpu_rims
 from attestation.models import GpuRim, TrustAnchor
+from attestation.verifier.gpu_rims import signing_chain
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 EVIDENCE, RIMS = DATA / "nvidia", DATA / "nvidia_rims"
@@ -72,9 +74,13 @@ def test_without_revocation_answers_the_evidence_fails_for_want_of_them(anchors,
     [missing_driver, *revocation] = result["failures"]
     assert missing_driver == "no driver RIM for 535.86.09"
     # One for each certificate of the device chain but the firmware's leaf and NVIDIA's root
-    # (tests/attestation/test_ocsp.py).
-    assert len(revocation) == 3
-    assert all(failure.startswith("revocation: no OCSP answer for ") for failure in revocation)
+    # (tests/attestation/test_ocsp.py), then one for each of the VBIOS RIM's signing chain but
+    # NVIDIA's RIM root, its signer included.
+    device, rim = revocation[:3], revocation[3:]
+    assert all(failure.startswith("revocation: no OCSP answer for ") for failure in device)
+    rim_root = x509.load_pem_x509_certificate((RIMS / "verifier_RIM_root.pem").read_bytes())
+    assert len(rim) == len([c for c in signing_chain((RIMS / VBIOS_FILE).read_bytes()) if c != rim_root]) >= 1
+    assert all(failure.startswith(f"vbios RIM {VBIOS_FILE}: revocation: no OCSP answer for ") for failure in rim)
 
 
 def test_a_vbios_rim_with_another_golden_value_fails_that_index(anchors, tmp_path):
