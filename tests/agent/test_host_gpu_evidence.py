@@ -11,7 +11,6 @@ Hopper report and chain (tests/data/nvidia) for GPU 0.
 from __future__ import annotations
 
 import base64
-import ctypes
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from tests.agent import test_host_backend
 from tests.agent.test_host_backend import AK_HANDLE, Agent, KernelLog
 from tests.support import fake_nvml
 from tests.support.ak_certificates import ak_certificate
-from tests.support.fake_nvml import FakeHandle, FakeLibrary, h100, v100
+from tests.support.fake_nvml import FakeConfidentialComputing, h100, put_in_place_of_pynvml, v100
 from tests.support.measured_boot import KNOWN_GOOD_BOOT, boot
 
 # The fixtures, by assignment: an imported name that arguments shadow is a lint error.
@@ -43,52 +42,12 @@ HOPPER_REPORT = bytes.fromhex((NVIDIA / "hopperAttestationReport.txt").read_text
 HOPPER_CHAIN = (NVIDIA / "hopperCertChain.txt").read_text()
 
 
-class FakeConfidentialComputing:
-    """libnvidia-ml's confidential-computing calls, as pynvml's functions return them: the system's
-    state, and the report and chain of each GPU given one, which that GPU signed over one nonce alone
-    (a real GPU signs any). The other GPUs answer NotSupported, as a V100 does."""
-
-    def __init__(self, library: FakeLibrary):
-        self.library = library
-        self.feature = pynvml.NVML_CC_SYSTEM_FEATURE_ENABLED
-        self.captured: dict[int, tuple[bytes, bytes, str]] = {}  # GPU index -> (nonce, report, PEM chain)
-
-    def nvmlSystemGetConfComputeState(self):
-        state = pynvml.c_nvmlConfComputeSystemState_t()
-        state.environment = pynvml.NVML_CC_SYSTEM_ENVIRONMENT_PROD
-        state.ccFeature = self.feature
-        state.devToolsMode = pynvml.NVML_CC_SYSTEM_DEVTOOLS_MODE_OFF
-        return state
-
-    def _captured(self, handle: FakeHandle) -> tuple[bytes, bytes, str]:
-        self.library.gpu(handle)  # NVML open, the GPU on the bus
-        return self.library.supported(self.captured.get(handle.index))
-
-    def nvmlDeviceGetConfComputeGpuAttestationReport(self, handle, nonce):
-        signed_over, report, _ = self._captured(handle)
-        assert bytes(nonce) == signed_over, "the captured report is signed over another nonce"
-        answer = pynvml.c_nvmlConfComputeGpuAttestationReport_t()
-        answer.nonce = (ctypes.c_uint8 * len(nonce))(*nonce)
-        answer.attestationReportSize = len(report)
-        ctypes.memmove(answer.attestationReport, report, len(report))
-        return answer
-
-    def nvmlDeviceGetConfComputeGpuCertificate(self, handle):
-        chain = self._captured(handle)[2].encode()
-        answer = pynvml.c_nvmlConfComputeGpuCertificate_t()
-        answer.attestationCertChainSize = len(chain)
-        ctypes.memmove(answer.attestationCertChain, chain, len(chain))
-        return answer
-
-
 @pytest.fixture
 def confidential_computing(library, monkeypatch) -> FakeConfidentialComputing:
     """A system with confidential computing on, its GPU 0 (the H100) giving NVIDIA's Hopper evidence."""
     fake = FakeConfidentialComputing(library)
     fake.captured[0] = (HOPPER_NONCE, HOPPER_REPORT, HOPPER_CHAIN)
-    for name in dir(FakeConfidentialComputing):
-        if name.startswith("nvml"):
-            monkeypatch.setattr(pynvml, name, getattr(fake, name))
+    put_in_place_of_pynvml(monkeypatch, fake)
     return fake
 
 

@@ -1,9 +1,11 @@
 """A fake libnvidia-ml for tests, on a machine without GPUs: FakeLibrary answers as NVML would for
 the FakeGpus it is given, put in place of pynvml's functions (pynvml's own constants, structures
-and errors stay) by the `library` fixture; fake_nvidia_smi writes an nvidia-smi that logs its calls."""
+and errors stay) by the `library` fixture; FakeConfidentialComputing adds the confidential-computing
+calls for a test to put in place beside it; fake_nvidia_smi writes an nvidia-smi that logs its calls."""
 
 from __future__ import annotations
 
+import ctypes
 import queue
 import stat
 from dataclasses import dataclass, field
@@ -312,12 +314,55 @@ class FakeLibrary:
         return handle.index
 
 
+class FakeConfidentialComputing:
+    """libnvidia-ml's confidential-computing calls, as pynvml's functions return them: the system's
+    state, and the report and chain of each GPU given one, which that GPU signed over one nonce alone
+    (a real GPU signs any). The other GPUs answer NotSupported, as a V100 does."""
+
+    def __init__(self, library: FakeLibrary):
+        self.library = library
+        self.feature = pynvml.NVML_CC_SYSTEM_FEATURE_ENABLED
+        self.captured: dict[int, tuple[bytes, bytes, str]] = {}  # GPU index -> (nonce, report, PEM chain)
+
+    def evidence(self, handle: FakeHandle) -> tuple[bytes, bytes, str]:
+        self.library.gpu(handle)  # NVML open, the GPU on the bus
+        return self.library.supported(self.captured.get(handle.index))
+
+    def nvmlSystemGetConfComputeState(self):
+        state = pynvml.c_nvmlConfComputeSystemState_t()
+        state.environment = pynvml.NVML_CC_SYSTEM_ENVIRONMENT_PROD
+        state.ccFeature = self.feature
+        state.devToolsMode = pynvml.NVML_CC_SYSTEM_DEVTOOLS_MODE_OFF
+        return state
+
+    def nvmlDeviceGetConfComputeGpuAttestationReport(self, handle, nonce):
+        signed_over, report, _ = self.evidence(handle)
+        assert bytes(nonce) == signed_over, "the captured report is signed over another nonce"
+        answer = pynvml.c_nvmlConfComputeGpuAttestationReport_t()
+        answer.nonce = (ctypes.c_uint8 * len(nonce))(*nonce)
+        answer.attestationReportSize = len(report)
+        ctypes.memmove(answer.attestationReport, report, len(report))
+        return answer
+
+    def nvmlDeviceGetConfComputeGpuCertificate(self, handle):
+        chain = self.evidence(handle)[2].encode()
+        answer = pynvml.c_nvmlConfComputeGpuCertificate_t()
+        answer.attestationCertChainSize = len(chain)
+        ctypes.memmove(answer.attestationCertChain, chain, len(chain))
+        return answer
+
+
+def put_in_place_of_pynvml(monkeypatch: pytest.MonkeyPatch, fake: FakeLibrary | FakeConfidentialComputing) -> None:
+    """Puts the fake's NVML calls in place of pynvml's, for the test."""
+    for name in dir(fake):
+        if name.startswith("nvml"):
+            monkeypatch.setattr(pynvml, name, getattr(fake, name))
+
+
 @pytest.fixture
 def library(monkeypatch, tmp_path) -> FakeLibrary:
     fake = FakeLibrary([h100(), v100(), geforce()], tmp_path / "calls")
-    for name in dir(FakeLibrary):
-        if name.startswith("nvml"):
-            monkeypatch.setattr(pynvml, name, getattr(fake, name))
+    put_in_place_of_pynvml(monkeypatch, fake)
     monkeypatch.setattr(nvml, "XID_EVENT_WAIT_MS", 20)
     return fake
 
