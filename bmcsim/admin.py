@@ -1,6 +1,7 @@
 """bmcsim's own API under /bmcsim/v1: inventory (with the fabric), trust roots, reference values,
-firmware releases, the GPUs' signed RIMs, faults of nodes and switches, sample OS images, what
-each node's BMC fetched into its virtual media and what its last boot measured.
+firmware releases, the GPUs' signed RIMs, the OCSP responder of the GPU chains' CAs (ocsp.py),
+faults of nodes and switches, sample OS images, what each node's BMC fetched into its virtual
+media and what its last boot measured.
 
 This is the data-center side of the simulation (what an inventory system and a lab bench
 give), so it needs no credentials. Errors are JSON {"detail": ...}.
@@ -8,6 +9,7 @@ give), so it needs no credentials. Errors are JSON {"detail": ...}.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 
@@ -16,7 +18,7 @@ from aiohttp import web
 from agent.app import detail
 from core.topology import ETHERNET, INFINIBAND, NVLINK, NetworkPorts, fabric_levels
 
-from . import evidence, fabric_apis, faults, gpu_rims, images, releases, state
+from . import evidence, fabric_apis, faults, gpu_rims, images, ocsp, releases, state
 from .sim import SIM, Simulator
 
 
@@ -76,13 +78,27 @@ async def get_inventory(request: web.Request) -> web.Response:
 
 
 async def get_roots(request: web.Request) -> web.Response:
+    """{role: PEM} of every root, as manage.py import_trust_anchors installs them (pki.PKI.roots)."""
     return web.json_response(request.app[SIM].pki.roots())
 
 
-async def get_spdm_roots(request: web.Request) -> web.Response:
-    """The root the GPUs' SPDM identities (Redfish ComponentIntegrity) chain to, NVIDIA's Device
-    Identity CA's part, and the one their RIMs' signatures chain to, NVIDIA's RIM root's."""
-    return web.json_response(request.app[SIM].pki.spdm_roots())
+async def post_ocsp(request: web.Request) -> web.Response:
+    if request.content_type != ocsp.REQUEST_CONTENT_TYPE:
+        return detail(415, f"the body must be {ocsp.REQUEST_CONTENT_TYPE}")
+    return _ocsp_answer(request, await request.read())
+
+
+async def get_ocsp(request: web.Request) -> web.Response:
+    try:
+        der = base64.b64decode(request.match_info["request"], validate=True)
+    except ValueError:
+        der = b""  # not base64: answered as the malformed request it is
+    return _ocsp_answer(request, der)
+
+
+def _ocsp_answer(request: web.Request, der: bytes) -> web.Response:
+    sim = request.app[SIM]
+    return web.Response(body=ocsp.answer(sim.pki, der, sim.now()), content_type=ocsp.CONTENT_TYPE)
 
 
 async def get_gpu_rims(request: web.Request) -> web.Response:
@@ -182,7 +198,8 @@ async def get_node_event_log(request: web.Request) -> web.Response:
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/bmcsim/v1/inventory", get_inventory, allow_head=False)
     router.add_get("/bmcsim/v1/roots", get_roots, allow_head=False)
-    router.add_get("/bmcsim/v1/roots/spdm", get_spdm_roots, allow_head=False)
+    router.add_post("/bmcsim/v1/ocsp", post_ocsp)
+    router.add_get("/bmcsim/v1/ocsp/{request:.+}", get_ocsp, allow_head=False)
     router.add_get("/bmcsim/v1/gpu-rims", get_gpu_rims, allow_head=False)
     router.add_get("/bmcsim/v1/gpu-rims/{rim_id}", get_gpu_rim, allow_head=False)
     router.add_get("/bmcsim/v1/reference-values", get_reference_values, allow_head=False)

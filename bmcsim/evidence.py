@@ -5,7 +5,9 @@ POST {agent_url}/evidence {"nonce": hex} returns::
     {"quote": {"attest": b64 TPMS_ATTEST, "signature": b64, "ak_cert": PEM},
      "event_log": [{"pcr", "digest", "component", "description"}, ...],
      "gpus": [{"index", "uuid", "nonce", "measurements": {"vbios", "driver"}, "cc_mode",
-               "signature", "cert_chain": [device PEM, vendor device CA PEM]}, ...]}
+               "signature", "cert_chain": [device PEM, vendor device CA PEM]}, ...],
+     "gpu_spdm": [{"index", "uuid", "source": "in_band", "report": b64, "cert_chain": PEM text}
+                  or {"index", "uuid", "status": "unavailable", "reason"}, ...]}
 
 - `attest` is a TPM 2.0 TPMS_ATTEST (TPM_ST_ATTEST_QUOTE) whose extraData is the nonce and
   whose pcrDigest is SHA-256 over the SHA-256 bank PCRs 0, 4, 8, 9 concatenated in that order
@@ -24,6 +26,13 @@ POST {agent_url}/evidence {"nonce": hex} returns::
   report's canonical encoding: the report without `signature` and `cert_chain`, as JSON with
   sorted keys, separators (",", ":"), UTF-8 (`canonical_gpu_report`). Its chain ends at the
   GPU-vendor root served by GET /bmcsim/v1/roots. Measurements are SHA-384 hex digests.
+- `gpu_spdm` is each GPU's own SPDM evidence in band, as the host backend reads it over NVML
+  (agent/host): `report` is the GET_MEASUREMENTS request for every block (slot 0) with the nonce and
+  the GPU's signed MEASUREMENTS response, what its BMC serves out of band (spdm.signed_measurements,
+  the same responder, so its faults show here too); `cert_chain` is its chain's PEMs concatenated,
+  leaf first, then the provisioner CA, ending at `nvidia_device_root` of GET /bmcsim/v1/roots. As
+  NVML, each GPU is "unavailable" for a nonce of other than 32 bytes (an SPDM nonce's length),
+  reason "nonce_not_32_bytes", and under a cc_mode fault of mode "off", "confidential_computing_off".
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ import json
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from . import releases, tpm
+from . import releases, spdm, tpm
 from .pki import PKI
 from .state import NodeState
 
@@ -49,6 +58,7 @@ DESCRIPTIONS = {
     "cmdline": "EV_IPL kernel command line {release}",
 }
 SECURE_BOOT_DESCRIPTION = "EV_EFI_VARIABLE_DRIVER_CONFIG SecureBoot {value}"
+SPDM_SLOT = 0  # the one certificate slot the GPUs provision, the one NVML's report is signed with
 
 
 def canonical_gpu_report(report: dict) -> bytes:
@@ -115,6 +125,7 @@ def collect(node: NodeState, pki: PKI, nonce: bytes, now: float, pcrs: tuple[int
         },
         "event_log": log,
         "gpus": [_gpu_report(node, gpu, pki, nonce, now) for gpu in node.spec.gpus],
+        "gpu_spdm": [_gpu_spdm(node, gpu, pki, nonce, now) for gpu in node.spec.gpus],
     }
 
 
@@ -129,3 +140,15 @@ def _gpu_report(node: NodeState, gpu, pki: PKI, nonce: bytes, now: float) -> dic
     }
     signature = key.sign(canonical_gpu_report(report), ec.ECDSA(hashes.SHA384()))
     return {**report, "signature": base64.b64encode(signature).decode(), "cert_chain": list(chain)}
+
+
+def _gpu_spdm(node: NodeState, gpu, pki: PKI, nonce: bytes, now: float) -> dict:
+    which = {"index": gpu.index, "uuid": gpu.uuid}
+    # Refused as agent/host/nvml.py's NVML calls refuse them.
+    if len(nonce) != spdm.NONCE_BYTES:
+        return {**which, "status": "unavailable", "reason": f"nonce_not_{spdm.NONCE_BYTES}_bytes"}
+    if node.cc_mode == "off":
+        return {**which, "status": "unavailable", "reason": "confidential_computing_off"}
+    report = spdm.signed_measurements(node, gpu.index, pki, nonce, SPDM_SLOT, spdm.ALL_MEASUREMENTS, now)
+    _, chain = spdm.identity(node, gpu.index, pki)
+    return {**which, "source": "in_band", "report": base64.b64encode(report).decode(), "cert_chain": "".join(chain)}

@@ -7,7 +7,7 @@ each of the 64 measurement indices (an SPDM block's index less one), active on t
 component owns (the VBIOS: spdm.VBIOS_INDICES; the driver: the others) with the golden digest the
 responder produces for that release, inactive and zero elsewhere. An enveloped XML-DSig signature
 (ECDSA P-384 over SHA-384, URI "") covers the whole document; its KeyInfo carries the signer's
-certificate and the RIM signing root (pki.PKI.rim_root, GET /bmcsim/v1/roots/spdm).
+certificate and the RIM signing root (pki.PKI.rim_root, `nvidia_rim_root` of GET /bmcsim/v1/roots).
 
 RIM ids and file names are NVIDIA's: NV_GPU_DRIVER_GH100_560.35.03 and, for a VBIOS,
 NV_GPU_VBIOS_<project>_<sku>_<chip sku>_<version without dots>. ECDSA signatures differ at each

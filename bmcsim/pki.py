@@ -237,8 +237,19 @@ class PKI:
         return cached
 
     def roots(self) -> dict[str, str]:
-        return {"manufacturer_ca": _pem(self.manufacturer_ca), "gpu_vendor_root": _pem(self.gpu_root)}
+        """Every root, by the trust anchor role the control plane installs it as: the nodes' and the
+        GPUs' device keys', and the simulated NVIDIA roots of the GPUs' SPDM identities and RIMs."""
+        return {
+            "manufacturer_ca": _pem(self.manufacturer_ca),
+            "gpu_vendor_root": _pem(self.gpu_root),
+            "nvidia_device_root": _pem(self.device_identity_ca),
+            "nvidia_rim_root": _pem(self.rim_root),
+        }
 
-    def spdm_roots(self) -> dict[str, str]:
-        """The roots of the GPUs' SPDM identities and of their RIMs."""
-        return {"gpu_device_identity_ca": _pem(self.device_identity_ca), "gpu_rim_root": _pem(self.rim_root)}
+    def ocsp_issuers(self) -> tuple[tuple[x509.Certificate, ec.EllipticCurvePrivateKey], ...]:
+        """The CAs that issue the GPU chains' certificates, with their keys: the OCSP responder answers for them."""
+        return (
+            (self.device_identity_ca, self.device_identity_key),
+            (self.provisioner_ca, self.provisioner_key),
+            (self.rim_root, self.rim_root_key),
+        )

@@ -3,7 +3,8 @@ HGX BMCs serve them.
 
 `/redfish/v1/ComponentIntegrity/{node}-GPU{i}` (ComponentIntegrityType SPDM, TargetComponentURI
 the GPU's Processor) links its responder's certificate chain, served as the Processor's
-`Certificates/CertChain` (PEMchain: leaf, provisioner CA; the root is GET /bmcsim/v1/roots/spdm).
+`Certificates/CertChain` (PEMchain: leaf, provisioner CA; the root is `nvidia_device_root` of
+GET /bmcsim/v1/roots).
 `Actions/ComponentIntegrity.SPDMGetSignedMeasurements` {"Nonce"? (32 bytes, hex), "SlotId"? (0),
 "MeasurementIndices"? ([255], all; or one index 1..64)} answers 200 with `SignedMeasurements`
 (base64 of bmcsim.spdm's request and signed response), `Version`, `HashingAlgorithm`,

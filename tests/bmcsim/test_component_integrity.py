@@ -33,9 +33,7 @@ def evidence_of(bmcsim, nonce: bytes, **parameters):
 
 
 def failures(bmcsim, evidence, nonce: bytes) -> set:
-    root = load_trust_anchor(
-        "gpu_device_identity_ca", bmcsim.get("/bmcsim/v1/roots/spdm").json()["gpu_device_identity_ca"]
-    )
+    root = load_trust_anchor("nvidia_device_root", bmcsim.get("/bmcsim/v1/roots").json()["nvidia_device_root"])
     found = verify_spdm_evidence(evidence, nonce=nonce, root=root, at=datetime.now(UTC))
     return {(f.code, f.component) for f in found}
 

@@ -33,9 +33,7 @@ def served_rims(bmcsim) -> dict[str, tuple[str, bytes]]:
 
 
 def rim_root_pem(bmcsim) -> str:
-    roots = bmcsim.get("/bmcsim/v1/roots/spdm").json()
-    assert set(roots) == {"gpu_device_identity_ca", "gpu_rim_root"}
-    return roots["gpu_rim_root"]
+    return bmcsim.get("/bmcsim/v1/roots").json()["nvidia_rim_root"]
 
 
 def rims_of(bmcsim, evidence) -> tuple[Rim, Rim]:
