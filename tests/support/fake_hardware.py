@@ -22,6 +22,7 @@ class FakeBMC:
         self.log = log
         self.calls, self.seconds = 0, 0.0
         self.system_path = "/redfish/v1/Systems/1"
+        self.spdm_evidence: list[dict] = []  # what gpu_spdm_evidence answers: set it in a test
 
     def insert_media(self, url: str, *, removable: bool = False) -> str:
         self.log.append("insert_config_drive" if removable else "insert_media")
@@ -38,6 +39,9 @@ class FakeBMC:
 
     def close(self) -> None:
         pass
+
+    def gpu_spdm_evidence(self, nonce: bytes) -> list[dict]:
+        return self.spdm_evidence
 
     def last_reset_time(self) -> str | None:
         _not_modelled("last_reset_time")

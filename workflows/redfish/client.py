@@ -1,6 +1,6 @@
 """The calls the workflows make on a node's BMC (power, boot, virtual media, drives, logs,
-firmware, BIOS settings, Secure Boot) and on the fabric's switch manager, and `read_each`,
-which reads many of them at once."""
+firmware, BIOS settings, Secure Boot, the GPUs' SPDM evidence) and on the fabric's switch manager,
+and `read_each`, which reads many of them at once."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ RESET_FORCE_RESTART = "ForceRestart"
 RESET_GRACEFUL_RESTART = "GracefulRestart"
 RESET_POWER_CYCLE = "PowerCycle"
 CLEAR_LOG = "LogService.ClearLog"
+SERVICE_ROOT = "/redfish/v1/"
+COMPONENT_INTEGRITY = "/redfish/v1/ComponentIntegrity"
+SPDM_GET_SIGNED_MEASUREMENTS = "ComponentIntegrity.SPDMGetSignedMeasurements"
+SPDM_SLOT = 0  # the slot of the GPU's device identity chain, the one slot NVIDIA's GPUs provision
+SPDM_ALL_MEASUREMENTS = 255
+TASK_RUNNING = frozenset({"New", "Starting", "Running", "Pending", "Stopping", "Suspended", "Service"})
+TASK_POLL_SECONDS = 1.0
+TASK_POLLS = 60  # an HGX BMC signs a GPU's measurements in seconds: a task not done in a minute has failed
 
 
 T = TypeVar("T")
@@ -63,6 +71,36 @@ def _target(action: object) -> str | None:
     """The `target` of a Redfish action ({"target": ...}), or None if `action` has none."""
     found = action.get("target") if isinstance(action, dict) else None
     return found if isinstance(found, str) and found else None
+
+
+def _task_outcome(task: dict) -> tuple[bool, str]:
+    """(done, outcome) of a Task: outcome is its TaskState, then its messages if it failed. A body
+    without TaskState is the finished operation's own result, which a task monitor may answer."""
+    state = task.get("TaskState", "Completed")
+    if state in TASK_RUNNING:
+        return False, state
+    messages = "; ".join(m.get("Message", "") for m in task.get("Messages", []) if isinstance(m, dict))
+    return True, f"{state}{': ' + messages if messages and state != 'Completed' else ''}"
+
+
+def _payload_location(task: dict) -> str | None:
+    """The Location among a finished Task's Payload.HttpHeaders: where NVIDIA's HGX BMCs put the
+    result of an action they ran as a task."""
+    payload = task.get("Payload")
+    headers = payload.get("HttpHeaders") if isinstance(payload, dict) else None
+    for header in headers if isinstance(headers, list) else []:
+        name, _, value = str(header).partition(":")
+        if name.strip().lower() == "location" and value.strip():
+            return value.strip()
+    return None
+
+
+def _responder_certificate(member: dict) -> str | None:
+    """The link to a ComponentIntegrity's responder certificate (chain), if it has one."""
+    found: object = member
+    for key in ("SPDM", "IdentityAuthentication", "ResponderAuthentication", "ComponentCertificate"):
+        found = found.get(key) if isinstance(found, dict) else None
+    return _link(found)
 
 
 def _created_since(entry: object, since: datetime) -> bool:
@@ -330,8 +368,94 @@ class RedfishClient(RedfishTransport):
             task = response.json()
         except ValueError:
             return True, "Completed"  # a monitor may answer the finished operation's own result
-        state = task.get("TaskState", "Completed")
-        if state in ("New", "Starting", "Running", "Pending", "Stopping", "Suspended", "Service"):
-            return False, state
-        messages = "; ".join(m.get("Message", "") for m in task.get("Messages", []) if isinstance(m, dict))
-        return True, f"{state}{': ' + messages if messages and state != 'Completed' else ''}"
+        return _task_outcome(task)
+
+    def _action_result(self, response: Answer, call: str) -> dict:
+        """What an action answered: at once, or when the BMC accepted it (202), its task's result once
+        done: the monitor's own answer (DMTF), or what the finished Task's payload locates (NVIDIA's
+        HGX). BMCPermanentError if the task failed or outlasts TASK_POLLS polls."""
+        monitor = self._task_monitor(response, call)
+        if monitor is None:
+            return self._object(response, call)
+        polled, outcome = f"task {monitor} of {call}", "Running"
+        body: dict = {}
+        for _ in range(TASK_POLLS):
+            answer = self.request("GET", monitor, call=polled)
+            if answer.status_code != 202:
+                body = self._object(answer, polled)
+                done, outcome = _task_outcome(body)
+                if done:
+                    break
+            self.sleep(TASK_POLL_SECONDS)
+        else:
+            raise BMCPermanentError(self.access.node, polled, f"still {outcome} after {TASK_POLLS} polls")
+        if "TaskState" not in body:
+            return body
+        if outcome != "Completed":
+            raise BMCPermanentError(self.access.node, polled, outcome)
+        location = _payload_location(body)
+        if location is None:
+            raise BMCPermanentError(self.access.node, polled, "Completed without a result to read")
+        return self.get(location)
+
+    # -- the GPUs' SPDM evidence, out of band ------------------------------------------------
+
+    def gpu_spdm_evidence(self, nonce: bytes) -> list[dict]:
+        """Each GPU's SPDM evidence through the BMC (Redfish ComponentIntegrity): for every enabled
+        SPDM member whose target is a Processor of this system, its signed measurements of every
+        block over `nonce`, its responder's certificate chain and the Processor's UUID, as
+        {"uuid", "processor", "source": "out_of_band", "report" (SignedMeasurements, base64, as
+        served), "cert_chain" (PEM)}. A GPU whose fetch fails is {"uuid" (if read), "processor",
+        "status": "unavailable", "reason"} and the others go on. [] if the service has no
+        ComponentIntegrity; a BMC that fails to list it or its members raises, as other calls do."""
+        members = self._component_integrity()
+        targets = self.system_path + "/Processors/"
+        evidence = []
+        for path in members:
+            member = self.get(path)
+            target = member.get("TargetComponentURI")
+            if (
+                member.get("ComponentIntegrityType") == "SPDM"
+                and member.get("ComponentIntegrityEnabled", True) is True
+                and isinstance(target, str)
+                and target.startswith(targets)
+            ):
+                evidence.append(self._spdm_evidence_of(path, member, target, nonce))
+        return evidence
+
+    def _component_integrity(self) -> list[str]:
+        """The members of the ComponentIntegrity collection; none where the service has none."""
+        try:
+            return self.members(COMPONENT_INTEGRITY)
+        except BMCPermanentError:
+            # A service that has the collection links it from its root: a refusal there is its fault.
+            if _link(self.get(SERVICE_ROOT).get("ComponentIntegrity")) is None:
+                return []
+            raise
+
+    def _spdm_evidence_of(self, path: str, member: dict, processor: str, nonce: bytes) -> dict:
+        entry = {"processor": processor}
+        call = f"{SPDM_GET_SIGNED_MEASUREMENTS} {path}"
+        try:
+            uuid = self.get(processor).get("UUID")
+            if not isinstance(uuid, str) or not uuid:
+                raise BMCPermanentError(self.access.node, f"GET {processor}", "the Processor has no UUID")
+            entry["uuid"] = uuid
+            actions = member.get("Actions")
+            target = _target(actions.get(f"#{SPDM_GET_SIGNED_MEASUREMENTS}") if isinstance(actions, dict) else None)
+            if target is None:
+                raise BMCPermanentError(self.access.node, call, "the member offers no such action")
+            asked = {"Nonce": nonce.hex(), "SlotId": SPDM_SLOT, "MeasurementIndices": [SPDM_ALL_MEASUREMENTS]}
+            result = self._action_result(self.request("POST", target, json=asked, call=call), call)
+            report = result.get("SignedMeasurements")
+            if not isinstance(report, str) or not report:
+                raise BMCPermanentError(self.access.node, call, "the answer has no SignedMeasurements")
+            certificate = _responder_certificate(member) or _link(result.get("Certificate"))
+            if certificate is None:
+                raise BMCPermanentError(self.access.node, call, "no responder certificate is linked")
+            chain = self.get(certificate).get("CertificateString")
+            if not isinstance(chain, str) or not chain:
+                raise BMCPermanentError(self.access.node, f"GET {certificate}", "no CertificateString")
+        except RedfishError as error:
+            return {**entry, "status": "unavailable", "reason": " ".join(str(error).split())}
+        return {**entry, "source": "out_of_band", "report": report, "cert_chain": chain}
