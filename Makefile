@@ -41,6 +41,7 @@ demo: database
 	  $(PY) manage.py seed_fleet --wait 60 \
 	  && $(PY) manage.py import_trust_anchors http://127.0.0.1:8100/bmcsim/v1/roots \
 	  && $(PY) manage.py import_reference_values http://127.0.0.1:8100/bmcsim/v1/reference-values \
+	  && $(PY) manage.py import_gpu_rims http://127.0.0.1:8100/bmcsim/v1/gpu-rims \
 	  && $(PY) manage.py import_images http://127.0.0.1:8100/bmcsim/v1/images \
 	  && $(PY) manage.py set_firmware_baseline deploy/firmware-baseline.json \
 	       --releases http://127.0.0.1:8100/bmcsim/v1/firmware-releases \

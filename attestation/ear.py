@@ -9,10 +9,17 @@ Claims::
                           "ear.trustworthiness-vector": {<AR4SI claim>: <value>, ...}}},
      "node": <node>, "failures": [{"code", "component", "expected", "found"}, ...],
      "measurements": {<component>: <hex digest>, ...},
+     "gpus": [{"index", "uuid", "gpu_evidence": {"source": "in_band" | "out_of_band",
+               "status": "affirming" | "contraindicated" | "unavailable", "failures": [...],
+               "versions": {"driver", "vbios"}}}, ...],
      "firmware": {"baseline": <name>, "components": {<component>: {"version", "digest"}, ...},
                   "secure_boot": "Enabled", "repaired": [<component>, ...]},
      "networks": {"read_at": <ISO time>, "reservation": <id> | null,
                   "fabrics": {<fabric>: {"membership": "1001", "tenant": true, "read_at": <ISO time>}, ...}}}
+
+`gpus` has an entry for each GPU and each source of SPDM evidence the policy required of it: the
+node's agent (`in_band`) or its BMC (`out_of_band`), and what that evidence came to; its failures
+are also among the result's `failures`.
 
 `firmware` is what the control plane's firmware check read through the node's BMC (Redfish) at
 that inspection, and what it repaired there; a result of a node without a firmware baseline, or
@@ -46,7 +53,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from gpufleet_client.offline_verification import ALGORITHM
 from jwt.algorithms import OKPAlgorithm
 
-from .verifier import Verdict
+from .verifier import Failure, Verdict
 
 EAR_PROFILE = "tag:github.com,2023:veraison/ear"
 VERIFIER_DEVELOPER = "gpu-fleet"
@@ -69,6 +76,7 @@ EVIDENCE_INTEGRITY = {
     "gpu_chain",
     "gpu_signature",
     "gpu_nonce",
+    "gpu_revocation",
 }
 UNPARSEABLE = {"malformed", "verifier_error"}
 # Which AR4SI claim each appraisal failure contraindicates.
@@ -76,6 +84,8 @@ CLAIM_OF = {
     "ak_identity": "instance-identity",
     "gpu_identity": "instance-identity",
     "gpu_inventory": "instance-identity",
+    "gpu_evidence": "hardware",
+    "gpu_rim": "executables",
     "unexpected_event": "executables",
     "missing_component": "executables",
     "unknown_component_digest": "executables",
@@ -128,17 +138,36 @@ def sign_result(
             }
         },
         "node": node,
-        "failures": [
-            {"code": f.code, "component": f.component, "expected": f.expected, "found": f.found}
-            for f in verdict.failures
-        ],
+        "failures": [_failure(f) for f in verdict.failures],
         "measurements": dict(verdict.measurements),
+        "gpus": gpu_evidence_claim(verdict),
     }
     if firmware is not None:
         claims["firmware"] = firmware
     if networks is not None:
         claims["networks"] = networks
     return jwt.encode(claims, private_key, algorithm=ALGORITHM, headers={"kid": kid})
+
+
+def gpu_evidence_claim(verdict: Verdict) -> list[dict[str, object]]:
+    """The `gpus` claim: an entry per GPU and source of SPDM evidence the policy required."""
+    return [
+        {
+            "index": gpu.index,
+            "uuid": gpu.uuid,
+            "gpu_evidence": {
+                "source": gpu.source,
+                "status": gpu.status,
+                "failures": [_failure(f) for f in gpu.failures],
+                "versions": dict(gpu.versions),
+            },
+        }
+        for gpu in verdict.gpu_evidence
+    ]
+
+
+def _failure(failure: Failure) -> dict[str, str]:
+    return {"code": failure.code, "component": failure.component, "expected": failure.expected, "found": failure.found}
 
 
 def sign_handoff(

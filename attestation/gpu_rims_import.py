@@ -5,6 +5,7 @@ per driver or VBIOS release, and retired like other releases."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -123,10 +124,13 @@ def return_gpu_rims_to_service(rim_ids: Collection[str]) -> int:
 
 
 def read_documents(source: str) -> list[RimDocument]:
-    """The RIMs at an operator's file, directory (every file in it) or http(s) URL; ValueError
+    """The RIMs at an operator's file, directory (every file in it) or http(s) URL (a RIM, or a
+    catalogue of them: JSON {"rims": [{"url"}, ...]}, as a mirror or bmcsim serves it); ValueError
     saying what could not be read."""
     if source.startswith(("http://", "https://")):
-        return [_download(source)]
+        document = _download(source)
+        urls = _catalogue(document.xml)
+        return [_download(url) for url in urls] if urls is not None else [document]
     path = Path(source)
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     documents = []
@@ -142,6 +146,18 @@ def read_documents(source: str) -> list[RimDocument]:
     return documents
 
 
+def _catalogue(body: bytes) -> list[str] | None:
+    """The RIM URLs a catalogue lists; None for a body that is not one (a RIM itself)."""
+    try:
+        listing = json.loads(body)
+    except ValueError:
+        return None
+    rims = listing.get("rims") if isinstance(listing, dict) else None
+    if not isinstance(rims, list) or not all(isinstance(r, dict) and isinstance(r.get("url"), str) for r in rims):
+        raise ValueError('a catalogue of RIMs must be {"rims": [{"url": "https://…"}, …]}')
+    return [rim["url"] for rim in rims]
+
+
 def _download(url: str) -> RimDocument:
     """Through core/outbound.py (within the deadline and the RIM size cap, no redirect followed).
     Any address: the operator chose it."""
@@ -152,7 +168,7 @@ def _download(url: str) -> RimDocument:
             check=outbound.any_address,
             deadline=settings.OUTBOUND_DEADLINE_SECONDS,
             max_body_bytes=MAX_RIM_BYTES,
-            headers={"Accept": "application/xml"},
+            headers={"Accept": "application/xml, application/json"},
         )
     except outbound.OutboundError as error:
         raise ValueError(f"cannot read {url}: {error.reason}") from error

@@ -184,6 +184,11 @@ class AttestationResult(models.Model):
     affirming = models.BooleanField()
     failures = models.JSONField(default=list, blank=True)
     measurements = models.JSONField(default=dict, blank=True)
+    gpu_evidence = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What each GPU's SPDM evidence came to, per source the policy required (the result's `gpus`).",
+    )
     policy = models.CharField(max_length=64)
     kid = models.CharField(max_length=64, help_text="The signing key's id, as in the JWKS.")
     token = models.TextField(help_text="The signed result (EAR JWT, EdDSA).")

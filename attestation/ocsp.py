@@ -12,7 +12,8 @@ the certificate's issuer, or a responder it authorized, signed it for that certi
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 
 from attestation.models import OcspResponse, OcspSource
+from attestation.verifier.gpu_evidence import RevocationCheck
 from attestation.verifier.revocation import (
     ocsp_request,
     read_answer,
@@ -32,6 +34,7 @@ from attestation.verifier.revocation import (
 from attestation.verifier.verdict import shown
 from core import clock, outbound
 
+log = logging.getLogger(__name__)
 MAX_OCSP_BYTES = 64 * 1024  # NVIDIA's answers are about 2 KiB, their responder certificate included
 # Asked for a certificate that names no responder: some of NVIDIA's device certificates name none.
 NVIDIA_OCSP_RESPONDER = "http://ocsp.ndis.nvidia.com/"
@@ -98,6 +101,29 @@ def chain_revocation_failures(
 ) -> list[str]:
     """Why the chain (leaf first, root last) is not known unrevoked at `at` by the kept answers."""
     return revocation_failures(chain, stored_answers(chain), at=at, max_age=max_age)
+
+
+def revocation_check(
+    *,
+    at: datetime,
+    max_age: timedelta | None,
+    fetch: bool,
+    responder: str | None = None,
+    on_problem: Callable[[str], None] = log.warning,
+) -> RevocationCheck:
+    """Revocation by the kept answers; where `fetch`, a chain that lacks one first asks for fresh
+    answers (the verifier asks only about chains verified to their root, so a forged chain's
+    responder is never called); `on_problem` hears why a fetch got none."""
+
+    def check(chain: tuple[x509.Certificate, ...]) -> list[str]:
+        failures = chain_revocation_failures(chain, at=at, max_age=max_age)
+        if failures and fetch:
+            for problem in fetch_ocsp_responses(chain, responder=responder):
+                on_problem(f"OCSP: {problem}")
+            failures = chain_revocation_failures(chain, at=at, max_age=max_age)
+        return failures
+
+    return check
 
 
 def fetch_ocsp_responses(chain: Sequence[x509.Certificate], *, responder: str | None = None) -> list[str]:

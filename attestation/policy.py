@@ -17,7 +17,16 @@ strengthens a policy: its absence is what every policy demanded before it existe
   the SecureBoot variable); a node whose event log lacks that measurement fails `secure_boot_off`.
   `boot.pcrs` must then assign the component measured there to PCR 7 (`secureboot = 7`), so that
   the quote covers it.
-- `gpu.measurements` (array of strings): the measurements every GPU report must carry.
+- `gpu.evidence` (string: "in_band", "out_of_band" or "both"): where each enrolled GPU's SPDM
+  evidence (its signed measurements, checked against NVIDIA's roots and RIMs) must come from: the
+  node's agent (through NVIDIA's driver), its BMC (Redfish ComponentIntegrity, independent of the
+  node's OS), or both. No default: a policy that omits it is refused.
+- `gpu.ocsp_max_age_seconds` (integer, 0 to 30 days, optional): how long after its nextUpdate an
+  OCSP answer for a GPU chain's certificate still counts. Absent, only a current answer does, and
+  a certificate without one fails.
+- `gpu.measurements` (array of strings, may be empty): the measurements of the signed GPU reports
+  in bmcsim's own format (the evidence's `gpus`; every enrolled GPU must send one); empty: none
+  are asked for (a real server's agent sends none).
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ from typing import Literal
 from core import validation
 
 CC_MODES = ("on", "off", "devtools")
+GPU_EVIDENCE = {"in_band": ("in_band",), "out_of_band": ("out_of_band",), "both": ("in_band", "out_of_band")}
+MAX_OCSP_AGE_SECONDS = 30 * 86_400
 MAX_EVIDENCE_AGE_SECONDS = 86_400
 PCR_COUNT = 24
 MAX_NAME_LENGTH = 64
@@ -52,7 +63,9 @@ class Policy:
     max_evidence_age_seconds: int
     boot_pcrs: Mapping[str, int]
     gpu_measurements: tuple[str, ...]
+    gpu_evidence: tuple[str, ...]  # the sources each GPU's SPDM evidence must come from: in_band, out_of_band
     secure_boot_required: bool = False
+    ocsp_max_age_seconds: int | None = None
 
     @property
     def quoted_pcrs(self) -> tuple[int, ...]:
@@ -101,7 +114,7 @@ def _policy(document: object) -> Policy:
 def _read(document: object) -> Policy:
     top = _table(document, "", {"name", "cc_mode", "max_evidence_age_seconds", "boot", "gpu"})
     boot = _table(top["boot"], "boot", {"pcrs"}, optional={"secure_boot_required"})
-    gpu = _table(top["gpu"], "gpu", {"measurements"})
+    gpu = _table(top["gpu"], "gpu", {"measurements", "evidence"}, optional={"ocsp_max_age_seconds"})
 
     name = _name(top["name"], "name")
     cc_mode = _name(top["cc_mode"], "cc_mode")
@@ -131,12 +144,19 @@ def _read(document: object) -> Policy:
         )
 
     measurements = validation.sequence(
-        gpu["measurements"], "gpu.measurements", min_items=1, expected="a non-empty array of measurement names"
+        gpu["measurements"], "gpu.measurements", expected="an array of measurement names"
     )
     for position, measurement in enumerate(measurements):
         _name(measurement, validation.at("gpu.measurements", position))
     if len(set(measurements)) != len(measurements):
         raise PolicyError("'gpu.measurements' names a measurement twice")
+
+    evidence = validation.one_of(gpu["evidence"], "gpu.evidence", tuple(GPU_EVIDENCE))
+    ocsp_max_age = gpu.get("ocsp_max_age_seconds")
+    if ocsp_max_age is not None:
+        ocsp_max_age = validation.integer(
+            ocsp_max_age, "gpu.ocsp_max_age_seconds", minimum=0, maximum=MAX_OCSP_AGE_SECONDS
+        )
 
     return Policy(
         name=name,
@@ -144,7 +164,9 @@ def _read(document: object) -> Policy:
         max_evidence_age_seconds=max_age,
         boot_pcrs=MappingProxyType(boot_pcrs),
         gpu_measurements=tuple(measurements),
+        gpu_evidence=GPU_EVIDENCE[str(evidence)],
         secure_boot_required=secure_boot_required,
+        ocsp_max_age_seconds=ocsp_max_age,
     )
 
 
@@ -160,6 +182,11 @@ def _table(value: object, where: str, keys: set[str], optional: Set[str] = froze
         raise PolicyError(
             "missing key 'cc_mode': a policy must state the confidential-computing mode every GPU must report"
             f" ({', '.join(CC_MODES)}); it is never assumed to be off"
+        )
+    if "evidence" in missing:
+        raise PolicyError(
+            f"missing key '{prefix}evidence': a policy must state where the GPUs' SPDM evidence must come from"
+            f" ({', '.join(GPU_EVIDENCE)}); none is never assumed"
         )
     if missing:
         raise PolicyError(f"missing key '{prefix}{missing[0]}'")

@@ -11,7 +11,7 @@ import functools
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -21,17 +21,19 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from gpufleet_client.offline_verification import ResultInvalid, verify_result
 
-from attestation import ear, reference, verifier
+from attestation import ear, ocsp, reference, verifier
 from attestation.models import (
     REQUIRED_ROLES,
     AttestationPolicy,
     AttestationResult,
+    GpuRim,
     ReferenceValue,
     ResultKind,
     TrustAnchor,
     TrustAnchorRole,
 )
-from attestation.policy import Policy, load_policy_file
+from attestation.policy import Policy, PolicyError, load_policy_file
+from attestation.verifier.gpu_evidence import CandidateRim, GpuReferences
 from core import clock
 
 log = logging.getLogger(__name__)
@@ -129,18 +131,82 @@ def reference_values(*, pinned: Collection[str] = ()) -> reference.ReferenceValu
 
 
 def policy_for(gpu_models: Collection[str]) -> Policy:
-    """The policy of the node's class (its GPU model), else the catch-all one, else the shipped file."""
+    """The policy of the node's class (its GPU model), else the catch-all one, else the shipped file.
+    One that no longer loads (saved before a key became required) is NotConfigured: inspections
+    wait, saying why, until an operator completes it."""
     for row in AttestationPolicy.objects.filter(gpu_model__in=[*gpu_models, ""]).order_by("-gpu_model"):
-        return row.load()
+        try:
+            return row.load()
+        except PolicyError as error:
+            raise NotConfigured(f"attestation policy {row.name}: {error} (complete it in the admin)") from error
     return load_policy_file(settings.ATTESTATION_POLICY_FILE)
+
+
+def gpu_evidence_sources(gpu_models: Collection[str]) -> tuple[str, ...]:
+    """Where the policy of the node's class wants its GPUs' SPDM evidence from: in_band, out_of_band."""
+    return policy_for(gpu_models).gpu_evidence
+
+
+def imported_rims(component: str, version: str) -> list[CandidateRim]:
+    """The imported RIMs of a driver or VBIOS release (verifier.gpu_evidence.RimLookup)."""
+    rows = GpuRim.objects.filter(component=component, version=version.lower())
+    return [
+        CandidateRim(rim_id, xml.encode(), retired_at is not None)
+        for rim_id, xml, retired_at in rows.values_list("rim_id", "xml", "retired_at")
+    ]
+
+
+def gpu_references(policy: Policy, *, at: datetime) -> GpuReferences:
+    """NVIDIA's roots, the imported RIMs, and revocation by the kept OCSP answers as the policy
+    allows them (fetched where missing, unless GPUFLEET_OCSP_FETCH is off: an air-gapped plane)."""
+    anchors = dict(
+        TrustAnchor.objects.filter(
+            role__in=(TrustAnchorRole.NVIDIA_DEVICE_ROOT, TrustAnchorRole.NVIDIA_RIM_ROOT)
+        ).values_list("role", "pem")
+    )
+    if len(anchors) < 2:
+        raise NotConfigured(
+            "trust anchors not imported: nvidia_device_root and nvidia_rim_root, which GPU evidence is checked"
+            " against (manage.py import_trust_anchors)"
+        )
+    try:
+        device_root = _anchor(TrustAnchorRole.NVIDIA_DEVICE_ROOT, anchors[TrustAnchorRole.NVIDIA_DEVICE_ROOT])
+        rim_root = _anchor(TrustAnchorRole.NVIDIA_RIM_ROOT, anchors[TrustAnchorRole.NVIDIA_RIM_ROOT])
+    except verifier.UnusableAnchor as unusable:
+        raise NotConfigured(f"{unusable} (replace in the admin or with manage.py import_trust_anchors)") from unusable
+    max_age = policy.ocsp_max_age_seconds
+    return GpuReferences(
+        device_root=device_root,
+        rim_root=rim_root,
+        rims=imported_rims,
+        revocation=ocsp.revocation_check(
+            at=at,
+            max_age=timedelta(seconds=max_age) if max_age is not None else None,
+            fetch=settings.GPUFLEET_OCSP_FETCH,
+            responder=settings.GPUFLEET_OCSP_RESPONDER or None,
+        ),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _anchor(role: str, pem: str):
+    return verifier.load_trust_anchor(role, pem)
 
 
 # -- appraisal -----------------------------------------------------------------------------
 
 
-def appraise(*, node: NodeToAppraise, evidence: object, nonce: bytes, now: datetime | None = None) -> Appraisal:
-    """Verify the evidence and sign the verdict as of `now` (None: core.clock's). Raises
-    NotConfigured; never passes what it cannot check."""
+def appraise(
+    *,
+    node: NodeToAppraise,
+    evidence: object,
+    nonce: bytes,
+    now: datetime | None = None,
+    bmc_evidence: object = None,
+) -> Appraisal:
+    """Verify the evidence (the agent's, and the GPUs' SPDM evidence its BMC gave where the policy
+    asks for it) and sign the verdict as of `now` (None: core.clock's). Raises NotConfigured; never
+    passes what it cannot check. May ask OCSP responders (gpu_references): a worker's call only."""
     now = now or clock.now()
     policy = policy_for(node.gpu_models)
     verdict = verifier.verify(
@@ -151,6 +217,8 @@ def appraise(*, node: NodeToAppraise, evidence: object, nonce: bytes, now: datet
         policy=policy,
         roots=trusted_roots(),
         now=now,
+        gpu_references=gpu_references(policy, at=now),
+        bmc_evidence=bmc_evidence,
     )
     kid, key = signing_keys()[0]
     token = ear.sign_result(
@@ -178,6 +246,7 @@ def record(*, node_id: int, nonce: bytes, appraisal: Appraisal) -> AttestationRe
             for f in verdict.failures
         ],
         measurements=dict(verdict.measurements),
+        gpu_evidence=ear.gpu_evidence_claim(verdict),
         policy=appraisal.policy,
         kid=appraisal.kid,
         token=appraisal.token,
@@ -210,6 +279,7 @@ def sign_handoff(
         affirming=inspection.affirming,
         failures=inspection.failures,
         measurements=inspection.measurements,
+        gpu_evidence=inspection.gpu_evidence,
         policy=inspection.policy,
         kid=kid,
         token=token,

@@ -335,6 +335,10 @@ GPUFLEET_SIGNING_KEY = environment.text("GPUFLEET_SIGNING_KEY", str(DEFAULT_SIGN
 ATTESTATION_POLICY_FILE = environment.text(
     "GPUFLEET_ATTESTATION_POLICY", str(BASE_DIR / "attestation" / "policies" / "default.toml")
 )
+# OCSP answers for the GPUs' chains: a worker asks for one where none current is kept, of the
+# responder a certificate names (or this one, a mirror, anywhere); off where none can be reached.
+GPUFLEET_OCSP_FETCH = environment.boolean("GPUFLEET_OCSP_FETCH", True)
+GPUFLEET_OCSP_RESPONDER = environment.text("GPUFLEET_OCSP_RESPONDER", "")
 
 # Workflows (workflows/node_workflows/). Timeouts are in real seconds: bmcsim scales its own durations.
 SERVICE_IMAGE_URL = environment.text("GPUFLEET_SERVICE_IMAGE_URL", "http://images.gpufleet.internal/service.iso")

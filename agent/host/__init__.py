@@ -36,10 +36,6 @@ from .tpm import TPMQuoter
 log = logging.getLogger("gpu-agent")
 DMI_SERIAL = Path("/sys/class/dmi/id/product_serial")
 NET = Path("/sys/class/net")
-NO_GPU_ATTESTATION = (
-    "no GPU attestation the control plane appraises yet: the GPUs' signed SPDM reports are under"
-    " gpu_spdm, which its verifier does not read yet, so its policy decides"
-)
 
 
 class HostUnusable(Exception):
@@ -177,8 +173,7 @@ class HostBackend:
         return {
             "quote": self.quoter.quote(nonce),
             "event_log": self.quoter.event_log(),
-            "gpus": [],
-            "gpu_attestation": NO_GPU_ATTESTATION,
+            "gpus": [],  # bmcsim's own report format: a real GPU's evidence is its SPDM report
             "gpu_spdm": [self._gpu_spdm(gpu, nonce) for gpu in self.identities],
         }
 

@@ -1,8 +1,11 @@
-"""Evidence -> verdict: the fail-closed attestation verifier (pure: no Django, no clock, no I/O).
+"""Evidence -> verdict: the fail-closed attestation verifier (pure: no Django, no clock, no I/O of
+its own; the GPUs' revocation check and RIM lookup are the caller's).
 
 The evidence is the in-band agent's answer (bmcsim/evidence.py documents it): a TPM 2.0 quote
-signed by the node's attestation key (AK), the measured-boot event log, and one signed report
-per GPU. `verify` checks every part and reports every failure, never only the first; a verdict
+signed by the node's attestation key (AK), the measured-boot event log, one signed report per GPU
+in bmcsim's format, and each GPU's SPDM evidence (its signed measurements in NVIDIA's layout,
+`gpu_spdm`); the caller adds the GPUs' SPDM evidence read through the node's BMC where the policy
+asks for it. `verify` checks every part and reports every failure, never only the first; a verdict
 affirms only when there is no failure at all. The caller makes the nonce with `new_nonce(now)`:
 it carries its issue time, which is how `verify` knows the evidence's age. Anything that cannot
 be parsed is a `malformed` failure: no evidence makes `verify` raise, and nothing malformed ever
@@ -39,10 +42,17 @@ Failure codes, one per check (stable: stored, signed into results, shown to oper
   (its firmware baseline's boot releases).
 - `cc_mode`: a GPU reports another confidential-computing mode than the policy demands.
 - `gpu_inventory`: the reported GPUs are not exactly the node's enrolled GPUs.
+- `gpu_evidence`: a GPU's SPDM evidence that the policy requires (`gpu.evidence`: in band from
+  the agent's `gpu_spdm`, out of band from the BMC) is absent, or the GPU said why it has none.
+- `gpu_rim`: no imported RIM (or several) for the driver or VBIOS release a GPU's SPDM evidence
+  reports, or one that is not signed under NVIDIA's RIM root and valid at the evidence's time.
+- `gpu_revocation`: a certificate of a GPU's device chain, or of a used RIM's signing chain, is
+  not known unrevoked by an OCSP answer as fresh as the policy allows.
 - `verifier_error`: the verifier itself failed (a bug); the verdict fails closed.
 
 The checks, a module a concern: `appraisal` (`verify`, every check in turn), `tpm_quote`,
-`event_log`, `gpu_reports`, `chains` and `anchors` (the trust anchors chains end at), on
+`event_log`, `gpu_reports`, `gpu_evidence` (SPDM evidence end to end: `spdm`, `gpu_rims`,
+`revocation`), `chains` and `anchors` (the trust anchors chains end at), on
 `fields` (the evidence's bounds and field parsers), `nonces`, `identities` and `verdict`.
 Callers import the names below from here.
 """
@@ -53,13 +63,14 @@ from attestation.verifier.event_log import SECURE_BOOT_MEASURED
 from attestation.verifier.identities import GPUIdentity, NodeIdentity
 from attestation.verifier.nonces import new_nonce
 from attestation.verifier.tpm_quote import verify_quote
-from attestation.verifier.verdict import FAILURE_CODES, Failure, Verdict
+from attestation.verifier.verdict import FAILURE_CODES, Failure, GpuEvidence, Verdict
 
 __all__ = [
     "FAILURE_CODES",
     "SECURE_BOOT_MEASURED",
     "Failure",
     "GPUIdentity",
+    "GpuEvidence",
     "NodeIdentity",
     "TrustedRoots",
     "UnusableAnchor",

@@ -24,14 +24,16 @@ from attestation.verifier.event_log import (
     parse_event_log,
 )
 from attestation.verifier.fields import MAX_ATTEST_BYTES, MAX_GPUS, MAX_SIGNATURE_BYTES, base64_bytes, describe
+from attestation.verifier.gpu_evidence import GpuEvidenceCheck, GpuReferences, check_entry
 from attestation.verifier.gpu_reports import GPU_INDEX, read_gpu_report, verifies_p384
 from attestation.verifier.identities import GPUIdentity, NodeIdentity
 from attestation.verifier.nonces import CLOCK_SKEW, nonce_issued_at
 from attestation.verifier.tpm_quote import verify_quote
-from attestation.verifier.verdict import Failure, Verdict, shown
+from attestation.verifier.verdict import Failure, GpuEvidence, Verdict, shown
 from core import validation
 
 Params = ParamSpec("Params")
+IN_BAND = "in_band"
 Checked = TypeVar("Checked")
 
 
@@ -44,16 +46,35 @@ def verify(
     policy: Policy,
     roots: TrustedRoots,
     now: datetime,
+    gpu_references: GpuReferences | None = None,
+    bmc_evidence: object = None,
 ) -> Verdict:
+    """`evidence`: the agent's; `bmc_evidence`: the GPUs' SPDM evidence read through the node's BMC
+    (a list of {"uuid", "report", "cert_chain"} or {"uuid", "status": "unavailable", "reason"}), where
+    the policy asks for it; `gpu_references`: what SPDM evidence is checked against (None: nothing
+    configured, and every GPU's required SPDM evidence fails)."""
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
-    appraisal = _Appraisal(nonce=nonce, node=node, reference=reference, policy=policy, roots=roots, now=now)
+    appraisal = _Appraisal(
+        nonce=nonce,
+        node=node,
+        reference=reference,
+        policy=policy,
+        roots=roots,
+        now=now,
+        gpu_references=gpu_references,
+    )
     try:
-        appraisal.run(evidence)
+        appraisal.run(evidence, bmc_evidence)
     except Exception as err:  # a bug here must refuse the node, never pass it or crash the workflow
         appraisal.fail("verifier_error", "verifier", "no internal error", f"{type(err).__name__}: {err}")
     failures = tuple(appraisal.failures)
-    return Verdict(affirming=not failures, failures=failures, measurements=appraisal.measurements)
+    return Verdict(
+        affirming=not failures,
+        failures=failures,
+        measurements=appraisal.measurements,
+        gpu_evidence=tuple(appraisal.gpu_evidence),
+    )
 
 
 @dataclass
@@ -64,8 +85,10 @@ class _Appraisal:
     policy: Policy
     roots: TrustedRoots
     now: datetime
+    gpu_references: GpuReferences | None
     failures: list[Failure] = field(default_factory=list)
     measurements: dict[str, str] = field(default_factory=dict)
+    gpu_evidence: list[GpuEvidence] = field(default_factory=list)
 
     def fail(self, code: str, component: str, expected: str, found: str) -> None:
         self.failures.append(Failure(code, component, expected, shown(found)))
@@ -81,7 +104,7 @@ class _Appraisal:
         else:
             self.fail("release_not_pinned", where, "a release this node class is pinned to", refusal.release)
 
-    def run(self, evidence: object) -> None:
+    def run(self, evidence: object, bmc_evidence: object) -> None:
         self.check_freshness()
         parts = self.guarded(
             validation.mapping, evidence, "evidence", expected="an object with quote, event_log and gpus"
@@ -93,7 +116,11 @@ class _Appraisal:
         if events is not None and self.policy.secure_boot_required:
             self.check_secure_boot(events)
         self.guarded(self.check_quote, parts.get("quote"), replayed)
-        self.guarded(self.check_gpus, parts.get("gpus"))
+        if self.policy.gpu_measurements:
+            self.guarded(self.check_gpus, parts.get("gpus"))
+        for source in self.policy.gpu_evidence:
+            entries = parts.get("gpu_spdm") if source == IN_BAND else bmc_evidence
+            self.guarded(self.check_gpu_spdm, source, entries)
 
     def guarded(self, check: Callable[Params, Checked], *args: Params.args, **kwargs: Params.kwargs) -> Checked | None:
         """Run a check; evidence off its shape (core.validation.Invalid) is a `malformed` failure."""
@@ -239,6 +266,88 @@ class _Appraisal:
                 )
         for name in sorted(measurements.keys() - set(self.policy.gpu_measurements)):
             self.fail("gpu_measurement", f"{component}.{name}", "only the measurements the policy names", name)
+
+    # The GPUs' SPDM evidence, from the agent (in band) or the BMC (out of band).
+
+    def check_gpu_spdm(self, source: str, document: object) -> None:
+        """Each enrolled GPU's entry from `source`: the agent names it by index, the BMC by UUID."""
+        where = "gpu_spdm" if source == IN_BAND else "bmc_gpu_spdm"
+        entries = validation.sequence(
+            [] if document is None else document, where, max_items=MAX_GPUS, expected="a list of GPU evidence"
+        )
+        found: dict[int, tuple[str, Mapping[str, object]]] = {}
+        by_uuid = {_uuid_key(gpu.uuid): gpu.index for gpu in self.node.gpus}
+        for position, entry in enumerate(entries):
+            at = f"{where}[{position}]"
+            entry = validation.mapping(entry, at, expected="a GPU evidence object")
+            if source != IN_BAND and "uuid" not in entry and entry.get("status") == "unavailable":
+                continue  # the BMC could not tell which GPU: that GPU's evidence is missing, and fails so
+            uuid = validation.text(entry.get("uuid"), f"{at}.uuid", max_length=128)
+            if source == IN_BAND:
+                index = validation.integer(
+                    entry.get("index"), f"{at}.index", minimum=0, maximum=MAX_GPUS - 1, expected=GPU_INDEX
+                )
+            elif _uuid_key(uuid) in by_uuid:
+                index = by_uuid[_uuid_key(uuid)]
+            else:
+                self.fail("gpu_inventory", at, "the UUID of an enrolled GPU", uuid)
+                continue
+            if index in found:
+                self.fail("gpu_inventory", f"gpu{index}.{source}", "one entry per GPU", "a second entry")
+                continue
+            found[index] = (at, entry)
+        for gpu in self.node.gpus:
+            at, entry = found.pop(gpu.index, (where, {}))
+            self.gpu_evidence.append(self.check_one_gpu_spdm(gpu, source, at, entry))
+        for index in sorted(found):
+            self.fail(
+                "gpu_inventory",
+                f"gpu{index}.{source}",
+                f"an enrolled GPU index ({_indexes(self.enrolled)})",
+                str(index),
+            )
+
+    def check_one_gpu_spdm(self, gpu: GPUIdentity, source: str, where: str, entry: Mapping[str, object]) -> GpuEvidence:
+        component = f"gpu{gpu.index}.{source}"
+        failures: list[Failure] = []
+        versions: dict[str, str] = {}
+        status = "contraindicated"
+        if _uuid_key(str(entry.get("uuid", gpu.uuid))) != _uuid_key(gpu.uuid):
+            failures.append(Failure("gpu_inventory", component, gpu.uuid, shown(str(entry.get("uuid")))))
+        if not entry or entry.get("status") == "unavailable":
+            why = entry.get("reason") if entry else "none given"
+            failures.append(Failure("gpu_evidence", component, f"{source} SPDM evidence", shown(f"unavailable: {why}")))
+            status = "unavailable"
+        elif self.gpu_references is None:
+            failures.append(Failure("gpu_evidence", component, "NVIDIA's device and RIM roots configured", "none"))
+        else:
+            checked: GpuEvidenceCheck = check_entry(
+                entry, where=where, component=component, nonce=self.nonce, references=self.gpu_references, at=self.now
+            )
+            failures += checked.failures
+            versions = {
+                kind: version
+                for kind, version in (("driver", checked.driver_version), ("vbios", checked.vbios_version))
+                if version is not None
+            }
+        self.failures.extend(failures)
+        return GpuEvidence(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            source=source,
+            status="affirming" if not failures else status,
+            failures=tuple(failures),
+            versions=versions,
+        )
+
+    @property
+    def enrolled(self) -> dict[int, GPUIdentity]:
+        return {gpu.index: gpu for gpu in self.node.gpus}
+
+
+def _uuid_key(uuid: str) -> str:
+    """NVML names a GPU "GPU-<uuid>"; a BMC's Processor resource gives the bare UUID."""
+    return uuid.lower().removeprefix("gpu-")
 
 
 def _indexes(enrolled: Mapping[int, GPUIdentity]) -> str:

@@ -15,6 +15,7 @@ responder whether a certificate of the chain was revoked, which this does not.
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from collections.abc import Mapping
@@ -69,6 +70,7 @@ HEX_DIGEST = re.compile(f"[0-9a-fA-F]{{{2 * DIGEST_BYTES}}}")
 DECIMAL = re.compile("[0-9]{1,4}")
 
 Extension = TypeVar("Extension", bound=x509.ExtensionType)
+RIM_CACHE_SIZE = 64  # RIMs examined and kept: the drivers and VBIOS releases a fleet runs
 
 
 @dataclass(frozen=True)
@@ -92,15 +94,13 @@ class Rim:
 
 def read_rim(xml: bytes) -> Rim:
     """The RIM's identity and golden measurements; validation.Invalid naming where for one off its shape."""
-    rim, _chain = _read(_parse(xml))
-    return rim
+    return _examined(xml).rim
 
 
 def signing_chain(xml: bytes) -> tuple[x509.Certificate, ...]:
     """The certificates the RIM carries, its signer first (for their revocation); validation.Invalid
     naming where for a RIM off its shape."""
-    _rim, chain = _read(_parse(xml))
-    return chain
+    return _examined(xml).chain
 
 
 def verify_rim(rim_xml: bytes, *, root: x509.Certificate, at: datetime) -> list[str]:
@@ -111,11 +111,29 @@ def verify_rim(rim_xml: bytes, *, root: x509.Certificate, at: datetime) -> list[
     `signature`. Never raises, whatever the bytes.
     """
     try:
-        document = _parse(rim_xml)
-        _rim, chain = _read(document)
+        examined = _examined(rim_xml)
     except validation.Invalid as error:
         return [f"malformed: {error}"]
-    return _chain_failures(chain, root, at) + _signature_failures(document, chain[0])
+    chain_failures, linked = _chain_failures(examined.chain, root)
+    validity = _validity_failures(examined.chain, root, at) if linked else []
+    return [*chain_failures, *validity, *examined.signature_failures]
+
+
+@dataclass(frozen=True)
+class _Examined:
+    """What a RIM's bytes say, and whether its signature verifies with its signer's key: the same at
+    every evidence's time, so kept for the RIMs in use (every inspection checks the same few)."""
+
+    rim: Rim
+    chain: tuple[x509.Certificate, ...]
+    signature_failures: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=RIM_CACHE_SIZE)
+def _examined(xml: bytes) -> _Examined:
+    document = _parse(xml)
+    rim, chain = _read(document)
+    return _Examined(rim, chain, tuple(_signature_failures(document, chain[0])))
 
 
 def compare_measurements(golden: Mapping[int, GoldenMeasurement], measured: Mapping[int, bytes]) -> list[str]:
@@ -235,22 +253,27 @@ def _signing_chain(document: etree._Element) -> tuple[x509.Certificate, ...]:
     return tuple(chain)
 
 
-def _chain_failures(chain: tuple[x509.Certificate, ...], root: x509.Certificate, at: datetime) -> list[str]:
-    """The chain walked by hand, leaf to `root`, each link's signature, CA rights and validity.
+@functools.lru_cache(maxsize=RIM_CACHE_SIZE)
+def _chain_failures(chain: tuple[x509.Certificate, ...], root: x509.Certificate) -> tuple[list[str], bool]:
+    """The chain walked by hand, leaf to `root`, each link's signature and CA rights (validity is
+    _validity_failures'); and whether every link is signed by the next, up to the root.
 
     cryptography's path validator cannot walk it: NVIDIA's RIM CA certificates write dates before
     2050 as GeneralizedTime, which RFC 5280 forbids and the validator refuses ("validity dates
     between 1950 and 2049 must be UtcTime"); OpenSSL, which NVIDIA's verifiers use, lets it pass.
     """
-    path = list(chain[:-1] if chain[-1] == root else chain)  # NVIDIA's RIMs carry the root too
+    path = _path(chain, root)
     if not path or root in path:
-        return ["chain: the RIM root must be the last certificate of the chain, after the signing one"]
+        return ["chain: the RIM root must be the last certificate of the chain, after the signing one"], False
     issuers = [*path[1:], root]
     for certificate, issuer in zip(path, issuers, strict=True):
         try:
             certificate.verify_directly_issued_by(issuer)
         except (ValueError, TypeError, InvalidCertificateSignature, UnsupportedAlgorithm):
-            return [f"chain: {_name(certificate)} is not issued by {_name(issuer)}: it does not chain to the RIM root"]
+            unlinked = (
+                f"chain: {_name(certificate)} is not issued by {_name(issuer)}: it does not chain to the RIM root"
+            )
+            return [unlinked], False
     failures = [
         f"chain: {problem}" for below, issuer in enumerate(issuers) if (problem := _issuer_problem(issuer, below))
     ]
@@ -265,12 +288,20 @@ def _chain_failures(chain: tuple[x509.Certificate, ...], root: x509.Certificate,
             failures.append(
                 f"chain: {_name(certificate)} has a critical extension this check does not know: {unknown[0]}"
             )
-        if not certificate.not_valid_before_utc <= at <= certificate.not_valid_after_utc:
-            failures.append(
-                f"validity: {_name(certificate)} is valid from {certificate.not_valid_before_utc.isoformat()}"
-                f" to {certificate.not_valid_after_utc.isoformat()}, not at {at.isoformat()}"
-            )
-    return failures
+    return failures, True
+
+
+def _validity_failures(chain: tuple[x509.Certificate, ...], root: x509.Certificate, at: datetime) -> list[str]:
+    return [
+        f"validity: {_name(certificate)} is valid from {certificate.not_valid_before_utc.isoformat()}"
+        f" to {certificate.not_valid_after_utc.isoformat()}, not at {at.isoformat()}"
+        for certificate in [*_path(chain, root), root]
+        if not certificate.not_valid_before_utc <= at <= certificate.not_valid_after_utc
+    ]
+
+
+def _path(chain: tuple[x509.Certificate, ...], root: x509.Certificate) -> list[x509.Certificate]:
+    return list(chain[:-1] if chain[-1] == root else chain)  # NVIDIA's RIMs carry the root too
 
 
 def _issuer_problem(issuer: x509.Certificate, below: int) -> str | None:

@@ -142,9 +142,8 @@ def signature_problem(response: ocsp.OCSPResponse, issuer: x509.Certificate, pro
 def status_problem(single: ocsp.OCSPSingleResponse, *, at: datetime, max_age: timedelta | None) -> str | None:
     """Why a response does not say `good` at `at`, or None."""
     this_update, next_update = single.this_update_utc, single.next_update_utc
-    if this_update > at:
-        return f"an OCSP answer from after {at.isoformat()} (thisUpdate {this_update.isoformat()})"
-    # Revoked is for good, however old the answer that says so.
+    # Revoked is for good, however old the answer that says so; so a good answer from after `at`
+    # (fetched while the evidence is appraised) vouches for `at` too.
     if single.certificate_status == ocsp.OCSPCertStatus.REVOKED:
         reason = single.revocation_reason.value if single.revocation_reason is not None else "no reason given"
         revoked_at = single.revocation_time_utc

@@ -29,8 +29,12 @@ FAILURE_CODES = (
     "release_not_pinned",
     "cc_mode",
     "gpu_inventory",
+    "gpu_evidence",
+    "gpu_rim",
+    "gpu_revocation",
     "verifier_error",
 )
+GPU_EVIDENCE_STATUSES = ("affirming", "contraindicated", "unavailable")
 
 MAX_SHOWN_CHARS = 160  # of a found value, in a failure
 
@@ -44,10 +48,23 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class GpuEvidence:
+    """What one source's SPDM evidence of one GPU came to (the policy's required sources, each)."""
+
+    index: int
+    uuid: str
+    source: str  # in_band (the node's agent) or out_of_band (its BMC)
+    status: str  # one of GPU_EVIDENCE_STATUSES: unavailable when there was none to check
+    failures: tuple[Failure, ...]
+    versions: Mapping[str, str]  # driver and vbios, as the evidence reports them (when it could be read)
+
+
+@dataclass(frozen=True)
 class Verdict:
     affirming: bool
     failures: tuple[Failure, ...]
     measurements: Mapping[str, str]  # what was measured, component -> hex digest, for display
+    gpu_evidence: tuple[GpuEvidence, ...] = ()
 
 
 def shown(text: str) -> str:

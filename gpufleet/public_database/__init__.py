@@ -30,7 +30,8 @@ PUBLIC_COLUMNS: dict[str, frozenset[str]] = {
             diagnostic_passed_at diagnostic_level lease_owner lease_expires_at fencing_token""",
         "fleet_gpu": "id node_id index uuid serial model health",
         "fleet_auditevent": "id node_id event from_state to_state actor reason detail at txid",
-        "attestation_attestationresult": "id node_id kind nonce affirming failures measurements token kid policy at",
+        "attestation_attestationresult": """id node_id kind nonce affirming failures measurements gpu_evidence token
+            kid policy at""",
         # Which nodes are held until their removal from a tenant's networks is read back (capacity, nodes).
         "fleet_networkattachment": "id node_id fabric wanted_id found isolated confirmed checked_at changed_at problem",
         "remediation_remediation": """id node_id gpu action step mode reason status alert alert_status labels

@@ -11,21 +11,28 @@ Hopper report and chain (tests/data/nvidia) for GPU 0.
 from __future__ import annotations
 
 import base64
+import dataclasses
+import json
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pynvml
 import pytest
+from django.conf import settings
 
 from agent.host.tpm import create_attestation_key
-from attestation.verifier import load_trust_anchor
+from attestation.policy import load_policy
+from attestation.reference import parse_manifest, reference_values
+from attestation.verifier import GPUIdentity, load_trust_anchor, verify
+from attestation.verifier.gpu_evidence import CandidateRim, GpuReferences, rim_lookup
 from attestation.verifier.spdm import read_spdm_evidence, verify_spdm_evidence
 from tests.agent import test_host_backend
 from tests.agent.test_host_backend import AK_HANDLE, Agent, KernelLog
 from tests.support import fake_nvml
-from tests.support.ak_certificates import ak_certificate
+from tests.support.ak_certificates import NODE, ak_certificate
 from tests.support.fake_nvml import FakeConfidentialComputing, h100, put_in_place_of_pynvml, v100
-from tests.support.measured_boot import KNOWN_GOOD_BOOT, boot
+from tests.support.measured_boot import KNOWN_GOOD_BOOT, boot, known_good_manifest
 
 # The fixtures, by assignment: an imported name that arguments shadow is a lint error.
 library = fake_nvml.library
@@ -34,6 +41,8 @@ kernel_log = test_host_backend.kernel_log
 start_agent = test_host_backend.start_agent
 
 NVIDIA = Path(__file__).resolve().parent.parent / "data" / "nvidia"
+RIMS = NVIDIA.parent / "nvidia_rims"
+VBIOS_RIM = "1010_0200_882_96005E0001_PROD.swidtag"  # the RIM of the Hopper report's VBIOS
 NVIDIA_ROOT = load_trust_anchor("gpu_vendor_root", (NVIDIA / "nvidia_device_identity_ca.pem").read_text())
 AT = datetime(2026, 1, 1, tzinfo=UTC)  # inside the Hopper chain's validity
 # The nonce NVIDIA's captured Hopper report was signed over (nv-attestation-sdk-cpp/unit-tests/test_utils.cpp).
@@ -101,3 +110,47 @@ def test_with_confidential_computing_off_a_lost_gpu_or_a_nonce_spdm_cannot_carry
 
     library.gpus[0].lost = False
     assert [g["reason"] for g in gpu_spdm(attesting_agent, HOPPER_NONCE[:16])] == ["nonce_not_32_bytes"] * 2
+
+
+def test_the_control_planes_appraisal_verifies_nvidias_report_through_the_agent_to_its_vbios_rim(
+    confidential_computing, attesting_agent, roots
+):
+    """A real server's policy (SPDM evidence in band, none of bmcsim's own reports) on NVIDIA's
+    Hopper evidence as the agent gives it: the chain to NVIDIA's real root, the signature, the nonce
+    and every VBIOS measurement against NVIDIA's VBIOS RIM pass, as of a day inside that RIM's
+    validity. What does not: NVIDIA publishes no driver RIM for the report's driver, and the
+    captured nonce carries no issue time (stale), nor is the test's TPM certificate that old; and
+    the node's V100 cannot attest at all."""
+    evidence = attesting_agent.post("/evidence", {"nonce": HOPPER_NONCE.hex()}).json()
+    document = tomllib.loads(Path(settings.ATTESTATION_POLICY_FILE).read_text())
+    document["gpu"].update(evidence="in_band", measurements=[])
+    rim_at = datetime(2024, 6, 1, tzinfo=UTC)
+    verdict = verify(
+        evidence=evidence,
+        nonce=HOPPER_NONCE,
+        node=dataclasses.replace(  # the node the AK certificate names, with its GPUs
+            NODE, gpus=tuple(GPUIdentity(i, gpu.uuid, str(gpu.serial)) for i, gpu in enumerate((h100(), v100())))
+        ),
+        reference=reference_values(parse_manifest(known_good_manifest(KNOWN_GOOD_BOOT))),
+        policy=load_policy(json.dumps(document), format="json"),
+        roots=roots,
+        now=rim_at,
+        gpu_references=GpuReferences(
+            device_root=NVIDIA_ROOT,
+            rim_root=load_trust_anchor("nvidia_rim_root", (RIMS / "verifier_RIM_root.pem").read_text()),
+            rims=rim_lookup([CandidateRim(VBIOS_RIM, (RIMS / VBIOS_RIM).read_bytes())]),
+            revocation=None,
+        ),
+    )
+    gpu_failures = [(f.code, f.component, f.found) for f in verdict.failures if f.component.startswith("gpu")]
+    assert gpu_failures == [
+        ("gpu_rim", "gpu0.in_band.driver", "none imported"),
+        ("gpu_evidence", "gpu1.in_band", "unavailable: unsupported"),  # a V100 has no SPDM responder
+    ]
+    assert {f.code for f in verdict.failures} - {"gpu_rim", "gpu_evidence"} == {"stale", "ak_chain"}
+    hopper, _ = verdict.gpu_evidence
+    assert (hopper.source, hopper.status, dict(hopper.versions)) == (
+        "in_band",
+        "contraindicated",
+        {"driver": "535.86.09", "vbios": "96.00.5E.00.01"},
+    )

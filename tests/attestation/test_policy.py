@@ -25,7 +25,33 @@ def test_the_shipped_policy_demands_cc_mode_on_and_the_whole_boot_chain():
     assert dict(policy.boot_pcrs) == {"firmware": 0, "bootloader": 4, "kernel": 9, "initrd": 9, "cmdline": 8}
     assert policy.quoted_pcrs == (0, 4, 8, 9)
     assert policy.gpu_measurements == ("vbios", "driver")
+    assert policy.gpu_evidence == ("in_band", "out_of_band")  # "both"
+    assert policy.ocsp_max_age_seconds is None  # only a current OCSP answer counts
     assert policy.secure_boot_required is False  # an optional key: absent, Secure Boot is not required
+
+
+@pytest.mark.parametrize(
+    ("evidence", "sources"),
+    [("in_band", ("in_band",)), ("out_of_band", ("out_of_band",)), ("both", ("in_band", "out_of_band"))],
+)
+def test_a_policy_names_where_the_gpus_spdm_evidence_must_come_from(evidence, sources):
+    document = default_document()
+    document["gpu"].update(evidence=evidence, ocsp_max_age_seconds=3600)
+    policy = load_policy(json.dumps(document), format="json")
+    assert (policy.gpu_evidence, policy.ocsp_max_age_seconds) == (sources, 3600)
+
+
+def test_a_policy_silent_on_the_gpus_evidence_is_rejected_not_read_as_none():
+    document = default_document()
+    del document["gpu"]["evidence"]
+    with pytest.raises(PolicyError, match=r"missing key 'gpu.evidence'.*in_band, out_of_band, both.*never assumed"):
+        load_policy(json.dumps(document), format="json")
+
+
+def test_a_real_servers_policy_asks_for_no_simulated_gpu_reports():
+    document = default_document()
+    document["gpu"]["measurements"] = []
+    assert load_policy(json.dumps(document), format="json").gpu_measurements == ()
 
 
 def test_a_policy_can_require_secure_boot_measured_in_a_quoted_pcr_7():
@@ -69,7 +95,12 @@ def test_the_same_omission_in_toml_is_rejected_with_the_same_message():
         (lambda d: d["boot"].update(pcrs={}), r"'boot.pcrs' must be a non-empty table"),
         (lambda d: d["boot"]["pcrs"].update(kernel="9"), r"'boot.pcrs.kernel' must be an integer"),
         (lambda d: d["boot"]["pcrs"].update(kernel=24), r"'boot.pcrs.kernel' must be a PCR index from 0 to 23"),
-        (lambda d: d["gpu"].update(measurements="vbios"), r"'gpu.measurements' must be a non-empty array"),
+        (lambda d: d["gpu"].update(measurements="vbios"), r"'gpu.measurements' must be an array"),
+        (lambda d: d["gpu"].update(evidence="bmc"), r"'gpu.evidence' must be one of in_band, out_of_band, both"),
+        (lambda d: d["gpu"].update(evidence=["in_band"]), r"'gpu.evidence' must be one of"),
+        (lambda d: d["gpu"].update(ocsp_max_age_seconds=-1), r"'gpu.ocsp_max_age_seconds' must be from 0"),
+        (lambda d: d["gpu"].update(ocsp_max_age_seconds="1h"), r"'gpu.ocsp_max_age_seconds' must be an integer"),
+        (lambda d: d["gpu"].update(ocsp=True), r"unknown key 'gpu.ocsp'"),
         (lambda d: d["gpu"].update(measurements=["vbios", 3]), r"'gpu.measurements\[1\]' must be a string"),
         (lambda d: d["gpu"].update(measurements=["vbios", "vbios"]), r"names a measurement twice"),
         (lambda d: d.update(gpu=["vbios"]), r"'gpu' must be a table"),

@@ -26,6 +26,7 @@ from attestation import ear, verifier
 from attestation.policy import Policy, load_policy_file
 from attestation.reference import ReferenceValues, parse_manifest, reference_values
 from attestation.verifier import GPUIdentity, NodeIdentity, TrustedRoots, gpu_reports, new_nonce, verify
+from attestation.verifier.gpu_evidence import GpuReferences
 from bmcsim import evidence, releases, tpm
 from bmcsim.pki import PKI
 from bmcsim.state import NodeState
@@ -33,6 +34,7 @@ from bmcsim.store import Store
 from core.topology import NodeSpec, default_layout
 from tests.support import REPO_ROOT
 from tests.support.examples import examples
+from tests.support.simulated_gpu_evidence import bmc_gpu_evidence, simulated_gpu_references
 
 DEFAULT_POLICY = REPO_ROOT / "attestation" / "policies" / "default.toml"
 NOW = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
@@ -47,6 +49,7 @@ class World:
     policy: Policy
     reference: ReferenceValues
     nonce: bytes
+    gpu_references: GpuReferences
 
     @classmethod
     def of_one_node(cls, directory, *, policy: Policy, reference: ReferenceValues) -> World:
@@ -68,11 +71,15 @@ class World:
             policy=policy,
             reference=reference,
             nonce=new_nonce(NOW - datetime.timedelta(seconds=2)),
+            gpu_references=simulated_gpu_references(pki, directory),
         )
 
     def collect(self, node: NodeState | None = None) -> dict:
         # A copy: bmcsim hands out its cached certificate-chain lists, which a test must not alter.
         return copy.deepcopy(evidence.collect(node or NodeState(self.spec), self.pki, self.nonce, NOW.timestamp()))
+
+    def bmc_evidence(self, node: NodeState | None = None) -> list[dict]:
+        return bmc_gpu_evidence(node or NodeState(self.spec), self.pki, self.nonce, NOW.timestamp())
 
     def verify(self, document: object, **overrides) -> verifier.Verdict:
         arguments = {
@@ -83,6 +90,8 @@ class World:
             "policy": self.policy,
             "roots": self.roots,
             "now": NOW,
+            "gpu_references": self.gpu_references,
+            "bmc_evidence": self.bmc_evidence(),
         }
         return verify(**{**arguments, **overrides})
 
@@ -184,9 +193,13 @@ def test_cc_mode_off_fails_for_every_gpu(world):
     node = NodeState(world.spec)
     node.faults.append({"kind": "cc_mode", "mode": "off"})
     verdict = world.verify(world.collect(node))
-    assert codes(verdict) == {"cc_mode"}
-    assert [(f.component, f.expected, f.found) for f in verdict.failures] == [
+    assert codes(verdict) == {"cc_mode", "gpu_evidence"}
+    assert [(f.component, f.expected, f.found) for f in verdict.failures if f.code == "cc_mode"] == [
         (f"gpu{i}", "on", "off") for i in range(8)
+    ]
+    # NVIDIA's driver gives no attestation report with confidential computing off: none in band.
+    assert [(f.component, f.found) for f in verdict.failures if f.code == "gpu_evidence"] == [
+        (f"gpu{i}.in_band", "unavailable: confidential_computing_off") for i in range(8)
     ]
 
 
@@ -272,6 +285,7 @@ SINGLE_ALTERATIONS = {
     "gpu_measurement": unknown_vbios,
     "cc_mode": lambda world, document: world.resign_gpu(document, 0, cc_mode="devtools"),
     "gpu_inventory": lambda world, document: document["gpus"].pop(),
+    "gpu_evidence": lambda world, document: document["gpu_spdm"].pop(),
 }
 
 
@@ -292,6 +306,8 @@ def test_every_documented_code_of_the_evidence_has_its_own_test():
         "release_retired",
         "release_not_pinned",
         "secure_boot_off",  # on a policy that requires Secure Boot: tests/attestation/test_secure_boot_policy.py
+        "gpu_rim",  # on the RIMs and revocation: tests/attestation/test_gpu_spdm_appraisal.py
+        "gpu_revocation",
     }
 
 
@@ -328,7 +344,7 @@ def test_evidence_verified_after_the_policys_age_is_stale(world, genuine):
 
 
 def test_a_nonce_without_an_issue_time_is_stale(world):
-    world_nonce, world.nonce = world.nonce, bytes(range(16))
+    world_nonce, world.nonce = world.nonce, bytes(range(32))  # as long as an SPDM nonce, its time out of range
     try:
         verdict = world.verify(world.collect())
     finally:
@@ -353,8 +369,11 @@ def test_certificates_are_checked_at_now_even_once_their_chains_are_cached(world
         verdict = world.verify(world.collect(), now=after_expiry)
     finally:
         world.nonce = world_nonce
-    assert codes(verdict) == {"ak_chain", "gpu_chain"}
-    assert len(verdict.failures) == 1 + 8
+    # The RIMs' signing chains end in 2045 too.
+    assert codes(verdict) == {"ak_chain", "gpu_chain", "gpu_rim"}
+    assert (
+        len([f for f in verdict.failures if f.code == "gpu_chain"]) == 8 + 8 * 2
+    )  # the reports, SPDM in and out of band
 
 
 def test_the_quote_checker_takes_der_raw_and_tpmt_ecdsa_signatures(world, genuine):
@@ -387,7 +406,7 @@ def test_evidence_of_another_node_is_refused_on_identity(world, genuine):
     other = default_layout(2)[1]
     identity = NodeIdentity(other.name, other.serial, tuple(GPUIdentity(g.index, g.uuid, g.serial) for g in other.gpus))
     verdict = world.verify(genuine, node=identity)
-    assert codes(verdict) == {"ak_identity", "gpu_inventory", "gpu_identity"}
+    assert codes(verdict) == {"ak_identity", "gpu_inventory", "gpu_identity", "gpu_evidence"}
 
 
 def test_a_certificate_whose_signature_is_re_encoded_with_unused_bits_is_malformed(world, genuine):
@@ -415,13 +434,14 @@ def test_huge_evidence_is_malformed_not_slow(world, genuine):
 @pytest.mark.parametrize("document", [None, [], "evidence", 42, {}, {"quote": {}, "event_log": {}, "gpus": None}])
 def test_evidence_that_is_not_evidence_is_malformed(world, document):
     verdict = world.verify(document)
-    assert not verdict.affirming and codes(verdict) == {"malformed"}
+    # An object without the GPUs' SPDM evidence lacks it too.
+    assert not verdict.affirming and codes(verdict) - {"gpu_evidence"} == {"malformed"}
 
 
 # Random damage: any change to what the evidence asserts must never verify, and never raise.
 
 # Display-only text: the verifier does not read it, so changing it changes nothing.
-UNREAD_FIELDS = {"description"}
+UNREAD_FIELDS = {"description", "source"}
 
 
 def paths(value, prefix=()):
@@ -458,8 +478,10 @@ def mutate_value(value, draw):
         st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
     )
     if isinstance(value, str) and value.startswith(PEM_HEADER):
-        body = base64.encodebytes(mutate_bytes(pem_der(value), draw)).decode()
-        return f"{PEM_HEADER}\n{body}-----END CERTIFICATE-----\n"
+        ders = list(pem_ders(value))  # one certificate, or a chain's in one text (gpu_spdm's)
+        position = draw(st.integers(0, len(ders) - 1))
+        ders[position] = mutate_bytes(ders[position], draw)
+        return "".join(f"{PEM_HEADER}\n{base64.encodebytes(der).decode()}{PEM_FOOTER}\n" for der in ders)
     if isinstance(value, str) and draw(st.booleans()):
         try:
             return b64(mutate_bytes(base64.b64decode(value, validate=True), draw))
@@ -473,10 +495,12 @@ def mutate_value(value, draw):
 
 
 PEM_HEADER = "-----BEGIN CERTIFICATE-----"
+PEM_FOOTER = "-----END CERTIFICATE-----"
 
 
-def pem_der(pem: str) -> bytes:
-    return base64.b64decode("".join(pem.strip().splitlines()[1:-1]))
+def pem_ders(pem: str) -> tuple[bytes, ...]:
+    blocks = [block for block in pem.split(PEM_FOOTER) if block.strip()]
+    return tuple(base64.b64decode("".join(block.strip().splitlines()[1:])) for block in blocks)
 
 
 def meaning(value):
@@ -486,7 +510,7 @@ def meaning(value):
     if isinstance(value, list):
         return [meaning(item) for item in value]
     if isinstance(value, str) and value.startswith(PEM_HEADER):
-        return pem_der(value)
+        return pem_ders(value)
     return value
 
 

@@ -16,6 +16,7 @@ from bmcsim import settings
 from tests.bmcsim.test_evidence import parse_tpms_attest, replay
 from tests.support.bmcsim import start_bmcsim
 from tests.support.measured_boot import efi_variable
+from tests.support.simulated_gpu_evidence import served_gpu_references
 
 NODE = "node-004"
 SYSTEM = f"/redfish/v1/Systems/{NODE}"
@@ -241,6 +242,7 @@ max_evidence_age_seconds = 300
 [boot]
 pcrs = { firmware = 0, bootloader = 4, secureboot = 7, kernel = 9, initrd = 9, cmdline = 8 }
 [gpu]
+evidence = "in_band"
 measurements = ["vbios", "driver"]
 """
 
@@ -253,6 +255,7 @@ def test_with_pcr_7_quoted_the_evidence_proves_secure_boot_to_the_verifier(tmp_p
     try:
         sim.boot_with_config_drive("node-001")
         manifest = sim.get("/bmcsim/v1/reference-values").json()
+        roots = sim.get("/bmcsim/v1/roots").json()
         assert manifest["boot"]["quoted_pcrs"] == [0, 4, 7, 8, 9] and manifest["boot"]["pcrs"]["secureboot"] == 7
         node = sim.node("node-001")
         identity = NodeIdentity(
@@ -272,10 +275,14 @@ def test_with_pcr_7_quoted_the_evidence_proves_secure_boot_to_the_verifier(tmp_p
                 node=identity,
                 reference=reference_values(parse_manifest(manifest)),
                 policy=load_policy(POLICY_WITH_SECURE_BOOT, format="toml"),
-                roots=TrustedRoots.from_pem(**sim.get("/bmcsim/v1/roots").json()),
+                roots=TrustedRoots.from_pem(
+                    manufacturer_ca=roots["manufacturer_ca"], gpu_vendor_root=roots["gpu_vendor_root"]
+                ),
                 now=now,
+                gpu_references=gpu_references,
             )
 
+        gpu_references = served_gpu_references(sim.get)
         refused = verdict()
         assert [(f.code, f.component) for f in refused.failures] == [("unknown_component_digest", "secureboot")]
         assert sim.patch("/redfish/v1/Systems/node-001/SecureBoot", json={"SecureBootEnable": True}).status_code == 200

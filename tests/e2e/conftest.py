@@ -61,8 +61,11 @@ def control_plane(transactional_db, tmp_path, bmcsim, private_redis, control_pla
     """Two workers and beat, not started until the test calls `start()`; stopped before the database is flushed."""
     overrides = getattr(request, "param", {})
     plane = ControlPlane(tmp_path, bmcsim.url, private_redis, web_port=control_plane_port, **overrides)
-    # This process reads results and serves the JWKS with the workers' signing keys.
-    with override_settings(GPUFLEET_SIGNING_KEY=str(plane.signing_keys)):
+    # This process reads results and serves the JWKS with the workers' signing keys, and where it
+    # attests, asks bmcsim's OCSP responder as they do.
+    with override_settings(
+        GPUFLEET_SIGNING_KEY=str(plane.signing_keys), GPUFLEET_OCSP_RESPONDER=plane.env["GPUFLEET_OCSP_RESPONDER"]
+    ):
         yield plane
     plane.stop()
     report = getattr(request.node, "report_call", None)

@@ -35,6 +35,7 @@ call_command("migrate", interactive=False, verbosity=0)
 call_command("seed_fleet", "--bmcsim-url", "{bmcsim}")
 call_command("import_trust_anchors", "{bmcsim}/bmcsim/v1/roots")
 call_command("import_reference_values", "{bmcsim}/bmcsim/v1/reference-values")
+call_command("import_gpu_rims", "{bmcsim}/bmcsim/v1/gpu-rims")
 call_command("create_tenant", "acme")
 """
 

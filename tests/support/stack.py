@@ -67,6 +67,7 @@ class ControlPlane:
             "GPUFLEET_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
             "GPUFLEET_CONFIG_DRIVE_BASE_URL": f"http://127.0.0.1:{self.web_port}",
             "GPUFLEET_PROMETHEUS_TOKEN": PROMETHEUS_TOKEN,
+            "GPUFLEET_OCSP_RESPONDER": f"{bmcsim_url}/bmcsim/v1/ocsp",
             **overrides,
         }
         self.workers: dict[str, Process] = {}
@@ -100,6 +101,7 @@ class ControlPlane:
         """What an operator does once: trust the vendors' roots and import their golden digests."""
         call_command("import_trust_anchors", f"{self.bmcsim_url}/bmcsim/v1/roots", stdout=StringIO())
         call_command("import_reference_values", f"{self.bmcsim_url}/bmcsim/v1/reference-values", stdout=StringIO())
+        call_command("import_gpu_rims", f"{self.bmcsim_url}/bmcsim/v1/gpu-rims", stdout=StringIO())
 
     def start_stack(self) -> Monitoring:
         """The whole demo stack but bmcsim: the fleet enrolled from it and attestation configured,

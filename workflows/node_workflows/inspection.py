@@ -234,10 +234,19 @@ def attest(run: Run) -> None:
         evidence = run.agent.evidence(nonce)
     except AgentError as error:  # an agent that refuses to attest fails attestation: fail closed
         evidence = {"refused": str(error)}
-    # One clock read for the step: the appraisal's now is the nonce's issue plus the agent's time, timed here.
-    now = issued_at + timedelta(seconds=time.monotonic() - issued)
+    node = to_appraise(run.node)
     try:
-        appraisal = attestation_services.appraise(node=to_appraise(run.node), evidence=evidence, nonce=nonce, now=now)
+        bmc_evidence = (
+            run.bmc.gpu_spdm_evidence(nonce)
+            if "out_of_band" in attestation_services.gpu_evidence_sources(node.gpu_models)
+            else None
+        )
+        # One clock read for the step: the appraisal's now is the nonce's issue plus the time the
+        # agent and the BMC took, timed here.
+        now = issued_at + timedelta(seconds=time.monotonic() - issued)
+        appraisal = attestation_services.appraise(
+            node=node, evidence=evidence, nonce=nonce, now=now, bmc_evidence=bmc_evidence
+        )
     except attestation_services.NotConfigured as missing:
         raise NotYet(f"attestation: {missing}") from missing
     event = Event.ATTESTATION_PASSED if appraisal.verdict.affirming else Event.ATTESTATION_FAILED

@@ -5,7 +5,10 @@ from core.sources import read_json
 
 
 class Command(BaseCommand):
-    help = "Install the manufacturer CA and GPU vendor root: JSON {role: PEM}, a file or a URL (e.g. bmcsim's)."
+    help = (
+        "Install the manufacturer CA and GPU vendor root, and NVIDIA's device and RIM roots where given:"
+        " JSON {role: PEM}, a file or a URL (e.g. bmcsim's)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("source", help="A path, or e.g. http://127.0.0.1:8100/bmcsim/v1/roots")

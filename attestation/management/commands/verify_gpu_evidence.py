@@ -4,9 +4,15 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from attestation import gpu_rims_import, ocsp, verifier
-from attestation.gpu_evidence import CandidateRim, RevocationCheck, check_gpu_evidence, read_report
-from attestation.models import GpuRim, TrustAnchorRole
+from attestation import gpu_rims_import, ocsp, services, verifier
+from attestation.models import TrustAnchorRole
+from attestation.verifier.gpu_evidence import (
+    CandidateRim,
+    GpuReferences,
+    check_gpu_evidence,
+    read_report,
+    rim_lookup,
+)
 from core import clock
 
 
@@ -57,37 +63,46 @@ class Command(BaseCommand):
                 if root is not None
                 else gpu_rims_import.root(TrustAnchorRole.NVIDIA_DEVICE_ROOT)
             )
-            candidates = (
-                [CandidateRim(document.name, document.xml) for document in gpu_rims_import.read_documents(str(rims))]
+            rims = (
+                rim_lookup(
+                    [
+                        CandidateRim(document.name, document.xml)
+                        for document in gpu_rims_import.read_documents(str(rims))
+                    ]
+                )
                 if rims is not None
-                else [
-                    CandidateRim(row.rim_id, row.xml.encode(), row.retired_at is not None)
-                    for row in GpuRim.objects.all()
-                ]
+                else services.imported_rims
             )
-            result = check_gpu_evidence(
+            references = GpuReferences(
+                device_root=device_root,
+                rim_root=gpu_rims_import.root(TrustAnchorRole.NVIDIA_RIM_ROOT),
+                rims=rims,
+                revocation=None if no_revocation else self.revocation_check(at, **options),
+            )
+            checked = check_gpu_evidence(
                 report=read_report(report.read_bytes()),
                 chain_pem=chain.read_text(),
                 nonce=nonce,
-                device_root=device_root,
-                rim_root=gpu_rims_import.root(TrustAnchorRole.NVIDIA_RIM_ROOT),
-                rims=candidates,
+                references=references,
                 at=at,
-                revocation=None if no_revocation else self.revocation_check(at, **options),
             )
         except (OSError, ValueError) as error:
             raise CommandError(str(error)) from error
+        result = {
+            "failures": [f"{f.code} {f.component}: expected {f.expected}, found {f.found}" for f in checked.failures],
+            "driver_version": checked.driver_version,
+            "vbios_version": checked.vbios_version,
+            "rims": checked.rims,
+        }
         self.stdout.write(json.dumps(result, indent=2))
-        if result["failures"]:
+        if checked.failures:
             raise SystemExit(1)
 
-    def revocation_check(self, at: datetime, *, fetch_ocsp, ocsp_responder, ocsp_max_age, **options) -> RevocationCheck:
-        max_age = timedelta(seconds=ocsp_max_age) if ocsp_max_age is not None else None
-
-        def check(chain):
-            if fetch_ocsp:
-                for problem in ocsp.fetch_ocsp_responses(chain, responder=ocsp_responder):
-                    self.stderr.write(f"OCSP: {problem}")
-            return ocsp.chain_revocation_failures(chain, at=at, max_age=max_age)
-
-        return check
+    def revocation_check(self, at: datetime, *, fetch_ocsp, ocsp_responder, ocsp_max_age, **options):
+        return ocsp.revocation_check(
+            at=at,
+            max_age=timedelta(seconds=ocsp_max_age) if ocsp_max_age is not None else None,
+            fetch=fetch_ocsp,
+            responder=ocsp_responder,
+            on_problem=self.stderr.write,
+        )

@@ -7,6 +7,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from attestation.models import AttestationResult
 from console.pages import selectors
 from console.pages.disclosure import Disclosure
 from console.pages.selectors import floor
@@ -152,6 +153,26 @@ def test_the_node_page_shows_the_verdict_each_failure_the_jwt_and_how_to_verify_
     assert f">{result.token}</textarea>" in html and 'data-copy="attestation-jwt"' in html
     assert "curl -s http://testserver/v1/attestation/keys > keys.json" in html
     assert "python -m attestation.verify result.jwt --jwks keys.json" in html
+
+
+def test_the_node_page_shows_what_each_gpus_spdm_evidence_came_to_from_each_source(client, available_node):
+    result = signed_result(available_node)
+    read = {"driver": "560.35.03", "vbios": "96.00.99.00.01"}
+    evidence = [
+        {
+            "index": 0,
+            "uuid": "GPU-0",
+            "gpu_evidence": {"source": source, "status": status, "failures": [], "versions": versions},
+        }
+        for source, status, versions in (("in_band", "affirming", read), ("out_of_band", "contraindicated", {}))
+    ]
+    AttestationResult.objects.filter(pk=result.pk).update(gpu_evidence=evidence)
+    html = client.get(f"/nodes/{available_node.name}").content.decode()
+    rows = re.findall(r'<tr data-gpu-evidence="0 (\w+)">(.*?)</tr>', html)
+    assert [(source, re.findall(r"<td[^>]*>([^<]*)</td>", cells)) for source, cells in rows] == [
+        ("in_band", ["0", "in_band", "affirming", "560.35.03", "96.00.99.00.01"]),
+        ("out_of_band", ["0", "out_of_band", "contraindicated", "", ""]),
+    ]
 
 
 def test_an_unknown_node_is_404(client, db):
