@@ -13,12 +13,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from attestation import ear
-from attestation.policy import Policy, load_policy, load_policy_file
-from attestation.reference import parse_manifest, reference_values
+from attestation.policy import Policy, load_policy
 from attestation.verifier.gpu_evidence import CandidateRim
 from bmcsim import gpu_rims, releases, spdm
 from bmcsim.state import NodeState
+from tests.attestation import test_verifier
 from tests.attestation.test_verifier import DEFAULT_POLICY, NOW, World, codes
+
+world = test_verifier.world  # the fixture, by assignment: an imported name that arguments shadow is a lint error
 
 FACTORY_DRIVER = gpu_rims.FACTORY_DRIVER
 
@@ -27,15 +29,6 @@ def policy(**gpu) -> Policy:
     document = tomllib.loads(DEFAULT_POLICY.read_text())
     document["gpu"].update(gpu)
     return load_policy(json.dumps(document), format="json")
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> World:
-    return World.of_one_node(
-        tmp_path_factory.mktemp("bmcsim-pki"),
-        policy=load_policy_file(DEFAULT_POLICY),
-        reference=reference_values(parse_manifest(releases.reference_values())),
-    )
 
 
 def faulty(world: World, kind: str, gpu: int) -> NodeState:
