@@ -56,17 +56,33 @@ def test_the_incidents_play_out_with_no_operator(transactional_db, tmp_path, pri
     assert {n.rack.pod.name for n in serving} == {"p2"}
     xid_node = Node.objects.get(quarantine_reason__startswith="hardware_fault: XID 79 on GPU 3")
 
-    implanted = Node.objects.get(quarantine_reason__startswith="attestation_failed")
-    assert "kernel" in implanted.quarantine_reason and implanted != xid_node
+    implanted = Node.objects.get(
+        quarantine_reason__startswith="attestation_failed", quarantine_reason__contains="kernel"
+    )
+    gpu_implanted = Node.objects.exclude(pk=implanted.pk).get(quarantine_reason__startswith="attestation_failed")
+    assert implanted != xid_node
     with override_settings(GPUFLEET_SIGNING_KEY=str(plane.signing_keys)):  # the workers' keys
         result = APIClient().get(f"/v1/nodes/{implanted.name}/attestation").json()
         assert result["verified"] is True
         assert verify_offline(result["token"], tmp_path).returncode == 3  # genuine, and contraindicated
     assert result["claims"]["submods"][implanted.name]["ear.status"] == "contraindicated"
 
+    # Incident 2 again: the VBIOS change outlived the wipe; the GPU's measurements through its BMC name it.
+    assert "gpu5" in gpu_implanted.quarantine_reason and "kernel" not in gpu_implanted.quarantine_reason
+    with override_settings(GPUFLEET_SIGNING_KEY=str(plane.signing_keys)):
+        claims = APIClient().get(f"/v1/nodes/{gpu_implanted.name}/attestation").json()["claims"]
+    out_of_band = [g for g in claims["gpus"] if g["gpu_evidence"]["source"] == "out_of_band"]
+    assert {g["index"] for g in out_of_band if g["gpu_evidence"]["status"] == "contraindicated"} == {5}
+    [measured] = next(g for g in out_of_band if g["index"] == 5)["gpu_evidence"]["failures"]
+    assert (measured["code"], measured["component"]) == ("gpu_measurement", "gpu5.out_of_band.vbios")
+
     # Commissioning brought every node to the baseline (Secure Boot on); only the tampered BMC is an incident.
     (reflashed,) = AuditEvent.objects.filter(event="firmware_checked", detail__repaired=["BMC"])
-    assert reflashed.node not in (xid_node, implanted)  # available again (eve's node next, in incident 4)
+    assert reflashed.node not in (
+        xid_node,
+        implanted,
+        gpu_implanted,
+    )  # available again (eve's node next, in incident 4)
     assert AuditEvent.objects.filter(node=reflashed.node, event="attestation_passed", id__gt=reflashed.pk).exists()
     assert reflashed.reason == "matches baseline bmcsim-default after repairing BMC"
     operator = Client()  # the incidents page is a signed-in viewer's (console/pages/viewers.py)

@@ -4,7 +4,11 @@
    metrics -> Prometheus -> Alertmanager -> webhook path quarantines it and a replacement in
    p2 brings acme's reservation back to active.
 2. A tenant leaves an implant in the kernel image and releases its node. The wipe cannot remove
-   it; re-inspection's attestation fails and the node is quarantined before anyone gets it.
+   it; re-inspection's attestation fails and the node is quarantined before anyone gets it. Then
+   a tenant changes the VBIOS of one of its node's GPUs (gpu_measurement_tamper), in a way the
+   firmware inventory does not show, and releases it: the GPU's own signed measurements, read
+   through the BMC whatever the node's OS says, name the changed block, and the node is
+   quarantined too.
 3. A tenant replaces its node's BMC firmware (firmware_tamper) and releases the node. The wipe
    succeeds; inspection finds the BMC off its firmware baseline, reflashes it, reads it again, and
    the node comes back available, its firmware check naming the BMC repaired. Played only where a
@@ -30,6 +34,7 @@ import requests
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from attestation.models import AttestationResult
 from core import clock
 from fleet import selectors
 from fleet.lifecycle import Event, State
@@ -88,6 +93,8 @@ class Command(BaseCommand):
         self.wait(f"{implanted.name} quarantined", lambda: self.node_state(implanted) == "quarantined")
         self.say(f"incident 2 over: {Node.objects.get(pk=implanted.pk).quarantine_reason[:160]}")
         time.sleep(pause)
+        self.gpu_implant_incident(mallory)
+        time.sleep(pause)
 
         self.firmware_incident(mallory)
         time.sleep(pause)
@@ -97,6 +104,24 @@ class Command(BaseCommand):
             self.churn(pause)
 
     # -- acts ----------------------------------------------------------------------------------
+
+    def gpu_implant_incident(self, tenant: Tenant, gpu: int = 5) -> None:
+        """Incident 2's second act: a VBIOS change survives the wipe and the BMC's reading names it."""
+        reservation = self.reserve(tenant, 1)
+        self.wait(f"{tenant.name}'s node active", lambda: self.state(reservation) == ReservationState.ACTIVE)
+        node = Node.objects.get(reservation=reservation)
+        self.fault({"node": node.name, "kind": "gpu_measurement_tamper", "gpu": gpu})
+        reservations.release_reservation(reservation_id=reservation.pk, actor=f"tenant:{tenant.name}")
+        self.say(f"incident 2, again: {tenant.name} changed the VBIOS of GPU {gpu} of {node.name} and released it")
+        self.wait(f"{node.name} quarantined", lambda: self.node_state(node) == State.QUARANTINED)
+        result = AttestationResult.objects.filter(node=node).first()
+        caught = [f for f in (result.failures if result else []) if f["component"].startswith(f"gpu{gpu}.out_of_band")]
+        if not caught:
+            found = Node.objects.get(pk=node.pk).quarantine_reason
+            raise CommandError(f"incident 2: GPU {gpu} of {node.name} should fail out of band: {found[:160]}")
+        self.say(
+            f"incident 2 over again: {caught[0]['code']} {caught[0]['component']}: found {caught[0]['found'][:80]}"
+        )
 
     def firmware_incident(self, tenant: Tenant) -> None:
         """Incident 3, and its expected outcome: the tampered BMC reflashed, the node available again."""
