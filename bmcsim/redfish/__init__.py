@@ -24,13 +24,14 @@ from . import (
     update,
 )
 from .access import redfish_middleware
+from .expand import expandable
 
 __all__ = ["add_routes", "redfish_middleware"]
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
     """One resource per path, so that its Allow header lists every method; each path also answers
-    with a trailing slash, as Redfish clients use both."""
+    with a trailing slash, as Redfish clients use both. Every GET answers $expand."""
     by_path: dict[str, list] = {}
     for module in (
         service,
@@ -52,6 +53,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
         for variant in (path, path + "/"):
             resource = router.add_resource(variant)
             for method, handler in routes:
-                resource.add_route(method, handler)
+                served = expandable(handler) if method == "GET" else handler
+                resource.add_route(method, served)
                 if method == "GET":
-                    resource.add_route("HEAD", handler)  # the Redfish specification asks HEAD wherever GET works
+                    resource.add_route("HEAD", served)  # the Redfish specification asks HEAD wherever GET works

@@ -29,18 +29,20 @@ PUBLIC = {"/redfish", "/redfish/", "/redfish/v1", "/redfish/v1/", "/redfish/v1/o
 async def redfish_middleware(request: web.Request, handler):
     """Authenticate, and turn every failure under /redfish into a Redfish error body."""
     try:
-        if request.path not in PUBLIC and not (request.method == "POST" and _is_sessions(request.path)):
-            principal = request.app[SIM].auth.from_headers(
-                request.headers.get("Authorization"), request.headers.get("X-Auth-Token")
-            )
-            if principal is None:
-                raise RedfishError(
-                    401,
-                    "NoValidSession",
-                    "There is no valid session established with the implementation.",
-                    headers={"WWW-Authenticate": 'Basic realm="bmcsim"'},
-                )
+        # Public resources are read with the caller's credentials where given: $expand then shows
+        # what those credentials reach.
+        principal = request.app[SIM].auth.from_headers(
+            request.headers.get("Authorization"), request.headers.get("X-Auth-Token")
+        )
+        if principal is not None:
             request["principal"] = principal
+        elif needs_credentials(request.method, request.path):
+            raise RedfishError(
+                401,
+                "NoValidSession",
+                "There is no valid session established with the implementation.",
+                headers={"WWW-Authenticate": 'Basic realm="bmcsim"'},
+            )
         response = await handler(request)
         if request.method in ("GET", "HEAD") and response.status == 200:
             response.headers["Allow"] = _allowed(request.match_info.route.resource)
@@ -71,6 +73,10 @@ async def redfish_middleware(request: web.Request, handler):
 @functools.cache
 def _allowed(resource: web.AbstractResource) -> str:
     return ", ".join(sorted({route.method for route in resource}))
+
+
+def needs_credentials(method: str, path: str) -> bool:
+    return path not in PUBLIC and not (method == "POST" and _is_sessions(path))
 
 
 def _is_sessions(path: str) -> bool:

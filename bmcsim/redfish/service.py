@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .errors import ODATA_HEADERS, reply
+from .expand import MAX_LEVELS
 from .schema import COLLECTIONS, EXTRA_NAMESPACES, MANUFACTURER, REDFISH_VERSION, SERVICE_UUID, TYPES, odata_type, ref
 
 
@@ -64,7 +65,7 @@ def service_root() -> dict:
         "Vendor": MANUFACTURER,
         "Product": "bmcsim simulated GPU fleet",
         "ProtocolFeaturesSupported": {
-            "ExpandQuery": {"ExpandAll": False, "Levels": False, "Links": False, "NoLinks": False},
+            "ExpandQuery": {"ExpandAll": True, "Levels": True, "Links": True, "NoLinks": True, "MaxLevels": MAX_LEVELS},
             "SelectQuery": False,
             "FilterQuery": False,
             "OnlyMemberQuery": False,
