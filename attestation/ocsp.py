@@ -115,10 +115,17 @@ def revocation_check(
     answers (the verifier asks only about chains verified to their root, so a forged chain's
     responder is never called); `on_problem` hears why a fetch got none."""
 
+    # A node's GPUs share most of their chain, and a responder that cannot be reached for one
+    # cannot for the next: each certificate is asked about once, and a silent responder no more,
+    # so that an unreachable one costs one deadline per appraisal, not one per GPU.
+    asked: set[x509.Certificate] = set()
+    unreachable: set[str] = set()
+
     def check(chain: tuple[x509.Certificate, ...]) -> list[str]:
         failures = chain_revocation_failures(chain, at=at, max_age=max_age)
-        if failures and fetch:
-            for problem in fetch_ocsp_responses(chain, responder=responder):
+        if failures and fetch and not asked.issuperset(chain[:-1]):
+            asked.update(chain[:-1])
+            for problem in fetch_ocsp_responses(chain, responder=responder, unreachable=unreachable):
                 on_problem(f"OCSP: {problem}")
             failures = chain_revocation_failures(chain, at=at, max_age=max_age)
         return failures
@@ -126,16 +133,30 @@ def revocation_check(
     return check
 
 
-def fetch_ocsp_responses(chain: Sequence[x509.Certificate], *, responder: str | None = None) -> list[str]:
+def fetch_ocsp_responses(
+    chain: Sequence[x509.Certificate], *, responder: str | None = None, unreachable: set[str] | None = None
+) -> list[str]:
     """Ask for and keep an answer for each certificate of the chain but the root, from `responder`,
     or else the one the certificate names, or else NVIDIA's; why any was not had (the verdict fails
-    for want of it)."""
+    for want of it). A responder in `unreachable` is not asked; one that cannot be reached joins it."""
     problems = []
+    unreachable = set() if unreachable is None else unreachable
     for certificate, issuer in itertools.pairwise(chain):
         subject = shown(certificate.subject.rfc4514_string())
         url = responder or responder_url(certificate) or NVIDIA_OCSP_RESPONDER
+        if url in unreachable:
+            problems.append(f"{subject}: {url}: not asked again (it could not be reached)")
+            continue
         try:
             der = _ask(url, ocsp_request(certificate, issuer), check=outbound.any_address if responder else None)
+        except outbound.OutboundError as error:
+            unreachable.add(url)
+            problems.append(f"{subject}: {url}: {error.reason}")
+            continue
+        except ValueError as error:
+            problems.append(f"{subject}: {url}: {error}")
+            continue
+        try:
             response = read_answer(der)
         except ValueError as error:
             problems.append(f"{subject}: {url}: {error}")
@@ -154,19 +175,17 @@ def fetch_ocsp_responses(chain: Sequence[x509.Certificate], *, responder: str | 
 
 
 def _ask(url: str, request: bytes, *, check: outbound.AddressCheck | None) -> bytes:
-    """POST the request (RFC 6960, appendix A.1); ValueError saying why no answer came."""
-    try:
-        answer = outbound.request(
-            "POST",
-            url,
-            check=check or outbound.public_only(),
-            deadline=settings.OUTBOUND_DEADLINE_SECONDS,
-            max_body_bytes=MAX_OCSP_BYTES,
-            headers={"Content-Type": "application/ocsp-request", "Accept": "application/ocsp-response"},
-            body=request,
-        )
-    except outbound.OutboundError as error:
-        raise ValueError(error.reason) from error
+    """POST the request (RFC 6960, appendix A.1): outbound.OutboundError where the responder could
+    not be reached (or refused by address), ValueError for an answer that is not one."""
+    answer = outbound.request(
+        "POST",
+        url,
+        check=check or outbound.public_only(),
+        deadline=settings.OUTBOUND_DEADLINE_SECONDS,
+        max_body_bytes=MAX_OCSP_BYTES,
+        headers={"Content-Type": "application/ocsp-request", "Accept": "application/ocsp-response"},
+        body=request,
+    )
     if answer.status_code != 200:
         raise ValueError(f"answered {answer.status_code}")
     return answer.body

@@ -108,6 +108,23 @@ def test_the_responder_a_certificate_names_must_be_a_public_address(db):
     assert problem.startswith("CN=Test GPU: http://127.0.0.1:9/: 127.0.0.1, which is not a public address")
 
 
+def test_an_appraisal_asks_about_each_certificate_once_and_a_silent_responder_no_more(db, responder):
+    """A node's GPUs share their chains' upper certificates: an 8-GPU node must not wait out an
+    unreachable responder's deadline once per GPU."""
+    heard: list[str] = []
+    check = ocsp.revocation_check(at=NOW, max_age=None, fetch=True, responder=responder.url, on_problem=heard.append)
+    responder.answer = b"not DER"
+    assert check(CHAIN) and check(CHAIN)
+    assert len(responder.requests) == 1  # the same certificate, asked once
+
+    closed = "http://127.0.0.1:9/"  # nothing listens there
+    silent = ocsp.revocation_check(at=NOW, max_age=None, fetch=True, responder=closed, on_problem=heard.append)
+    for name in ("Test GPU 2", "Test GPU 3"):
+        assert silent((issue(name, CA).certificate, CA.certificate))
+    assert heard[-2].startswith(f"OCSP: CN=Test GPU 2: {closed}: ")
+    assert heard[-1] == f"OCSP: CN=Test GPU 3: {closed}: not asked again (it could not be reached)"
+
+
 @pytest.fixture
 def anchors(db):
     TrustAnchor.objects.create(role="nvidia_device_root", pem=(EVIDENCE / "nvidia_device_identity_ca.pem").read_text())
