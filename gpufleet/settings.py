@@ -369,6 +369,9 @@ RESERVATION_ENDING_NOTICE_MINUTES = environment.number("GPUFLEET_RESERVATION_END
 # Where BMCs fetch config drives: this private listener, as the BMC network reaches it.
 CONFIG_DRIVE_BASE_URL = environment.text("GPUFLEET_CONFIG_DRIVE_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 BMC_TIMEOUT = environment.number("GPUFLEET_BMC_TIMEOUT", 10, positive=True)
+# A BMC that advertises $expand is asked for collections with their members inline; off (0), every
+# member is read on its own, for BMCs whose $expand answers are wrong or slow.
+BMC_EXPAND = environment.boolean("GPUFLEET_BMC_EXPAND", True)
 WORKFLOW_POLL_SECONDS = environment.number("GPUFLEET_WORKFLOW_POLL_SECONDS", 1, positive=True)
 # Hung or slow hardware must not hold a worker: a wait longer than this parks the node, and the
 # reconciler sends it again after a quarter of the time waited so far, at most the maximum.

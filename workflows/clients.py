@@ -81,7 +81,7 @@ class Clients:
 def bmc_client(node: Node) -> RedfishClient:
     """A Redfish client for the node's BMC, with its credentials."""
     access = BMCAccess(node.name, node.redfish_url, node.system_id, node.bmc_username, node.bmc_password)
-    return RedfishClient(access, timeout=settings.BMC_TIMEOUT)
+    return RedfishClient(access, timeout=settings.BMC_TIMEOUT, expand=settings.BMC_EXPAND)
 
 
 class AgentRefusedCredentials(AgentUnavailable):

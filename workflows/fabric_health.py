@@ -65,7 +65,7 @@ def switch_manager() -> RedfishClient:
         username=settings.FABRIC_REDFISH_USERNAME,
         password=settings.FABRIC_REDFISH_PASSWORD,
     )
-    return RedfishClient(access, timeout=settings.BMC_TIMEOUT, attempts=1)
+    return RedfishClient(access, timeout=settings.BMC_TIMEOUT, attempts=1, expand=settings.BMC_EXPAND)
 
 
 def _read_switch(path: str) -> Reading:

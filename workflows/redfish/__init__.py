@@ -9,8 +9,10 @@ handling for all of Redfish. The tests drive this client against OpenStack's sus
 emulator as well as bmcsim, so it speaks Redfish as others do.
 
 - errors: what a call fails with, transient or permanent, naming the node and the call;
-- transport: HTTP to one BMC, its credentials kept to it, with retries and timeouts;
-- client: the calls the workflows make, and `read_each` for many BMCs at once.
+- transport: HTTP to one BMC, its credentials kept to it, with retries and timeouts, and a
+  collection's members read inline (`$expand`) where the BMC advertises it, else one by one;
+- client: the calls the workflows make, and `read_each` for many BMCs at once;
+- component_integrity: the GPUs' SPDM evidence out of band.
 
 Callers import the names below from here.
 """

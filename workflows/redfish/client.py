@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from core.outbound import Answer
+from workflows.redfish import component_integrity
 from workflows.redfish.errors import BMCPermanentError, RedfishError
-from workflows.redfish.transport import RedfishTransport
+from workflows.redfish.transport import RedfishTransport, action_target, link, task_outcome
 
 OPTICAL = frozenset({"CD", "DVD"})
 REMOVABLE = frozenset({"USBStick", "Floppy"})
@@ -25,14 +25,6 @@ RESET_FORCE_RESTART = "ForceRestart"
 RESET_GRACEFUL_RESTART = "GracefulRestart"
 RESET_POWER_CYCLE = "PowerCycle"
 CLEAR_LOG = "LogService.ClearLog"
-SERVICE_ROOT = "/redfish/v1/"
-COMPONENT_INTEGRITY = "/redfish/v1/ComponentIntegrity"
-SPDM_GET_SIGNED_MEASUREMENTS = "ComponentIntegrity.SPDMGetSignedMeasurements"
-SPDM_SLOT = 0  # the slot of the GPU's device identity chain, the one slot NVIDIA's GPUs provision
-SPDM_ALL_MEASUREMENTS = 255
-TASK_RUNNING = frozenset({"New", "Starting", "Running", "Pending", "Stopping", "Suspended", "Service"})
-TASK_POLL_SECONDS = 1.0
-TASK_POLLS = 60  # an HGX BMC signs a GPU's measurements in seconds: a task not done in a minute has failed
 
 
 T = TypeVar("T")
@@ -59,48 +51,6 @@ class LogEntries:
     members: list[dict]  # LogEntry objects, each with a string Id
     count: int  # Members@odata.count: the entries of the whole log, not of this page
     etag: str  # the log's ETag ("" if the BMC sends none): unchanged, a conditional GET answers 304
-
-
-def _link(value: object) -> str | None:
-    """The `@odata.id` of a link ({"@odata.id": ...}), or None if `value` is no link."""
-    found = value.get("@odata.id") if isinstance(value, dict) else None
-    return found if isinstance(found, str) and found else None
-
-
-def _target(action: object) -> str | None:
-    """The `target` of a Redfish action ({"target": ...}), or None if `action` has none."""
-    found = action.get("target") if isinstance(action, dict) else None
-    return found if isinstance(found, str) and found else None
-
-
-def _task_outcome(task: dict) -> tuple[bool, str]:
-    """(done, outcome) of a Task: outcome is its TaskState, then its messages if it failed. A body
-    without TaskState is the finished operation's own result, which a task monitor may answer."""
-    state = task.get("TaskState", "Completed")
-    if state in TASK_RUNNING:
-        return False, state
-    messages = "; ".join(m.get("Message", "") for m in task.get("Messages", []) if isinstance(m, dict))
-    return True, f"{state}{': ' + messages if messages and state != 'Completed' else ''}"
-
-
-def _payload_location(task: dict) -> str | None:
-    """The Location among a finished Task's Payload.HttpHeaders: where NVIDIA's HGX BMCs put the
-    result of an action they ran as a task."""
-    payload = task.get("Payload")
-    headers = payload.get("HttpHeaders") if isinstance(payload, dict) else None
-    for header in headers if isinstance(headers, list) else []:
-        name, _, value = str(header).partition(":")
-        if name.strip().lower() == "location" and value.strip():
-            return value.strip()
-    return None
-
-
-def _responder_certificate(member: dict) -> str | None:
-    """The link to a ComponentIntegrity's responder certificate (chain), if it has one."""
-    found: object = member
-    for key in ("SPDM", "IdentityAuthentication", "ResponderAuthentication", "ComponentCertificate"):
-        found = found.get(key) if isinstance(found, dict) else None
-    return _link(found)
 
 
 def _created_since(entry: object, since: datetime) -> bool:
@@ -135,19 +85,19 @@ class RedfishClient(RedfishTransport):
         members = self.get(collection).get("Members")
         if not isinstance(members, list):
             raise BMCPermanentError(self.access.node, f"GET {collection}", "answer is not a collection")
-        return [path for path in map(_link, members) if path]
+        return [path for path in map(link, members) if path]
 
     def fabric_switches(self) -> list[str]:
         """The paths of the switches of every fabric the service manages (Redfish Fabrics)."""
-        fabrics = self.members("/redfish/v1/Fabrics")
-        collections = [_link(self.get(fabric).get("Switches")) or f"{fabric}/Switches" for fabric in fabrics]
+        fabrics = self.read_members("/redfish/v1/Fabrics")
+        collections = [link(fabric.get("Switches")) or f"{path}/Switches" for path, fabric in fabrics]
         return [switch for collection in collections for switch in self.members(collection)]
 
     def switch_with_ports(self, path: str) -> tuple[dict, list[dict]]:
         """A fabric's switch and each of its ports (Redfish Switch and Port)."""
         switch = self.get(path)
-        ports = _link(switch.get("Ports")) or f"{path}/Ports"
-        return switch, [self.get(port) for port in self.members(ports)]
+        ports = link(switch.get("Ports")) or f"{path}/Ports"
+        return switch, [port for _, port in self.read_members(ports)]
 
     def system(self) -> dict:
         return self.get(self.system_path)
@@ -163,10 +113,10 @@ class RedfishClient(RedfishTransport):
     def _console_service(self) -> tuple[str, dict] | None:
         """The system's console log, its LogService named Console, as (path, service); None if the
         BMC keeps none."""
-        services = _link(self.system().get("LogServices"))
-        members = (self.get(services).get("Members") or []) if services else []
-        path = next((p for p in filter(None, map(_link, members)) if p.rstrip("/").endswith("/Console")), None)
-        return (path, self.get(path)) if path else None
+        services = link(self.system().get("LogServices"))
+        members = (self.get_expanded(services).get("Members") or []) if services else []
+        console = next((m for m in members if (link(m) or "").rstrip("/").endswith("/Console")), None)
+        return (console["@odata.id"], self.resolve(console)) if console else None
 
     def console_log(self, lines: int, *, since: datetime) -> list[str] | None:
         """The last `lines` lines of the system's console log that the BMC dated at or after `since`
@@ -176,7 +126,7 @@ class RedfishClient(RedfishTransport):
         if found is None:
             return None
         path, service = found
-        entries = self.get(_link(service.get("Entries")) or f"{path}/Entries").get("Members") or []
+        entries = self.get(link(service.get("Entries")) or f"{path}/Entries").get("Members") or []
         messages = [str(e.get("Message", "")) for e in entries if _created_since(e, since)]
         return messages[-lines:]
 
@@ -185,7 +135,7 @@ class RedfishClient(RedfishTransport):
         False where it keeps no console log or cannot clear it."""
         found = self._console_service()
         actions = found[1].get("Actions") if found else None
-        target = _target(actions.get(f"#{CLEAR_LOG}") if isinstance(actions, dict) else None)
+        target = action_target(actions.get(f"#{CLEAR_LOG}") if isinstance(actions, dict) else None)
         if target is None:
             return False
         self.request("POST", target, json={}, call=f"{CLEAR_LOG} of the console")
@@ -196,12 +146,10 @@ class RedfishClient(RedfishTransport):
         the System's (bmcsim's, OpenBMC's) or else a Manager's (iDRAC's); None if there is none."""
         holders = itertools.chain([self._system_as_first_read], (self.get(m) for m in self.managers()))
         for holder in holders:
-            services = _link(holder.get("LogServices"))
-            members = (self.get(services).get("Members") or []) if services else []
-            for service_path in filter(None, map(_link, members)):
-                service = self.get(service_path)
+            services = link(holder.get("LogServices"))
+            for service_path, service in self.read_members(services) if services else ():
                 if service.get("LogEntryType") == "SEL":
-                    return _link(service.get("Entries")) or f"{service_path}/Entries"
+                    return link(service.get("Entries")) or f"{service_path}/Entries"
         return None
 
     def log_entries(self, path: str, *, skip: int, top: int, etag: str = "") -> LogEntries | None:
@@ -244,10 +192,9 @@ class RedfishClient(RedfishTransport):
         manager_paths = [m["@odata.id"] for m in self.system().get("Links", {}).get("ManagedBy", [])]
         devices: list[tuple[str, frozenset[str]]] = []
         for manager in manager_paths:
-            collection = self.get(self.get(manager).get("VirtualMedia", {}).get("@odata.id", f"{manager}/VirtualMedia"))
-            for member in collection.get("Members", []):
-                media = self.get(member["@odata.id"])
-                devices.append((member["@odata.id"], frozenset(media.get("MediaTypes", []))))
+            collection = self.get(manager).get("VirtualMedia", {}).get("@odata.id", f"{manager}/VirtualMedia")
+            for path, media in self.read_members(collection):
+                devices.append((path, frozenset(media.get("MediaTypes", []))))
         return devices
 
     def virtual_media(self) -> list[str]:
@@ -285,8 +232,8 @@ class RedfishClient(RedfishTransport):
     def _drives(self) -> list[str]:
         storage_path = self.system().get("Storage", {}).get("@odata.id", f"{self.system_path}/Storage")
         drives: list[str] = []
-        for member in self.get(storage_path).get("Members", []):
-            drives.extend(d["@odata.id"] for d in self.get(member["@odata.id"]).get("Drives", []))
+        for _, storage in self.read_members(storage_path):
+            drives.extend(filter(None, map(link, storage.get("Drives", []))))
         return drives
 
     def drives(self) -> list[str]:
@@ -296,16 +243,7 @@ class RedfishClient(RedfishTransport):
     def secure_erase(self, drive: str) -> str | None:
         """Start a secure erase; the task monitor to poll, or None if the BMC finished at once."""
         response = self.request("POST", f"{drive}/Actions/Drive.SecureErase", json={}, call=f"SecureErase {drive}")
-        return self._task_monitor(response, f"SecureErase {drive}")
-
-    def _task_monitor(self, response: Answer, call: str) -> str | None:
-        """The task monitor of an action the BMC accepted (202), or None if it finished at once."""
-        if response.status_code != 202:
-            return None
-        monitor = response.headers.get("Location")
-        if not monitor:
-            raise BMCPermanentError(self.access.node, call, "202 without a task monitor")
-        return monitor
+        return self.task_monitor(response, f"SecureErase {drive}")
 
     # -- firmware, BIOS settings, Secure Boot ------------------------------------------------
 
@@ -329,7 +267,7 @@ class RedfishClient(RedfishTransport):
         collection = service.get("FirmwareInventory", {}).get(
             "@odata.id", "/redfish/v1/UpdateService/FirmwareInventory"
         )
-        return [self.get(member["@odata.id"]) for member in self.get(collection).get("Members", [])]
+        return [item for _, item in self.read_members(collection)]
 
     def simple_update(self, image_uri: str, target: str) -> str | None:
         """Flash `image_uri` onto `target` (an inventory item, or the System for its BIOS); the task
@@ -340,7 +278,7 @@ class RedfishClient(RedfishTransport):
             json={"ImageURI": image_uri, "TransferProtocol": urlsplit(image_uri).scheme.upper(), "Targets": [target]},
             call=f"SimpleUpdate {image_uri} onto {target}",
         )
-        return self._task_monitor(response, f"SimpleUpdate {image_uri}")
+        return self.task_monitor(response, f"SimpleUpdate {image_uri}")
 
     def bios_attributes(self) -> dict:
         found = self.get(self._linked("Bios")).get("Attributes")
@@ -368,35 +306,7 @@ class RedfishClient(RedfishTransport):
             task = response.json()
         except ValueError:
             return True, "Completed"  # a monitor may answer the finished operation's own result
-        return _task_outcome(task)
-
-    def _action_result(self, response: Answer, call: str) -> dict:
-        """What an action answered: at once, or when the BMC accepted it (202), its task's result once
-        done: the monitor's own answer (DMTF), or what the finished Task's payload locates (NVIDIA's
-        HGX). BMCPermanentError if the task failed or outlasts TASK_POLLS polls."""
-        monitor = self._task_monitor(response, call)
-        if monitor is None:
-            return self._object(response, call)
-        polled, outcome = f"task {monitor} of {call}", "Running"
-        body: dict = {}
-        for _ in range(TASK_POLLS):
-            answer = self.request("GET", monitor, call=polled)
-            if answer.status_code != 202:
-                body = self._object(answer, polled)
-                done, outcome = _task_outcome(body)
-                if done:
-                    break
-            self.sleep(TASK_POLL_SECONDS)
-        else:
-            raise BMCPermanentError(self.access.node, polled, f"still {outcome} after {TASK_POLLS} polls")
-        if "TaskState" not in body:
-            return body
-        if outcome != "Completed":
-            raise BMCPermanentError(self.access.node, polled, outcome)
-        location = _payload_location(body)
-        if location is None:
-            raise BMCPermanentError(self.access.node, polled, "Completed without a result to read")
-        return self.get(location)
+        return task_outcome(task)
 
     # -- the GPUs' SPDM evidence, out of band ------------------------------------------------
 
@@ -408,54 +318,4 @@ class RedfishClient(RedfishTransport):
         served), "cert_chain" (PEM)}. A GPU whose fetch fails is {"uuid" (if read), "processor",
         "status": "unavailable", "reason"} and the others go on. [] if the service has no
         ComponentIntegrity; a BMC that fails to list it or its members raises, as other calls do."""
-        members = self._component_integrity()
-        targets = self.system_path + "/Processors/"
-        evidence = []
-        for path in members:
-            member = self.get(path)
-            target = member.get("TargetComponentURI")
-            if (
-                member.get("ComponentIntegrityType") == "SPDM"
-                and member.get("ComponentIntegrityEnabled", True) is True
-                and isinstance(target, str)
-                and target.startswith(targets)
-            ):
-                evidence.append(self._spdm_evidence_of(path, member, target, nonce))
-        return evidence
-
-    def _component_integrity(self) -> list[str]:
-        """The members of the ComponentIntegrity collection; none where the service has none."""
-        try:
-            return self.members(COMPONENT_INTEGRITY)
-        except BMCPermanentError:
-            # A service that has the collection links it from its root: a refusal there is its fault.
-            if _link(self.get(SERVICE_ROOT).get("ComponentIntegrity")) is None:
-                return []
-            raise
-
-    def _spdm_evidence_of(self, path: str, member: dict, processor: str, nonce: bytes) -> dict:
-        entry = {"processor": processor}
-        call = f"{SPDM_GET_SIGNED_MEASUREMENTS} {path}"
-        try:
-            uuid = self.get(processor).get("UUID")
-            if not isinstance(uuid, str) or not uuid:
-                raise BMCPermanentError(self.access.node, f"GET {processor}", "the Processor has no UUID")
-            entry["uuid"] = uuid
-            actions = member.get("Actions")
-            target = _target(actions.get(f"#{SPDM_GET_SIGNED_MEASUREMENTS}") if isinstance(actions, dict) else None)
-            if target is None:
-                raise BMCPermanentError(self.access.node, call, "the member offers no such action")
-            asked = {"Nonce": nonce.hex(), "SlotId": SPDM_SLOT, "MeasurementIndices": [SPDM_ALL_MEASUREMENTS]}
-            result = self._action_result(self.request("POST", target, json=asked, call=call), call)
-            report = result.get("SignedMeasurements")
-            if not isinstance(report, str) or not report:
-                raise BMCPermanentError(self.access.node, call, "the answer has no SignedMeasurements")
-            certificate = _responder_certificate(member) or _link(result.get("Certificate"))
-            if certificate is None:
-                raise BMCPermanentError(self.access.node, call, "no responder certificate is linked")
-            chain = self.get(certificate).get("CertificateString")
-            if not isinstance(chain, str) or not chain:
-                raise BMCPermanentError(self.access.node, f"GET {certificate}", "no CertificateString")
-        except RedfishError as error:
-            return {**entry, "status": "unavailable", "reason": " ".join(str(error).split())}
-        return {**entry, "source": "out_of_band", "report": report, "cert_chain": chain}
+        return component_integrity.gpu_spdm_evidence(self, self.system_path, nonce)
