@@ -84,8 +84,9 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/ruff format --check .
 
-# Every benchmark, each a module that prints its table (python -m bench.NAME runs one).
-BENCHES := $(filter-out __init__,$(basename $(notdir $(wildcard bench/*.py))))
+# Every benchmark, each a module that prints its table (python -m bench.NAME runs one); a module
+# whose name starts with _ is what they share, no bench. tests/test_benches.py runs each at a tiny size.
+BENCHES := $(filter-out _%,$(basename $(notdir $(wildcard bench/*.py))))
 bench: setup
 	@for b in $(BENCHES); do echo "== bench.$$b"; $(PY) -m bench.$$b || exit 1; done
 

@@ -14,7 +14,8 @@ captured Hopper report and chain (tests/data/nvidia) read and verified against N
 Identity CA at a fixed time, then the same with its measurements compared against the VBIOS RIM's
 golden values (the RIM read and verified once, as a cache would hold it). Its ceiling is one
 ECDSA P-384 verification of the report's signature, key loaded; target: >= 70% of it.
-Run from the repository root: .venv/bin/python -m bench.attestation [--seconds S] [--nodes N]
+Exits 1 below a target; --no-target reports the ratios but exits 0 (a noisy machine's figures).
+Run from the repository root: .venv/bin/python -m bench.attestation [--seconds S] [--nodes N] [--no-target]
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="per measurement; 5 rounds of each")
     parser.add_argument("--nodes", type=int, default=8, help="distinct nodes whose bundles are cycled")
+    parser.add_argument("--no-target", action="store_true", help="exit 0 though a ratio is below its target")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the figure claims
@@ -231,7 +233,7 @@ def main() -> None:
     below = [
         f"{name} {value:.0%}" for name, value in (("bundles", ratio), ("GPU evidence", gpu_ratio)) if value < TARGET
     ]
-    if below:
+    if below and not args.no_target:
         sys.exit(f"below target ({TARGET:.0%}): {', '.join(below)}")
 
 

@@ -3,11 +3,12 @@
 Starts bmcsim as the tests do (a subprocess on a free loopback port) with a throw-away data
 directory, loads it from this process for a bounded time, and prints one table. Targets from
 issue 3: < 500 MB RSS, >= 1,000 GET/s with 8 concurrent clients, < 5 ms per node's metrics.
-Run from the repository root: .venv/bin/python -m bench.bmcsim
+Run from the repository root: .venv/bin/python -m bench.bmcsim [--nodes N] [--seconds S] [--samples N]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import random
@@ -21,10 +22,7 @@ import aiohttp
 from core.metrics_ca import MetricsCA
 from tests.support.bmcsim import OPERATOR, Bmcsim, start_bmcsim
 
-NODES = 10_000
 CLIENTS = 8
-LOAD_SECONDS = 5.0
-METRICS_SAMPLES = 200
 AUTH = {"Authorization": "Basic " + base64.b64encode(":".join(OPERATOR).encode()).decode()}
 
 
@@ -35,10 +33,10 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-async def system_gets(session: aiohttp.ClientSession, url: str, names: list[str]) -> tuple[float, int]:
-    """CLIENTS workers GET random Systems for LOAD_SECONDS; returns (requests/s, errors)."""
+async def system_gets(session: aiohttp.ClientSession, url: str, names: list[str], seconds: float) -> tuple[float, int]:
+    """CLIENTS workers GET random Systems for `seconds`; returns (requests/s, errors)."""
     done = errors = 0
-    deadline = time.monotonic() + LOAD_SECONDS
+    deadline = time.monotonic() + seconds
 
     async def worker():
         nonlocal done, errors
@@ -61,12 +59,14 @@ def as_prometheus(ca: MetricsCA) -> ssl.SSLContext:
     return context
 
 
-async def metrics_latency(session: aiohttp.ClientSession, sim: Bmcsim, names: list[str]) -> tuple[float, float]:
-    """Sequential metrics scrapes of different nodes over bmcsim's TLS listener, as Prometheus makes
-    them: (mean ms, p95 ms), HTTP round trip included, on connections kept open."""
+async def metrics_latency(
+    session: aiohttp.ClientSession, sim: Bmcsim, names: list[str], samples: int
+) -> tuple[float, float]:
+    """Sequential metrics scrapes of `samples` different nodes over bmcsim's TLS listener, as
+    Prometheus makes them: (mean ms, p95 ms), HTTP round trip included, on connections kept open."""
     timings = []
     prometheus = as_prometheus(sim.metrics_ca)
-    for name in random.Random(1).sample(names, METRICS_SAMPLES):
+    for name in random.Random(1).sample(names, min(samples, len(names))):
         started = time.perf_counter()
         async with session.get(f"{sim.metrics_url}/agent/{name}/metrics", ssl=prometheus) as r:
             await r.read()
@@ -76,24 +76,29 @@ async def metrics_latency(session: aiohttp.ClientSession, sim: Bmcsim, names: li
     return sum(timings) / len(timings), timings[int(0.95 * len(timings))]
 
 
-async def load(sim: Bmcsim) -> tuple[list[str], float, int, float, float]:
+async def load(sim: Bmcsim, seconds: float, samples: int) -> tuple[list[str], float, int, float, float]:
     """The inventory's names, System GETs/s and errors, metrics mean and p95 ms."""
     connector = aiohttp.TCPConnector(limit=CLIENTS)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session:
         async with session.get(sim.url + "/bmcsim/v1/inventory") as r:
             names = [n["name"] for n in (await r.json())["nodes"]]
-        rate, errors = await system_gets(session, sim.url, names)
-        mean_ms, p95_ms = await metrics_latency(session, sim, names)
+        rate, errors = await system_gets(session, sim.url, names, seconds)
+        mean_ms, p95_ms = await metrics_latency(session, sim, names, samples)
     return names, rate, errors, mean_ms, p95_ms
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--seconds", type=float, default=5.0, help="of System GETs")
+    parser.add_argument("--samples", type=int, default=200, help="nodes whose metrics are timed")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         started = time.monotonic()
-        sim = start_bmcsim(Path(scratch) / "data", nodes=NODES, timeout=60)
+        sim = start_bmcsim(Path(scratch) / "data", nodes=args.nodes, timeout=60)
         startup = time.monotonic() - started
         try:
-            names, rate, errors, mean_ms, p95_ms = asyncio.run(load(sim))
+            names, rate, errors, mean_ms, p95_ms = asyncio.run(load(sim, args.seconds, args.samples))
             rss = rss_mb(sim.process.popen.pid)
         finally:
             sim.stop()

@@ -2,7 +2,7 @@
 has just moved, so the answer is counted over every rack and rendered again) and a hit (nothing
 changed: one query for the versions, and the kept JSON), p50 and p99.
 
-For each size, builds its own database (GPUFLEET_BENCH_DATABASE, gpufleet_bench by default) with
+For each size, builds its own database (gpufleet_bench_capacity) with
 10 pods as bench/placement.py does, holds 60 % of the racks from an hour ago for a day and every
 seventh node from tomorrow for a day, then times the view through Django's test client in a fresh
 process (whose kept answers are the new database's alone).
@@ -17,19 +17,37 @@ import os
 import sys
 import time
 
-from bench.placement import BENCH_DB, PG, percentile, prepare_fleet, run
+from bench._database import bench_database, database_url, drop_database, run
+from bench.placement import percentile, prepare_fleet
 from tests.support.table import print_table
 
-# 60 % of the racks held now, and every seventh node booked from tomorrow: counted free now, not
-# for as long as a reservation without an end.
-HOLDS = [
-    "INSERT INTO reservations_allocation (reservation_id, node_id, period, ended_reason)"
-    " SELECT %s, id, tstzrange(now() - interval '1 hour', now() + interval '1 day'), ''"
-    " FROM fleet_node WHERE rack_id %% 5 < 3",
-    "INSERT INTO reservations_allocation (reservation_id, node_id, period, ended_reason)"
-    " SELECT %s, id, tstzrange(now() + interval '1 day', now() + interval '2 days'), ''"
-    " FROM fleet_node WHERE id %% 7 = 0",
-]
+BENCH_DB = bench_database("capacity")
+
+
+def hold_nodes() -> None:
+    """60 % of the racks held now, and every seventh node booked from tomorrow: counted free now,
+    not for as long as a reservation without an end."""
+    from datetime import timedelta
+
+    from django.db.models.functions import Mod
+    from django.utils import timezone
+
+    from fleet.models import Node
+    from reservations.models import Allocation, Reservation, Tenant
+
+    now, hour, day = timezone.now(), timedelta(hours=1), timedelta(days=1)
+    racks_held = Node.objects.annotate(slot=Mod("rack_id", 5)).filter(slot__lt=3)
+    booked = Node.objects.annotate(slot=Mod("pk", 7)).filter(slot=0)
+    tenant = Tenant.objects.create(name="bench")
+    for nodes, period in ((racks_held, (now - hour, now + day)), (booked, (now + day, now + 2 * day))):
+        reservation = Reservation.objects.create(tenant=tenant, node_count=1)
+        Allocation.objects.bulk_create(
+            (
+                Allocation(reservation=reservation, node_id=pk, period=period)
+                for pk in nodes.values_list("pk", flat=True)
+            ),
+            batch_size=2000,
+        )
 
 
 def measure(misses: int, hits: int) -> dict:
@@ -40,13 +58,7 @@ def measure(misses: int, hits: int) -> dict:
     from django.db import connection
     from django.test import Client
 
-    from reservations.models import Reservation, Tenant
-
-    tenant = Tenant.objects.create(name="bench")
-    with connection.cursor() as cursor:
-        for sql in HOLDS:
-            cursor.execute(sql, [Reservation.objects.create(tenant=tenant, node_count=1).pk])
-
+    hold_nodes()
     client = Client(HTTP_HOST="localhost")
 
     def timed_read() -> tuple[float, int]:
@@ -78,14 +90,17 @@ def main() -> None:
         print(json.dumps(measure(args.misses, args.hits)))
         return
 
-    env = {**os.environ, "DATABASE_URL": f"{PG}/{BENCH_DB}", "DJANGO_SETTINGS_MODULE": "gpufleet.settings"}
+    env = {**os.environ, "DATABASE_URL": database_url(BENCH_DB), "DJANGO_SETTINGS_MODULE": "gpufleet.settings"}
     rows = []
     for nodes in args.nodes:
         print(f"preparing a {nodes}-node fleet in {args.pods} pods ...", file=sys.stderr)
-        prepare_fleet(env, nodes, args.pods)
-        print(f"{args.misses} misses, {args.hits} hits ...", file=sys.stderr)
-        child = [sys.executable, "-m", "bench.capacity", "--measure", "--misses", str(args.misses)]
-        figures = json.loads(run(*child, "--hits", str(args.hits), env=env).stdout)
+        try:
+            prepare_fleet(env, nodes, args.pods)
+            print(f"{args.misses} misses, {args.hits} hits ...", file=sys.stderr)
+            child = [sys.executable, "-m", "bench.capacity", "--measure", "--misses", str(args.misses)]
+            figures = json.loads(run(*child, "--hits", str(args.hits), env=env).stdout)
+        finally:
+            drop_database(BENCH_DB)
         miss, hit = figures["miss_ms"], figures["hit_ms"]
         rows += [
             (f"{nodes:,} nodes: miss p50 / p99 ms", f"{percentile(miss, 50):.2f} / {percentile(miss, 99):.2f}"),

@@ -3,9 +3,11 @@
 Builds its own database (gpufleet_bench_dashboard) afresh for each size, enrols the default
 topology, puts the fleet in a busy mix of states (tenants on a third of it, some nodes wiping,
 inspecting, quarantined, in maintenance), then requests the floor through Django's whole stack
-(middleware, view, template) in this process: the full page and the fragment htmx polls.
+(middleware, view, template) in this process, as a signed-in operator: the full page and the
+fragment htmx polls.
 Prints a table; the target is < 300 ms at 10,000 nodes and the same query count at every size.
 Run from the repository root: .venv/bin/python -m bench.dashboard [--sizes 50 1000 10000] [--requests 20]
+[--no-target]
 """
 
 from __future__ import annotations
@@ -13,18 +15,17 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 import warnings
+from typing import Any
 
-from tests.support import REPO_ROOT
+from bench._database import bench_database, database_url, drop_database, fresh_database
 
-BENCH_DB = "gpufleet_bench_dashboard"
-PG = "postgres://postgres@127.0.0.1:5432"
+BENCH_DB = bench_database("dashboard")
 TARGET_MS = 300
 
-os.environ["DATABASE_URL"] = f"{PG}/{BENCH_DB}"
+os.environ["DATABASE_URL"] = database_url(BENCH_DB)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
 # whitenoise notes that collectstatic has not run: the pages do not need it (it finds app files).
 warnings.filterwarnings("ignore", message="No directory at")
@@ -39,73 +40,57 @@ MIX = [
 ]
 
 
-def psql(sql: str) -> None:
-    subprocess.run(["psql", f"{PG}/postgres", "-qc", sql], check=True, capture_output=True)
-
-
-def fresh_database() -> None:
+def recreate_database() -> None:
+    """A fresh database for the next size, once this process's connection to the last is closed."""
     from django.db import connections
 
     connections.close_all()
-    psql(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-    psql(f"CREATE DATABASE {BENCH_DB}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO_ROOT, check=True)
+    fresh_database(BENCH_DB)
 
 
 def build_fleet(size: int) -> None:
     """Enrol `size` nodes, pass them all, then move shares of them into the other states.
 
-    Inspection and provisioning are not what this measures: the moves are bulk SQL, each with
-    its audit rows in the same transaction as the database's trigger demands.
+    Inspection and provisioning are not what this measures: the moves are in bulk (bench/_fleet.py).
     """
-    from django.db import connection, transaction
+    from django.db.models.functions import Now
 
+    from bench._fleet import make_all_available, move_nodes
     from core.topology import default_layout
     from fleet.inventory import records_from_layout
+    from fleet.models import Node
     from fleet.services import enrol_nodes
     from reservations.models import Reservation, Tenant
 
     enrol_nodes(records=records_from_layout(default_layout(size), "http://127.0.0.1:8100"), actor="bench")
     tenant = Tenant.objects.create(name="bench-tenant")
     reservation = Reservation.objects.create(tenant=tenant, node_count=size, state="active")
-
-    def move(event: str, old: str, new: str, where: str, sets: str = "", params=()) -> None:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO fleet_auditevent (actor, event, from_state, to_state, reason, detail, node_id)"
-                f" SELECT 'bench', %s, %s, %s, 'bench setup', '{{}}', id FROM fleet_node WHERE state = %s AND {where}",
-                [event, old, new, old],
-            )
-            cursor.execute(
-                f"UPDATE fleet_node SET state = %s, state_since = now() {sets} WHERE state = %s AND {where}",
-                [new, *params, old],
-            )
-
-    move("inspection_started", "enrolled", "inspecting", "true")
-    move("attestation_passed", "inspecting", "available", "true")
+    make_all_available()
     # What each state needs beside itself (the database's CHECK constraints): a tenant, a reason.
-    extra = {
-        "active": (
-            ", tenant_id = %s, reservation_id = %s, step = 'serving', step_since = now()",
-            (tenant.pk, reservation.pk),
-        ),
-        "wiping": (", tenant_id = %s, step = 'secure erase', step_since = now()", (tenant.pk,)),
-        "quarantined": (", quarantine_reason = 'hardware_fault: XID 79 on GPU 3'", ()),
+    extra: dict[str, dict[str, Any]] = {
+        "active": {"tenant": tenant, "reservation": reservation, "step": "serving", "step_since": Now()},
+        "wiping": {"tenant": tenant, "step": "secure erase", "step_since": Now()},
+        "quarantined": {"quarantine_reason": "hardware_fault: XID 79 on GPU 3"},
     }
+    in_name_order = list(Node.objects.order_by("name").values_list("pk", flat=True))
     start = 0
     for state, event, share in MIX:
         count = max(1, round(size * share))
-        where = f"id IN (SELECT id FROM fleet_node ORDER BY name OFFSET {start} LIMIT {count})"
+        move_nodes(
+            Node.objects.filter(pk__in=in_name_order[start : start + count]), event, state, **extra.get(state, {})
+        )
         start += count
-        move(event, "available", state, where, *extra.get(state, ("", ())))
 
 
 def measure(size: int, requests: int) -> dict:
+    from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
     client = Client(HTTP_HOST="127.0.0.1")
+    # The floor is an operator's: anyone else is sent to the login page.
+    client.force_login(get_user_model().objects.create_user("bench-operator", is_staff=True))
     figures: dict[str, object] = {"size": size}
     for kind, headers in (("page", {}), ("fragment", {"HX-Request": "true"})):
         response = client.get("/", headers=headers)  # warm: placement reads the topology once per process
@@ -133,18 +118,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[50, 1000, 10000])
     parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--no-target", action="store_true", help="exit 0 though the time target is missed")
     args = parser.parse_args()
 
     import django
 
     django.setup()
     rows = []
-    for size in args.sizes:
-        fresh_database()
-        began = time.perf_counter()
-        build_fleet(size)
-        print(f"{size} nodes built in {time.perf_counter() - began:.1f} s", file=sys.stderr)
-        rows.append(measure(size, args.requests))
+    try:
+        for size in args.sizes:
+            recreate_database()
+            began = time.perf_counter()
+            build_fleet(size)
+            print(f"{size} nodes built in {time.perf_counter() - began:.1f} s", file=sys.stderr)
+            rows.append(measure(size, args.requests))
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        drop_database(BENCH_DB)
 
     print(f"\nGET / (the fleet floor), {args.requests} requests each, in-process through Django's whole stack")
     print(f"{'nodes':>7} {'view':<9} {'racks':<10} {'median ms':>10} {'p95 ms':>8} {'queries':>8} {'KiB':>7}")
@@ -163,7 +155,7 @@ def main() -> int:
         f"\ntarget < {TARGET_MS} ms at {largest['size']} nodes: {'met' if fast else 'MISSED'}; "
         f"same query count at every size: {'yes' if same_queries else 'NO'}"
     )
-    return 0 if fast and same_queries else 1
+    return 0 if same_queries and (fast or args.no_target) else 1
 
 
 if __name__ == "__main__":

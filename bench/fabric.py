@@ -11,7 +11,7 @@ syncs are this process's. Calls are counted per fabric by the drivers' address
 check, which core.outbound runs once per call; SQL statements (COMMITs aside) per node given, and
 per sync. The target: a 64-node reservation confirmed in under 2 s, and calls and statements that
 grow with the switches, fabrics and domains touched, not with ports.
-Run from the repository root: .venv/bin/python -m bench.fabric [--sizes 1,8,64,512]
+Run from the repository root: .venv/bin/python -m bench.fabric [--sizes 1,8,64,512] [--nodes 600]
 """
 
 from __future__ import annotations
@@ -26,28 +26,28 @@ from collections import Counter
 from ipaddress import ip_network
 from pathlib import Path
 
-from bench.placement import PG, run
+from bench._database import bench_database, database_url, drop_database, fresh_database, run
 from tests.support.bmcsim import Bmcsim, start_bmcsim
 from tests.support.processes import RedisServer
 from tests.support.table import print_table
 
-BENCH_DB = "gpufleet_bench_fabric"
-NODES = 600
+BENCH_DB = bench_database("fabric")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,8,64,512", help="reservation sizes, comma-separated")
+    parser.add_argument("--nodes", type=int, default=600, help="bmcsim's, in one pod")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
-    if sum(sizes) > NODES:
-        raise SystemExit(f"the sizes add up to more than the bench's {NODES} nodes")
+    if sum(sizes) > args.nodes:
+        raise SystemExit(f"the sizes add up to more than the bench's {args.nodes} nodes")
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-fabric-"))
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
-        "DATABASE_URL": f"{PG}/{BENCH_DB}",
+        "DATABASE_URL": database_url(BENCH_DB),
         "SIM_TIME_SCALE": "0",
         "GPUFLEET_LOG_LEVEL": "WARNING",
     }
@@ -57,11 +57,9 @@ def main() -> None:
         processes.append(redis_server)
         env["REDIS_URL"] = redis_server.url
         topology = scratch / "topology.json"
-        topology.write_text(json.dumps({"nodes": NODES, "pods": 1}))
-        run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        run(sys.executable, "manage.py", "ensure_database", env=env)
-        run(sys.executable, "manage.py", "migrate", "-v0", env=env)
-        bmcsim = start_bmcsim(scratch / "bmcsim", nodes=NODES, args=("--topology", str(topology)), timeout=120)
+        topology.write_text(json.dumps({"nodes": args.nodes, "pods": 1}))
+        fresh_database(BENCH_DB)
+        bmcsim = start_bmcsim(scratch / "bmcsim", nodes=args.nodes, args=("--topology", str(topology)), timeout=120)
         processes.append(bmcsim)
         env["BMCSIM_URL"] = bmcsim.url
         run(sys.executable, "manage.py", "seed_fleet", "--bmcsim-url", bmcsim.url, "--wait", "30", env=env)
@@ -70,7 +68,7 @@ def main() -> None:
     finally:
         for process in reversed(processes):
             process.stop()
-        run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+        drop_database(BENCH_DB)
     print_table(
         rows,
         heading=(

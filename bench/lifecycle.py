@@ -23,12 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.placement import PG, run
+from bench._database import bench_database, database_url, drop_database, fresh_database, run
 from tests.support.bmcsim import Bmcsim, start_bmcsim
-from tests.support.processes import Process, RedisServer, start_beat, start_worker
+from tests.support.processes import Process, RedisServer, start_beat, start_gunicorn, start_worker
 from tests.support.table import print_table
 
-BENCH_DB = "gpufleet_bench_lifecycle"
+BENCH_DB = bench_database("lifecycle")
 FIRMWARE_BASELINE = "deploy/firmware-baseline.json"
 
 COUNT_INSPECTED = """
@@ -87,7 +87,7 @@ def main() -> None:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
-        "DATABASE_URL": f"{PG}/{BENCH_DB}",
+        "DATABASE_URL": database_url(BENCH_DB),
         "SIM_TIME_SCALE": "0",
         "GPUFLEET_RECONCILE_SECONDS": "2",
         "GPUFLEET_WORKFLOW_POLL_SECONDS": "0.05",
@@ -98,15 +98,16 @@ def main() -> None:
         redis_server = RedisServer(scratch)
         processes.append(redis_server)
         env["REDIS_URL"] = redis_server.url
-        run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        run(sys.executable, "manage.py", "ensure_database", env=env)
-        run(sys.executable, "manage.py", "migrate", "-v0", env=env)
+        fresh_database(BENCH_DB)
         bmcsim = start_bmcsim(scratch / "bmcsim", nodes=args.nodes, timeout=120)
         processes.append(bmcsim)
         env["BMCSIM_URL"] = bmcsim.url
         run(sys.executable, "manage.py", "seed_fleet", "--bmcsim-url", env["BMCSIM_URL"], "--wait", "30", env=env)
         releases = f"{env['BMCSIM_URL']}/bmcsim/v1/firmware-releases"
         run(sys.executable, "manage.py", "set_firmware_baseline", FIRMWARE_BASELINE, "--releases", releases, env=env)
+        # Every boot's BMC fetches the node's config drive from the web server: this bench's own.
+        web, env["GPUFLEET_CONFIG_DRIVE_BASE_URL"] = start_gunicorn("web", "gpufleet.wsgi", env, scratch)
+        processes.append(web)
         processes.append(start_worker("worker", env, scratch, concurrency=args.workers, loglevel="WARNING"))
         processes.append(start_beat(env, scratch, loglevel="WARNING"))
         print(f"first inspection of {args.nodes} nodes (setup) ...", file=sys.stderr)
@@ -118,7 +119,7 @@ def main() -> None:
     finally:
         for process in reversed(processes):
             process.stop()
-        run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+        drop_database(BENCH_DB)
 
     print(
         f"nodes / worker processes: {args.nodes} / {args.workers}; first inspection (setup): "

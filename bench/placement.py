@@ -8,17 +8,18 @@ racks, 15% `preferred: leaf`, 15% `required: leaf`). Each placement is timed thr
 (reservations.placement.place_in) and, on a sample of the same requests, through the walk of every
 rack it replaced (tests/support/placement_reference.py), which must choose the same nodes.
 
-Over HTTP: builds its own database (gpufleet_bench), enrols 10 pods x 125 racks x 8 nodes, serves the API
-with gunicorn, and drives it with 32 concurrent clients: 5,000 reservations of 1-16 nodes (10%
-rack-scale), each in a future window so that nodes are shared over time, 30% of them extended
-by an hour or two, about half released again. Prints reservations/s, latency percentiles
+Over HTTP: builds its own database (gpufleet_bench_placement), enrols 10 pods x 125 racks x 8
+nodes, serves the API with gunicorn, and drives it with 32 concurrent clients: 5,000 reservations
+of 1-16 nodes (10% rack-scale), each in a future window so that nodes are shared over time, 30% of
+them extended by an hour or two, about half released again. Prints reservations/s, latency percentiles
 (creates, refusals, which compute the earliest-start offer, and extensions apart), lost
 placement races, double bookings
 (must be 0), GET /v1/capacity latency, and two ceilings measured in the same run: pgbench's
 TPS, and the rate of the cheapest authenticated read through the same server and clients; then
 creates alone by the same clients, whose rate against that read's is what a create costs.
 Run from the repository root: .venv/bin/python -m bench.placement [--part in-process|http|both]
-[--in-process-nodes N ...] [--nodes N] [--reservations N] [--clients N]
+[--in-process-nodes N ...] [--placements N] [--nodes N] [--reservations N] [--clients N]
+[--pgbench-seconds S]
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import argparse
 import os
 import random
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,46 +38,35 @@ from pathlib import Path
 
 import requests
 
+from bench._database import bench_database, database_url, drop_database, fresh_database, psql, run
 from core.topology import LEAF, default_layout
 from reservations.free_capacity import FreeCapacity, RackState
 from reservations.placement import PlacementRefused, PlacementRequest, RackCapacity, place_in
-from tests.support import REPO_ROOT, placement_reference
+from tests.support import placement_reference
 from tests.support.processes import start_gunicorn
 from tests.support.table import print_table
 
-BENCH_DB = os.environ.get("GPUFLEET_BENCH_DATABASE", "gpufleet_bench")  # another name runs two at once
-PG = "postgres://postgres@127.0.0.1:5432"
-
-
-def run(*args, env=None, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=REPO_ROOT, env=env, check=True, capture_output=True, text=True, **kwargs)
+BENCH_DB = bench_database("placement")
 
 
 def prepare_fleet(env: dict, nodes: int, pods: int) -> None:
-    run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-    run(sys.executable, "manage.py", "ensure_database", env=env)
-    run(sys.executable, "manage.py", "migrate", "-v0", env=env)
+    """The database of env's DATABASE_URL afresh, with `nodes` nodes enrolled in `pods` pods, all available."""
+    database = env["DATABASE_URL"].rsplit("/", 1)[1]
+    fresh_database(database)
     code = f"""
 import django; django.setup()
-from django.db import connection, transaction
+from bench._fleet import make_all_available
 from fleet.inventory import records_from_layout
 from fleet.services import enrol_nodes
 from core.topology import default_layout
 layout = default_layout({nodes}, pod_count={pods})
 enrol_nodes(records=records_from_layout(layout, "http://127.0.0.1:8100"), actor="bench")
-# Inspection and attestation are not what this measures: pass every node, audited, in bulk.
-with transaction.atomic(), connection.cursor() as c:
-    steps = [("inspection_started", "enrolled", "inspecting"), ("attestation_passed", "inspecting", "available")]
-    for event, old, new in steps:
-        c.execute("INSERT INTO fleet_auditevent (actor, event, from_state, to_state, reason, detail, node_id)"
-                  " SELECT 'bench', %s, %s, %s, 'bench setup', '{{}}', id FROM fleet_node WHERE state = %s",
-                  [event, old, new, old])
-        c.execute("UPDATE fleet_node SET state = %s, state_since = now() WHERE state = %s", [new, old])
+make_all_available()  # inspection and attestation are not what this measures
 """
     run(sys.executable, "-c", code, env=env)
     # The bulk updates left each node's two old rows and their index entries behind: vacuum, as
     # autovacuum soon would in a running fleet, so that placement's reads meet settled tables.
-    run("psql", f"{PG}/{BENCH_DB}", "-qc", "VACUUM ANALYZE")
+    psql("VACUUM ANALYZE", database)
 
 
 def tenant_tokens(env: dict, count: int) -> list[str]:
@@ -88,9 +77,10 @@ def tenant_tokens(env: dict, count: int) -> list[str]:
 
 
 def pgbench_tps(clients: int, seconds: int) -> float:
-    run("psql", f"{PG}/postgres", "-qc", "DROP DATABASE IF EXISTS gpufleet_pgbench WITH (FORCE)")
-    run("psql", f"{PG}/postgres", "-qc", "CREATE DATABASE gpufleet_pgbench")
-    run("pgbench", "-i", "-q", "-s", "10", "-h", "127.0.0.1", "-U", "postgres", "gpufleet_pgbench")
+    database = bench_database("pgbench")
+    drop_database(database)
+    psql(f'CREATE DATABASE "{database}"')
+    run("pgbench", "-i", "-q", "-s", "10", "-h", "127.0.0.1", "-U", "postgres", database)
     out = run(
         "pgbench",
         "-c",
@@ -103,9 +93,9 @@ def pgbench_tps(clients: int, seconds: int) -> float:
         "127.0.0.1",
         "-U",
         "postgres",
-        "gpufleet_pgbench",
+        database,
     ).stdout
-    run("psql", f"{PG}/postgres", "-qc", "DROP DATABASE gpufleet_pgbench WITH (FORCE)")
+    drop_database(database)
     tps = re.search(r"tps = ([\d.]+)", out)
     assert tps is not None, out
     return float(tps.group(1))
@@ -370,6 +360,7 @@ def main() -> None:
     parser.add_argument("--in-process-nodes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--placements", type=int, default=300, help="placements timed in process, per fleet")
     parser.add_argument("--walk-every", type=int, default=10, help="time the walk on every Nth placement")
+    parser.add_argument("--pgbench-seconds", type=int, default=15)
     args = parser.parse_args()
 
     if args.part != "http":
@@ -385,25 +376,28 @@ def main() -> None:
 
     env = {
         **os.environ,
-        "DATABASE_URL": f"{PG}/{BENCH_DB}",
+        "DATABASE_URL": database_url(BENCH_DB),
         "DJANGO_SETTINGS_MODULE": "gpufleet.settings",
         # Each client makes hundreds of requests a minute: measure placement, not the throttles.
         "GPUFLEET_API_READ_RATE": "1000000/min",
         "GPUFLEET_API_WRITE_RATE": "1000000/min",
     }
     print(f"preparing a {args.nodes}-node fleet in {args.pods} pods ...", file=sys.stderr)
-    prepare_fleet(env, args.nodes, args.pods)
-    tokens = tenant_tokens(env, args.clients)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-placement-"))
-    server, base = start_gunicorn("web", "gpufleet.wsgi", env, scratch, processes=args.workers)
     try:
-        print(f"{args.clients} clients, {args.reservations} reservations ...", file=sys.stderr)
-        figures = drive(base, tokens, args.reservations, args.seed)
+        prepare_fleet(env, args.nodes, args.pods)
+        tokens = tenant_tokens(env, args.clients)
+        scratch = Path(tempfile.mkdtemp(prefix="bench-placement-"))
+        server, base = start_gunicorn("web", "gpufleet.wsgi", env, scratch, processes=args.workers)
+        try:
+            print(f"{args.clients} clients, {args.reservations} reservations ...", file=sys.stderr)
+            figures = drive(base, tokens, args.reservations, args.seed)
+        finally:
+            server.stop(timeout=30)
+        double, races = database_figures(env)
     finally:
-        server.stop(timeout=30)
-    double, races = database_figures(env)
+        drop_database(BENCH_DB)
     print("pgbench on the same server ...", file=sys.stderr)
-    tps = pgbench_tps(args.clients, 15)
+    tps = pgbench_tps(args.clients, args.pgbench_seconds)
 
     rate = figures["created"] / figures["wall"]
     extensions = len(figures["by_kind"]["extended"]) + len(figures["by_kind"]["extension refused"])
@@ -454,7 +448,6 @@ def main() -> None:
         ),
     ]
     print_table(rows)
-    run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,11 @@ Two seeded traces of arrivals and departures, each replayed on one copy of a fle
   reservation spans, the share of whole-domain requests accepted, and fragmentation (partly used
   domains per level) on average and at three checkpoints.
 
-Run from the repository root: .venv/bin/python -m bench.placement_quality [--seed N]
+Exits 1 unless best-fit accepts more rack-scale requests than first-fit and keeps more whole racks
+free, and spans the fewest leaves; --no-target reports those checks but exits 0 (a trace too short
+to tell the strategies apart).
+Run from the repository root: .venv/bin/python -m bench.placement_quality [--seed N] [--arrivals N]
+[--fabric-arrivals N] [--place-calls N] [--no-target]
 """
 
 from __future__ import annotations
@@ -225,6 +229,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261129)
     parser.add_argument("--arrivals", type=int, default=4000)
     parser.add_argument("--fabric-arrivals", type=int, default=3000)
+    parser.add_argument("--place-calls", type=int, default=300, help="place() calls timed on 10,000 nodes")
+    parser.add_argument("--no-target", action="store_true", help="exit 0 though best-fit does not win")
     args = parser.parse_args()
 
     def strategies() -> dict[str, Strategy]:
@@ -253,7 +259,7 @@ def main() -> None:
             ("seconds", lambda o: f"{o.seconds:.1f}"),
         ],
     )
-    median, p99, slowest = time_place_at_scale(args.seed, calls=300)
+    median, p99, slowest = time_place_at_scale(args.seed, calls=args.place_calls)
     print(
         f"place() on 10,000 nodes (10 pods x 125 racks x 8): median {median:.1f} ms, p99 {p99:.1f} ms, "
         f"max {slowest:.1f} ms\n"
@@ -291,7 +297,7 @@ def main() -> None:
     )
     print("best-fit beats first-fit" if beats else "FAIL: best-fit does not beat first-fit")
     print("best-fit spans the fewest leaves" if fewer_leaves else "FAIL: best-fit does not span the fewest leaves")
-    sys.exit(0 if beats and fewer_leaves else 1)
+    sys.exit(0 if (beats and fewer_leaves) or args.no_target else 1)
 
 
 if __name__ == "__main__":

@@ -20,133 +20,105 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 
-from bench.placement import PG, run
+from bench._database import bench_database, database_url, drop_database, fresh_database
 from tests.support.processes import RedisServer
 from tests.support.table import print_table
 
-BENCH_DB = "gpufleet_bench_reconcile"
+BENCH_DB = bench_database("reconcile")
 SPARE_NODES = 8
 
-os.environ["DATABASE_URL"] = f"{PG}/{BENCH_DB}"
+os.environ["DATABASE_URL"] = database_url(BENCH_DB)
 os.environ["DJANGO_SETTINGS_MODULE"] = "gpufleet.settings"
 
 
-def drop_database() -> None:
+def recreate_database() -> None:
+    """A fresh database for the next size, once this process's connection to the last is closed."""
     from django.db import connections
 
     connections.close_all()
-    run("psql", f"{PG}/postgres", "-qc", f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-
-
-def fresh_database() -> None:
-    drop_database()
-    for command in (["ensure_database"], ["migrate", "-v0"]):
-        run(sys.executable, "manage.py", *command, env=os.environ)
+    fresh_database(BENCH_DB)
 
 
 def populate(live: int) -> int:
     """`live` live reservations as the module says; returns the degraded one's id.
 
-    Bulk SQL, not the services: placing 10,000 reservations one by one is not what this
-    measures. Every node move writes its audit row in the same transaction, as the trigger demands.
+    In bulk through the models, not the services: placing 10,000 reservations one by one is not
+    what this measures.
     """
+    from datetime import timedelta
+
     from django.db import connection, transaction
+    from django.db.models import Exists, OuterRef, Subquery
+    from django.db.models.functions import Now
     from django.utils import timezone
 
+    from bench._fleet import make_all_available, move_nodes
     from core.topology import default_layout
     from fleet.inventory import records_from_layout
+    from fleet.models import Node
     from fleet.services import enrol_nodes
+    from reservations.models import Allocation, Reservation, Tenant
 
     active = live // 2
     pending = live - active - 1
     layout = default_layout(active + SPARE_NODES)
     enrol_nodes(records=records_from_layout(layout, "http://127.0.0.1:8100"), actor="bench")
     now = timezone.now()
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
+        make_all_available()
+        booker, victim_tenant = (Tenant.objects.create(name=name) for name in ("booker", "victim"))
+        # The nodes in name order: reservations pick theirs by number.
+        nodes = list(Node.objects.order_by("name").values_list("pk", flat=True))
 
-        def sql(statement: str, params=()) -> None:
-            cursor.execute(statement, params)
-
-        def move(event: str, old: str, new: str, where: str = "true", sets: str = "") -> None:
-            nodes = f"FROM fleet_node n WHERE state = %s AND {where}"
-            sql(
-                "INSERT INTO fleet_auditevent (actor, event, from_state, to_state, reason, detail, node_id)"
-                f" SELECT 'bench', %s, %s, %s, 'bench setup', '{{}}', n.id {nodes}",
-                [event, old, new, old],
-            )
-            sql(
-                f"UPDATE fleet_node n SET state = %s, state_since = now() {sets} WHERE state = %s AND {where}",
-                [new, old],
-            )
-
-        def reserve(tenant: str, state: str, count: int, starts: str, ends: str, params, reason: str = "") -> None:
-            """`count` reservations of one node each, numbered g from 0; `starts` and `ends` are SQL of g."""
-            sql(
-                "INSERT INTO reservations_reservation (tenant_id, state, node_count, rack_scale, starts_at, ends_at,"
-                f" reason, placement, created_at) SELECT t.id, %s, 1, false, {starts}, {ends}, %s, '', now()"
-                " FROM reservations_tenant t, generate_series(0, %s - 1) g WHERE t.name = %s ORDER BY g",
-                [state, *params, reason, count, tenant],
+        def reserve(tenant: Tenant, state: str, periods: list[tuple], reason: str = "") -> list[Reservation]:
+            """One-node reservations of `tenant`, one per period, their ids in the periods' order."""
+            return Reservation.objects.bulk_create(
+                [
+                    Reservation(tenant=tenant, state=state, node_count=1, starts_at=starts, ends_at=ends, reason=reason)
+                    for starts, ends in periods
+                ],
+                batch_size=2000,
             )
 
-        def hold(state: str, node: str) -> None:
-            """Allocations for the reservations in `state` over their periods, the k-th by id on node `node`."""
-            sql(
-                "INSERT INTO reservations_allocation (reservation_id, node_id, period, ended_reason)"
-                " SELECT r.id, n.id, tstzrange(r.starts_at, r.ends_at), '' FROM"
-                " (SELECT *, row_number() OVER (ORDER BY id) - 1 AS k FROM reservations_reservation WHERE state = %s) r"
-                f" JOIN bench_node n ON n.i = {node}",
-                [state],
+        def hold(reservations: list[Reservation], node_of) -> None:
+            """An allocation for each reservation over its period, the k-th on node node_of(k)."""
+            Allocation.objects.bulk_create(
+                [
+                    Allocation(reservation=r, node_id=nodes[node_of(k)], period=(r.starts_at, r.ends_at))
+                    for k, r in enumerate(reservations)
+                ],
+                batch_size=2000,
             )
 
-        move("inspection_started", "enrolled", "inspecting")
-        move("attestation_passed", "inspecting", "available")
-        sql("INSERT INTO reservations_tenant (name, created_at) VALUES ('booker', now()), ('victim', now())")
-        # The nodes in name order, numbered from 0: reservations pick theirs by number.
-        sql(
-            "CREATE TEMPORARY TABLE bench_node AS SELECT id, row_number() OVER (ORDER BY name) - 1 AS i FROM fleet_node"
-        )
         # Advance bookings first, so that they have the lowest ids: the g-th on active node
         # g mod `active`, for an hour, after the active reservations end.
-        later = "%s + make_interval(hours => (g / %s)::int)"
-        hour = f"{later} + interval '1 hour'"
         first = now + timedelta(days=31)
-        reserve("booker", "pending", pending, later, hour, [first, active, first, active])
-        hold("pending", f"r.k %% {active}")
-        reserve("booker", "active", active, "%s", "%s", [now, now + timedelta(days=30)])
-        hold("active", "r.k")
-        sql(
-            "CREATE TEMPORARY TABLE bench_serving AS SELECT a.node_id, r.id AS reservation_id, r.tenant_id"
-            " FROM reservations_allocation a JOIN reservations_reservation r ON r.id = a.reservation_id"
-            " WHERE r.state = 'active'"
-        )
-        sql("CREATE INDEX ON bench_serving (node_id)")
-        serving = "(SELECT {} FROM bench_serving s WHERE s.node_id = n.id)"
-        move(
+        later = [first + timedelta(hours=g // active) for g in range(pending)]
+        hold(reserve(booker, "pending", [(t, t + timedelta(hours=1)) for t in later]), lambda k: k % active)
+        hold(reserve(booker, "active", [(now, now + timedelta(days=30))] * active), lambda k: k)
+        serving = Allocation.objects.filter(node=OuterRef("pk"), reservation__state="active")
+        move_nodes(
+            Node.objects.filter(Exists(serving)),
             "provision_succeeded",
-            "available",
             "active",
-            "n.id IN (SELECT node_id FROM bench_serving)",
-            f", tenant_id = {serving.format('tenant_id')}, reservation_id = {serving.format('reservation_id')},"
-            " step = 'serving', step_since = now()",
+            tenant=booker,
+            reservation_id=Subquery(serving.values("reservation")[:1]),
+            step="serving",
+            step_since=Now(),
         )
         # Last, the other tenant's: its node (the first spare) quarantined, its hold cut short.
-        spare = f"n.id = (SELECT id FROM bench_node WHERE i = {active})"
-        move("hardware_fault", "available", "quarantined", spare, ", quarantine_reason = 'hardware_fault: XID 79'")
-        reason = "node lost; placing a replacement"
-        day = [now - timedelta(days=1), now + timedelta(days=1)]
-        reserve("victim", "degraded", 1, "%s", "%s", day, reason)
-        sql("SELECT max(id) FROM reservations_reservation")
-        (victim,) = cursor.fetchone()
-        sql(
-            "INSERT INTO reservations_allocation (reservation_id, node_id, period, ended_reason)"
-            " SELECT %s, id, tstzrange(%s, %s), 'lost' FROM bench_node WHERE i = %s",
-            [victim, now - timedelta(days=1), now - timedelta(hours=1), active],
+        lost = Node.objects.filter(pk=nodes[active])
+        move_nodes(lost, "hardware_fault", "quarantined", quarantine_reason="hardware_fault: XID 79")
+        day = (now - timedelta(days=1), now + timedelta(days=1))
+        (victim,) = reserve(victim_tenant, "degraded", [day], "node lost; placing a replacement")
+        Allocation.objects.create(
+            reservation=victim, node_id=nodes[active], period=(day[0], now - timedelta(hours=1)), ended_reason="lost"
         )
-        sql("ANALYZE")
-    return victim
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    return victim.pk
 
 
 def measure(live: int, passes: int) -> dict:
@@ -196,7 +168,7 @@ def main() -> None:
     try:
         for live in args.sizes:
             print(f"{live} live reservations ...", file=sys.stderr)
-            fresh_database()
+            recreate_database()
             figures = measure(live, args.passes)
             rows += [
                 (
@@ -210,7 +182,10 @@ def main() -> None:
                 ),
             ]
     finally:
-        drop_database()
+        from django.db import connections
+
+        connections.close_all()
+        drop_database(BENCH_DB)
         redis_server.stop()
     print_table(rows)
 
