@@ -39,7 +39,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--fetch-ocsp",
             action="store_true",
-            help="First ask the certificates' OCSP responders for fresh answers (kept, as import_ocsp_responses does).",
+            help="Ask OCSP responders for the answers a verified chain lacks (kept, as import_ocsp_responses does).",
         )
         parser.add_argument(
             "--ocsp-responder", help="Ask this responder (e.g. a mirror of NVIDIA's) rather than the one each names."
