@@ -15,7 +15,8 @@ nodes:
 and times each from injection to healthy (the remediation repaired) or quarantined, then the
 tenant's reservation active again. Simulated time runs at SIM_TIME_SCALE=0 (instant reboots), so
 the figures are the control plane's own. Prints the median and the worst of each, per cell.
-Run from the repository root: .venv/bin/python -m bench.incident [--runs 5] [--intervals 1s,15s] [--nodes 48]
+Run from the repository root:
+.venv/bin/python -m bench.incident [--runs 5] [--restarts RUNS] [--intervals 1s,15s] [--nodes 48]
 """
 
 from __future__ import annotations
@@ -47,10 +48,14 @@ QUARANTINE_TARGET_S = 2.0
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5, help="rounds on a warm stack")
+    parser.add_argument(
+        "--restarts", type=int, help="rounds each right after the whole stack restarted (default: as many as --runs)"
+    )
     parser.add_argument("--intervals", default="1s,15s", help="Prometheus scrape and evaluation intervals")
     parser.add_argument("--nodes", type=int, default=48, help="bmcsim's; five take faults in each round")
     args = parser.parse_args()
+    restarts = args.runs if args.restarts is None else args.restarts
 
     import django
 
@@ -62,14 +67,14 @@ def main() -> None:
         for interval in args.intervals.split(","):
             connections.close_all()
             fresh_database(BENCH_DB)  # a fresh fleet for every interval
-            cells.update(measure(interval, args.runs, args.nodes))
+            cells.update(measure(interval, args.runs, restarts, args.nodes))
     finally:
         connections.close_all()
         drop_database(BENCH_DB)
-    report(cells, args.runs)
+    report(cells, args.runs, restarts)
 
 
-def measure(interval: str, runs: int, nodes: int) -> dict[tuple[str, str, str], list[float]]:
+def measure(interval: str, runs: int, restarts: int, nodes: int) -> dict[tuple[str, str, str], list[float]]:
 
     from fleet.models import Node
     from reservations import services as reservations
@@ -109,8 +114,8 @@ def measure(interval: str, runs: int, nodes: int) -> dict[tuple[str, str, str], 
         wait_for("the reservation active", tenant_active, 120)
         wait_for("Prometheus scraping every agent", lambda: monitoring.active_targets() == total, 120)
 
-        for stack in ("warm", "just restarted"):
-            for run in range(runs):
+        for stack, rounds in (("warm", runs), ("just restarted", restarts)):
+            for run in range(rounds):
                 if stack == "just restarted":
                     plane.restart_stack()
                 wait_for("the reservation active", tenant_active, 120)
@@ -171,8 +176,11 @@ def play_round(bmcsim, reservation, run: int) -> tuple[dict[str, float], float]:
     return done, min(at for _, _, at in injected.values())
 
 
-def report(cells: dict[tuple[str, str, str], list[float]], runs: int) -> None:
-    rows = [("runs per cell", str(runs)), ("simulated time", "SIM_TIME_SCALE=0: reboots and resets are instant")]
+def report(cells: dict[tuple[str, str, str], list[float]], runs: int, restarts: int) -> None:
+    rows = [
+        ("runs per cell, warm / just restarted", f"{runs} / {restarts}"),
+        ("simulated time", "SIM_TIME_SCALE=0: reboots and resets are instant"),
+    ]
     for (interval, stack, name), seconds in cells.items():
         median = statistics.median(seconds)
         quarantine = name.startswith("quarantine at once")

@@ -34,8 +34,12 @@ TINY = {
     "capacity": Tiny(("--nodes", "100", "--misses", "3", "--hits", "20"), "100 nodes: hit p50 / p99 ms"),
     "dashboard": Tiny(("--sizes", "12", "--requests", "2", "--no-target"), "GET / (the fleet floor)"),
     "fabric": Tiny(("--nodes", "16", "--sizes", "1,2"), "NVUE calls"),
+    "fleet_scale": Tiny(
+        ("--booted-nodes", "8", "--workers", "2", "--reservations", "4", "--enrolled-nodes", "200"),
+        "first inspection and attestation, all available",
+    ),
     # Each round faults five nodes, two of them the tenant's, which replacements take over.
-    "incident": Tiny(("--runs", "1", "--intervals", "1s", "--nodes", "8"), "runs per cell"),
+    "incident": Tiny(("--runs", "1", "--restarts", "0", "--intervals", "1s", "--nodes", "8"), "runs per cell"),
     "lifecycle": Tiny(("--nodes", "4", "--workers", "2", "--timeout", "120"), "nodes/minute (target >= 600)"),
     "placement": Tiny(
         (
