@@ -67,7 +67,9 @@ def rim_id(name: str, rim: Rim) -> str:
 def import_gpu_rims(documents: Iterable[RimDocument], *, at: datetime | None = None) -> dict[str, str]:
     """Import each RIM NVIDIA signed (valid at `at`, None: core.clock's now) as its release's
     reference values: {rim_id: "imported" or "unchanged"}. RimRefused for the first that is not
-    signed, not of a known release or another document under an imported id; nothing is then imported."""
+    signed, not of a known release or another document under an imported id that still verifies
+    (one that no longer does, kept from under a RIM root since replaced, is replaced); nothing is
+    then imported."""
     at = at or clock.now()
     rim_root = root(TrustAnchorRole.NVIDIA_RIM_ROOT)
     outcome = {}
@@ -91,25 +93,28 @@ def _import(document: RimDocument, rim_root: x509.Certificate, at: datetime) -> 
         raise ValueError(str(error)) from error
     identity = rim_id(document.name, rim)
     sha384 = hashlib.sha384(document.xml).hexdigest()
-    row, created = GpuRim.objects.get_or_create(
-        rim_id=identity,
-        defaults={
-            "component": rim.component,
-            "version": rim.version,
-            "chip": rim.chip,
-            "tag_id": rim.tag_id,
-            "valid_from": rim.valid_from,
-            "valid_until": rim.valid_until,
-            "golden": {
-                str(index): list(golden.alternatives) for index, golden in sorted(rim.golden.items()) if golden.active
-            },
-            "xml": xml,
-            "sha384": sha384,
+    fields = {
+        "component": rim.component,
+        "version": rim.version,
+        "chip": rim.chip,
+        "tag_id": rim.tag_id,
+        "valid_from": rim.valid_from,
+        "valid_until": rim.valid_until,
+        "golden": {
+            str(index): list(golden.alternatives) for index, golden in sorted(rim.golden.items()) if golden.active
         },
-    )
-    if not created and row.sha384 != sha384:
-        raise ValueError(f"{identity} is imported already, another signed document (SHA-384 {row.sha384[:16]}…)")
-    return identity, created
+        "xml": xml,
+        "sha384": sha384,
+    }
+    row, created = GpuRim.objects.select_for_update().get_or_create(rim_id=identity, defaults=fields)
+    if created or row.sha384 == sha384:
+        return identity, created
+    # The one kept came from under another RIM root (the anchor was replaced since): no longer
+    # NVIDIA's as far as this plane knows, so the one that is takes its place.
+    if verify_rim(row.xml.encode(), root=rim_root, at=at):
+        GpuRim.objects.filter(pk=row.pk).update(**fields, imported_at=Now(), retired_at=None)
+        return identity, True
+    raise ValueError(f"{identity} is imported already, another signed document (SHA-384 {row.sha384[:16]}…)")
 
 
 def retire_gpu_rims(rim_ids: Collection[str]) -> int:

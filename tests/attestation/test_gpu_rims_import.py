@@ -20,6 +20,9 @@ from django.core.management.base import CommandError
 from attestation.gpu_rims_import import RimDocument, RimRefused, import_gpu_rims
 from attestation.models import GpuRim, TrustAnchor
 from attestation.verifier.gpu_rims import read_rim
+from bmcsim import gpu_rims
+from bmcsim.pki import PKI
+from bmcsim.store import Store
 
 RIMS = Path(__file__).resolve().parent.parent / "data" / "nvidia_rims"
 VBIOS_FILE = "1010_0200_882_96005E0001_PROD.swidtag"
@@ -168,3 +171,26 @@ def test_operators_retire_a_rim_and_return_it_to_service_in_the_admin(admin_clie
     admin_client.post(changelist, {"action": "return_to_service", "_selected_action": [rim.pk]})
     rim.refresh_from_db()
     assert rim.retired_at is None
+
+
+def test_a_rim_kept_from_under_a_replaced_rim_root_gives_way_to_the_one_that_verifies(db, tmp_path):
+    """Two bmcsim fleets sign the same RIM ids under roots of their own: the demo's database outlives
+    the simulator's state. Once the second root is the anchor, the first's RIMs verify no more."""
+    first, second = (PKI(tmp_path / name, Store(tmp_path / name)) for name in ("first", "second"))
+    rim_id = gpu_rims.driver_rim_id(gpu_rims.FACTORY_DRIVER)
+
+    def rim_of(pki: PKI, name: str) -> RimDocument:
+        xml = gpu_rims.document(pki, tmp_path / name, rim_id)
+        assert xml is not None
+        return RimDocument(rim_id, xml)
+
+    def trust(pki: PKI) -> None:
+        TrustAnchor.objects.update_or_create(role="nvidia_rim_root", defaults={"pem": pki.roots()["nvidia_rim_root"]})
+
+    trust(first)
+    assert import_gpu_rims([rim_of(first, "first")]) == {rim_id: "imported"}
+    with pytest.raises(RimRefused, match="not a RIM NVIDIA signed: chain"):
+        import_gpu_rims([rim_of(second, "second")])  # not under the anchor
+    trust(second)
+    assert import_gpu_rims([rim_of(second, "second")]) == {rim_id: "imported"}
+    assert GpuRim.objects.get().xml.encode() == rim_of(second, "second").xml
