@@ -19,7 +19,7 @@ import functools
 import re
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import TypeVar
@@ -77,6 +77,11 @@ RIM_CACHE_SIZE = 64  # RIMs examined and kept: the drivers and VBIOS releases a 
 class GoldenMeasurement:
     active: bool  # NVIDIA's verifiers compare only the active ones
     alternatives: tuple[str, ...]  # lowercase hex SHA-384 digests, any one of which is golden
+    # The same as bytes, to compare with measurements unconverted: a report has 64 of them.
+    digests: frozenset[bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "digests", frozenset(bytes.fromhex(digest) for digest in self.alternatives))
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ def compare_measurements(golden: Mapping[int, GoldenMeasurement], measured: Mapp
         value = measured.get(index)
         if value is None:
             failures.append(f"index {index}: not measured")
-        elif value.hex() not in measurement.alternatives:
+        elif value not in measurement.digests:
             expected = " or ".join(measurement.alternatives)
             failures.append(f"index {index}: measured {shown(value.hex())}, expected {shown(expected)}")
     return failures

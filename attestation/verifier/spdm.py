@@ -232,11 +232,12 @@ def _expect_header(reader: _Reader, code: int, message: str) -> None:
         )
 
 
-# A measurement block's header (Index, MeasurementSpecification, MeasurementSize), then its DMTF
-# value's (DMTFSpecMeasurementValueType, DMTFSpecMeasurementValueSize): read with one unpack each,
-# as a report has 64 blocks and the reading is most of the verification's time besides the signature.
+# A measurement block's header (Index, MeasurementSpecification, MeasurementSize) and its DMTF
+# value's (DMTFSpecMeasurementValueType, DMTFSpecMeasurementValueSize): read with one unpack, as a
+# report has 64 blocks and reading them is most of the verification's time besides the signature.
 _BLOCK_HEADER = struct.Struct("<BBH")
-_VALUE_HEADER = struct.Struct("<BH")
+_VALUE_HEADER_BYTES = 3
+_HEADERS = struct.Struct("<BBHBH")
 
 
 def _measurement_blocks(record: _Reader, count: int) -> dict[int, MeasurementBlock]:
@@ -247,7 +248,10 @@ def _measurement_blocks(record: _Reader, count: int) -> dict[int, MeasurementBlo
     for _ in range(count):  # at most 255: NumberOfBlocks is a byte
         if offset + _BLOCK_HEADER.size > end:
             raise ValueError(f"ends at byte {end}, inside a measurement block's header")
-        index, specification, size = _BLOCK_HEADER.unpack_from(data, offset)
+        if offset + _HEADERS.size > end:  # a header, and too little for a value's header
+            index, _, size = _BLOCK_HEADER.unpack_from(data, offset)
+            raise ValueError(f"ends at byte {end}, inside block {index}")
+        index, specification, size, value_type, value_size = _HEADERS.unpack_from(data, offset)
         start, offset = offset + _BLOCK_HEADER.size, offset + _BLOCK_HEADER.size + size
         if offset > end:
             raise ValueError(f"ends at byte {end}, inside block {index}")
@@ -255,12 +259,11 @@ def _measurement_blocks(record: _Reader, count: int) -> dict[int, MeasurementBlo
             raise ValueError(f"a measurement block of index {index} (0, 255 or repeated)")
         if specification != DMTF_MEASUREMENT_SPECIFICATION:
             raise ValueError(f"measurement block {index} of specification {specification:#x}, not DMTF's")
-        if size < _VALUE_HEADER.size:
+        if size < _VALUE_HEADER_BYTES:
             raise ValueError(f"ends at byte {size}, inside block {index}'s DMTF value header")
-        value_type, value_size = _VALUE_HEADER.unpack_from(data, start)
-        if value_size != size - _VALUE_HEADER.size:
-            raise ValueError(f"measurement block {index}'s value of {value_size} bytes in {size - _VALUE_HEADER.size}")
-        blocks[index] = MeasurementBlock(value_type, data[start + _VALUE_HEADER.size : offset])
+        if value_size != size - _VALUE_HEADER_BYTES:
+            raise ValueError(f"measurement block {index}'s value of {value_size} bytes in {size - _VALUE_HEADER_BYTES}")
+        blocks[index] = MeasurementBlock(value_type, data[start + _VALUE_HEADER_BYTES : offset])
     record.offset = offset
     record.end(f"the {count} measurement blocks NumberOfBlocks announces")
     return blocks
