@@ -4,6 +4,7 @@ per driver or VBIOS release, and retired like other releases."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -40,10 +41,17 @@ class RimDocument:
 
 
 def root(role: TrustAnchorRole) -> x509.Certificate:
-    """The imported anchor of `role` (an NVIDIA root); ValueError saying how to import it."""
+    """The imported anchor of `role` (an NVIDIA root); ValueError saying how to import it (or
+    verifier.UnusableAnchor, one, for an anchor no chain can end at)."""
     pem = TrustAnchor.objects.filter(role=role).values_list("pem", flat=True).first()
     if pem is None:
         raise ValueError(f"trust anchor {role} not imported (manage.py import_trust_anchors)")
+    return _loaded(role, pem)
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(role: str, pem: str) -> x509.Certificate:
+    """Loaded once per process for each anchor's text: every inspection asks for both roots."""
     return verifier.load_trust_anchor(role, pem)
 
 

@@ -21,7 +21,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from gpufleet_client.offline_verification import ResultInvalid, verify_result
 
-from attestation import ear, ocsp, reference, verifier
+from attestation import ear, gpu_rims_import, ocsp, reference, verifier
 from attestation.models import (
     REQUIRED_ROLES,
     AttestationPolicy,
@@ -159,21 +159,13 @@ def imported_rims(component: str, version: str) -> list[CandidateRim]:
 def gpu_references(policy: Policy, *, at: datetime) -> GpuReferences:
     """NVIDIA's roots, the imported RIMs, and revocation by the kept OCSP answers as the policy
     allows them (fetched where missing, unless GPUFLEET_OCSP_FETCH is off: an air-gapped plane)."""
-    anchors = dict(
-        TrustAnchor.objects.filter(
-            role__in=(TrustAnchorRole.NVIDIA_DEVICE_ROOT, TrustAnchorRole.NVIDIA_RIM_ROOT)
-        ).values_list("role", "pem")
-    )
-    if len(anchors) < 2:
-        raise NotConfigured(
-            "trust anchors not imported: nvidia_device_root and nvidia_rim_root, which GPU evidence is checked"
-            " against (manage.py import_trust_anchors)"
-        )
     try:
-        device_root = _anchor(TrustAnchorRole.NVIDIA_DEVICE_ROOT, anchors[TrustAnchorRole.NVIDIA_DEVICE_ROOT])
-        rim_root = _anchor(TrustAnchorRole.NVIDIA_RIM_ROOT, anchors[TrustAnchorRole.NVIDIA_RIM_ROOT])
+        device_root = gpu_rims_import.root(TrustAnchorRole.NVIDIA_DEVICE_ROOT)
+        rim_root = gpu_rims_import.root(TrustAnchorRole.NVIDIA_RIM_ROOT)
     except verifier.UnusableAnchor as unusable:
         raise NotConfigured(f"{unusable} (replace in the admin or with manage.py import_trust_anchors)") from unusable
+    except ValueError as missing:  # not imported: GPU evidence has nothing to be checked against
+        raise NotConfigured(str(missing)) from missing
     max_age = policy.ocsp_max_age_seconds
     return GpuReferences(
         device_root=device_root,
@@ -186,11 +178,6 @@ def gpu_references(policy: Policy, *, at: datetime) -> GpuReferences:
             responder=settings.GPUFLEET_OCSP_RESPONDER or None,
         ),
     )
-
-
-@functools.lru_cache(maxsize=4)
-def _anchor(role: str, pem: str):
-    return verifier.load_trust_anchor(role, pem)
 
 
 # -- appraisal -----------------------------------------------------------------------------
