@@ -4,7 +4,7 @@ and the trusted roots, each failure recorded, never only the first."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import ParamSpec, TypeVar
@@ -303,7 +303,7 @@ class _Appraisal:
             self.fail(
                 "gpu_inventory",
                 f"gpu{index}.{source}",
-                f"an enrolled GPU index ({_indexes(self.enrolled)})",
+                f"an enrolled GPU index ({_indexes(gpu.index for gpu in self.node.gpus)})",
                 str(index),
             )
 
@@ -340,15 +340,11 @@ class _Appraisal:
             versions=versions,
         )
 
-    @property
-    def enrolled(self) -> dict[int, GPUIdentity]:
-        return {gpu.index: gpu for gpu in self.node.gpus}
-
 
 def _uuid_key(uuid: str) -> str:
     """NVML names a GPU "GPU-<uuid>"; a BMC's Processor resource gives the bare UUID."""
     return uuid.lower().removeprefix("gpu-")
 
 
-def _indexes(enrolled: Mapping[int, GPUIdentity]) -> str:
+def _indexes(enrolled: Iterable[int]) -> str:
     return ", ".join(map(str, sorted(enrolled))) or "none enrolled"
