@@ -70,6 +70,9 @@ class FakeBMC:
     def bios_attributes(self) -> dict:
         _not_modelled("bios_attributes")
 
+    def bios_and_secure_boot(self) -> tuple[dict, dict]:
+        return self.bios_attributes(), self.secure_boot()
+
     def set_bios_settings(self, attributes: dict) -> None:
         _not_modelled("set_bios_settings")
 

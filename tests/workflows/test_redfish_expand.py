@@ -52,9 +52,28 @@ def test_the_firmware_inventory_in_one_call_is_what_reading_each_item_gives(sim)
     assert expanding.expand_levels == 3  # the service root, read before what is counted
     inventory, calls = calls_of(expanding, expanding.firmware_inventory)
     assert inventory == one_by_one.firmware_inventory()
-    assert calls == 2  # the UpdateService, its FirmwareInventory with each item inline
+    assert calls == 1  # the UpdateService, its FirmwareInventory and each item inline
     assert one_by_one.calls == 2 + FIRMWARE_ITEMS
     assert len(inventory) == FIRMWARE_ITEMS and all("Version" in item for item in inventory)
+
+
+def test_the_bios_and_secure_boot_in_one_call_are_what_reading_each_gives(sim):
+    expanding, one_by_one = client_for(sim), client_for(sim, expand=False)
+    assert expanding.expand_levels == 3
+    found, calls = calls_of(expanding, expanding.bios_and_secure_boot)
+    assert found == one_by_one.bios_and_secure_boot()
+    assert calls == 1  # the System, its Bios and SecureBoot inline
+    assert one_by_one.calls == 3  # the System (where its Bios and SecureBoot are), then each
+    assert found[0] and found[1]["SecureBootEnable"] in (True, False)
+
+
+def test_the_media_a_node_holds_are_ejected_from_one_read_of_their_collection(sim):
+    expanding = client_for(sim)
+    expanding.insert_media("http://192.0.2.1/image.iso")
+    assert expanding.expand_levels == 3
+    _, calls = calls_of(expanding, expanding.eject_media)
+    assert calls == 2  # the collection with each device inline, the one eject
+    assert not any(media.get("Inserted") for _, media in expanding._read_media())
 
 
 def test_the_drives_are_what_reading_each_storage_gives(sim):
@@ -98,5 +117,5 @@ def test_a_member_the_bmc_left_as_a_link_is_read_by_its_own_get(sim):
     finally:
         sim.delete("/bmcsim/v1/faults?node=node-002")
     assert inventory == whole and len(whole) == 2 * FIRMWARE_ITEMS
-    # UpdateService, the expanded collection, then node-002's items: the first twice (500, then 200).
-    assert calls == 2 + 1 + FIRMWARE_ITEMS
+    # The expanded UpdateService, then node-002's items: the first twice (500, then 200).
+    assert calls == 1 + 1 + FIRMWARE_ITEMS

@@ -39,12 +39,13 @@ def _warn_of_nodes_without_baseline() -> None:
 
 
 def _read_firmware(run: Run) -> firmware.Found:
+    bios_attributes, secure_boot = run.bmc.bios_and_secure_boot()
     return firmware.Found(
         components=firmware.installed_components(
             run.bmc.firmware_inventory(), system=run.bmc.system_path, managers=run.bmc.managers()
         ),
-        bios_attributes=run.bmc.bios_attributes(),
-        secure_boot=firmware.secure_boot(run.bmc.secure_boot()),
+        bios_attributes=bios_attributes,
+        secure_boot=firmware.secure_boot(secure_boot),
     )
 
 

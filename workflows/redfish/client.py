@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from workflows.redfish import component_integrity
 from workflows.redfish.errors import BMCPermanentError, RedfishError
-from workflows.redfish.transport import RedfishTransport, action_target, link, task_outcome
+from workflows.redfish.transport import RedfishTransport, action_target, is_inline, link, task_outcome
 
 OPTICAL = frozenset({"CD", "DVD"})
 REMOVABLE = frozenset({"USBStick", "Floppy"})
@@ -25,6 +25,7 @@ RESET_FORCE_RESTART = "ForceRestart"
 RESET_GRACEFUL_RESTART = "GracefulRestart"
 RESET_POWER_CYCLE = "PowerCycle"
 CLEAR_LOG = "LogService.ClearLog"
+UPDATE_SERVICE = "/redfish/v1/UpdateService"
 
 
 T = TypeVar("T")
@@ -42,6 +43,11 @@ def read_each(items: Iterable[T], read: Callable[[T], R], *, at_once: int) -> It
                 yield reading[done], done.result()
             except RedfishError as error:
                 yield reading[done], error
+
+
+def _attributes(bios: dict) -> dict:
+    found = bios.get("Attributes")
+    return found if isinstance(found, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,7 @@ class RedfishClient(RedfishTransport):
     def _console_service(self) -> tuple[str, dict] | None:
         """The system's console log, its LogService named Console, as (path, service); None if the
         BMC keeps none."""
-        services = link(self.system().get("LogServices"))
+        services = link(self._system_as_first_read.get("LogServices"))
         members = (self.get_expanded(services).get("Members") or []) if services else []
         console = next((m for m in members if (link(m) or "").rstrip("/").endswith("/Console")), None)
         return (console["@odata.id"], self.resolve(console)) if console else None
@@ -188,14 +194,24 @@ class RedfishClient(RedfishTransport):
         )
 
     @functools.cached_property
+    def _media_collections(self) -> list[str]:
+        """The VirtualMedia collection of each of the System's Managers."""
+        return [link(self.get(manager).get("VirtualMedia")) or f"{manager}/VirtualMedia" for manager in self.managers()]
+
+    @functools.cached_property
     def _media_devices(self) -> list[tuple[str, frozenset[str]]]:
-        manager_paths = [m["@odata.id"] for m in self.system().get("Links", {}).get("ManagedBy", [])]
-        devices: list[tuple[str, frozenset[str]]] = []
-        for manager in manager_paths:
-            collection = self.get(manager).get("VirtualMedia", {}).get("@odata.id", f"{manager}/VirtualMedia")
-            for path, media in self.read_members(collection):
-                devices.append((path, frozenset(media.get("MediaTypes", []))))
-        return devices
+        """Each virtual media device with the media it takes: what devices there are does not change."""
+        self._read_media()
+        return self.__dict__["_media_devices"]
+
+    def _read_media(self) -> list[tuple[str, dict]]:
+        """Each virtual media device as it is now; what it takes kept for _media_devices (which
+        functools.cached_property keeps in __dict__), so that an eject and a boot after it read once."""
+        found = [
+            (path, media) for collection in self._media_collections for path, media in self.read_members(collection)
+        ]
+        self.__dict__["_media_devices"] = [(path, frozenset(media.get("MediaTypes", []))) for path, media in found]
+        return found
 
     def virtual_media(self) -> list[str]:
         """URIs of the node's virtual media devices, those that take CDs or DVDs first. Found once
@@ -224,13 +240,15 @@ class RedfishClient(RedfishTransport):
         return device
 
     def eject_media(self) -> None:
-        for device in self.virtual_media():
-            if self.get(device).get("Inserted"):
+        """Eject what each device holds, as read now: one read of each collection where the BMC
+        expands, not one of each device."""
+        for device, media in self._read_media():
+            if media.get("Inserted"):
                 self.request("POST", f"{device}/Actions/VirtualMedia.EjectMedia", json={}, call="EjectMedia")
 
     @functools.cached_property
     def _drives(self) -> list[str]:
-        storage_path = self.system().get("Storage", {}).get("@odata.id", f"{self.system_path}/Storage")
+        storage_path = self._linked("Storage")
         drives: list[str] = []
         for _, storage in self.read_members(storage_path):
             drives.extend(filter(None, map(link, storage.get("Drives", []))))
@@ -262,11 +280,13 @@ class RedfishClient(RedfishTransport):
 
     def firmware_inventory(self) -> list[dict]:
         """Every member of the UpdateService's FirmwareInventory (Redfish SoftwareInventory): all
-        this credential sees, which fleet.firmware.installed_components sorts by node."""
-        service = self.get("/redfish/v1/UpdateService")
-        collection = service.get("FirmwareInventory", {}).get(
-            "@odata.id", "/redfish/v1/UpdateService/FirmwareInventory"
-        )
+        this credential sees, which fleet.firmware.installed_components sorts by node. One GET
+        where the BMC expands two levels (the service, its inventory and the inventory's members)."""
+        service = self.get_expanded(UPDATE_SERVICE, levels=2)
+        inventory = service.get("FirmwareInventory")
+        if isinstance(inventory, dict) and is_inline(inventory) and isinstance(inventory.get("Members"), list):
+            return [self.resolve(member) for member in inventory["Members"] if link(member)]
+        collection = link(inventory) or f"{UPDATE_SERVICE}/FirmwareInventory"
         return [item for _, item in self.read_members(collection)]
 
     def simple_update(self, image_uri: str, target: str) -> str | None:
@@ -274,15 +294,23 @@ class RedfishClient(RedfishTransport):
         monitor to poll, or None if the BMC finished at once."""
         response = self.request(
             "POST",
-            "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate",
+            f"{UPDATE_SERVICE}/Actions/UpdateService.SimpleUpdate",
             json={"ImageURI": image_uri, "TransferProtocol": urlsplit(image_uri).scheme.upper(), "Targets": [target]},
             call=f"SimpleUpdate {image_uri} onto {target}",
         )
         return self.task_monitor(response, f"SimpleUpdate {image_uri}")
 
     def bios_attributes(self) -> dict:
-        found = self.get(self._linked("Bios")).get("Attributes")
-        return found if isinstance(found, dict) else {}
+        return _attributes(self.get(self._linked("Bios")))
+
+    def bios_and_secure_boot(self) -> tuple[dict, dict]:
+        """The BIOS attributes and the SecureBoot resource, both read now: from one GET of the
+        System where the BMC expands, else one of each."""
+        if self.expand_levels < 1:
+            return self.bios_attributes(), self.secure_boot()
+        system = self.get_expanded(self.system_path)
+        bios, secure_boot = (system.get(name) or {"@odata.id": self._linked(name)} for name in ("Bios", "SecureBoot"))
+        return _attributes(self.resolve(bios)), self.resolve(secure_boot)
 
     def set_bios_settings(self, attributes: dict) -> None:
         """Ask for BIOS attributes at the next boot, through the Bios resource's settings object."""
