@@ -16,12 +16,15 @@ NO_NETWORKS: dict[str, dict | None] = dict.fromkeys(FABRICS)
 
 
 def networks_by_reservation(reservation_ids: Iterable[int]) -> dict[int, dict[str, dict | None]]:
-    """Each reservation's networks, by fabric (None: none on that fabric), in one query. Each says
-    whether it is `confirmed` (some node should be on it, and every one that should was read back
-    on it) and its `problem`: the first (by node name) of its nodes' attachment problems, or None."""
+    """Each reservation's networks, by fabric (None: none on that fabric), in one query (none for no
+    reservations). Each says whether it is `confirmed` (some node should be on it, and every one
+    that should was read back on it) and its `problem`: the first (by node name) of its nodes'
+    attachment problems, or None."""
+    if not (ids := list(reservation_ids)):  # a new reservation's answer: no query to build
+        return {}
     wanting = NetworkAttachment.objects.filter(wanted=OuterRef("pk")).exclude(problem="").order_by("node__name")
     rows = (
-        TenantNetwork.objects.filter(reservation_id__in=list(reservation_ids))
+        TenantNetwork.objects.filter(reservation_id__in=ids)
         .annotate(
             members=Count("attachments"),
             unconfirmed=Count("attachments", filter=Q(attachments__confirmed=False)),

@@ -203,6 +203,12 @@ def rack_fabric_paths() -> dict[str, fabric.Path]:
     return {name: path(domain_id) for name, domain_id in Rack.objects.values_list("name", "fabric_domain_id")}
 
 
+def troubled_switch_source() -> QuerySet:
+    """A one-column query of a switch in trouble (SWITCH_IN_TROUBLE), none while every switch is
+    well: what placement asks beside the holds, in the same round trip, before nodes_cut_off_in."""
+    return FabricSwitch.objects.filter(SWITCH_IN_TROUBLE).order_by().values_list("id")[:1]
+
+
 def nodes_cut_off_in(racks: Iterable[fabric_health.RackNodes], *, lasting: timedelta = timedelta(0)) -> dict[int, str]:
     """The nodes of `racks` that an unhealthy switch cuts off from the fabric, each with why
     (fleet/fabric_health.py), from the switches as last read: one query, as it runs on every placement.

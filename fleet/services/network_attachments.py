@@ -16,7 +16,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import BigIntegerField, Case, F, Q, Value, When
+from django.db.models import BigIntegerField, Case, F, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
 from core.topology import ETHERNET
@@ -259,6 +259,12 @@ def hold_reasons(node_ids: Iterable[int] | None = None) -> dict[int, str]:
         why = problem or f"{fabric}: {f'found on {found}' if found else 'removal not read back yet'}"
         reasons.setdefault(node_id, []).append(why)
     return {node_id: f"{HOLD}: {'; '.join(each)}" for node_id, each in reasons.items()}
+
+
+def held_source() -> QuerySet:
+    """The ids of the nodes hold_reasons names (some maybe twice), as a one-column query: what
+    placement reads beside the holds, in the same round trip, where it needs no reasons."""
+    return NetworkAttachment.objects.filter(_removal_pending()).order_by().values_list("node_id")
 
 
 def removal_pending(*, node_id: int) -> bool:

@@ -17,8 +17,8 @@ from core import clock
 from core.kept import Kept
 from fleet.fabric_health import RackNodes
 from fleet.models import GPU, Node
-from fleet.selectors import nodes_cut_off_in, rack_fabric_paths
-from fleet.services.network_attachments import hold_reasons
+from fleet.selectors import nodes_cut_off_in, rack_fabric_paths, troubled_switch_source
+from fleet.services.network_attachments import held_source, hold_reasons
 from reservations.free_capacity import FreeCapacity, RackState
 from reservations.placement import RackCapacity
 from reservations.selectors.holds import INSTANT, ids_of_each, not_free_sources, tested_source
@@ -189,15 +189,16 @@ def nodes_cut_off(fleet: Topology | None = None, *, lasting: timedelta = timedel
     fleet.services.network_attachments): placement gives them to nobody, for any period, until the
     switch manager reads their switch healthy again, or the fabrics their removal. With
     `lasting`, only switch trouble that has lasted so long."""
-    fleet = fleet or topology()
-    cut_off = nodes_cut_off_in(
-        (
-            RackNodes(pod=rack.pod, path=rack.path, ids=ids, names=rack.nodes)
-            for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True)
-        ),
-        lasting=lasting,
+    return hold_reasons() | _switch_cut_off(fleet or topology(), lasting=lasting)
+
+
+def _switch_cut_off(fleet: Topology, *, lasting: timedelta = timedelta(0)) -> dict[int, str]:
+    """The ids of the nodes an unhealthy switch cuts off (nodes_cut_off_in), each with why."""
+    racks = (
+        RackNodes(pod=rack.pod, path=rack.path, ids=ids, names=rack.nodes)
+        for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True)
     )
-    return hold_reasons() | cut_off
+    return nodes_cut_off_in(racks, lasting=lasting)
 
 
 def _by_rack(fleet: Topology, node_ids: Iterable[int]) -> dict[int, set[int]]:
@@ -216,5 +217,7 @@ def _not_free_and_tested(
     """The ids of the nodes not free for the period (not_free's, and those a switch cuts off), and
     of those with a recent long diagnostics pass: what placement's free capacity is read from."""
     sources = not_free_sources(starts_at=starts_at, ends_at=ends_at, now=now)
-    not_free, tested = ids_of_each(sources, [tested_source()])
-    return {*not_free, *nodes_cut_off(fleet)}, set(tested)
+    not_free, tested, troubled = ids_of_each([*sources, held_source()], [tested_source()], [troubled_switch_source()])
+    # Most of the time no switch is in trouble: then no more round trips for the switches.
+    cut_off = _switch_cut_off(fleet) if troubled else {}
+    return {*not_free, *cut_off}, set(tested)
