@@ -10,20 +10,27 @@ successor's work; its result is discarded and the discard audited.
 A worker does not wait out slow or hung hardware: it parks the node (`park`), held by nobody
 until its wait is due to be checked again. Once that hold expires the reconciler sends the node
 again, like any node that owes work and has no live lease, and its next claimer resumes the
-wait where it stands: a parked node is given back, not taken over.
+wait where it stands: a parked node is given back, not taken over. A step that cannot go on yet
+(a transient fault, something not configured) parks it too, for a quarter of the time the step
+has taken so far (`park_backing_off`).
+
+A worker claims a node, and records each step, in one statement each: on every step of every
+node, a transaction's extra round trips cost more than the statements themselves.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q
-from django.db.models.functions import Now
+from django.db import connection
+from django.db.models import DurationField, ExpressionWrapper, F, Value
+from django.db.models.functions import Coalesce, Least, Now
 
+from core import acting
 from fleet import lifecycle
 from fleet.models import AuditEvent, AuditOnlyEvent, Node
 
@@ -61,24 +68,40 @@ def claim(
     expired, longest waiting first."""
     if not owner:
         raise ValueError("a lease needs an owner")
-    with transaction.atomic():
-        free = Q(lease_owner="") | Q(lease_expires_at__lte=Now())
-        candidates = Node.objects.filter(free, state__in=sorted(lifecycle.State(s).value for s in states))
-        if node_ids is not None:
-            candidates = candidates.filter(pk__in=list(node_ids))
-        previous_owner = dict(
-            candidates.order_by("state_since", "pk")
-            .select_for_update(skip_locked=True)
-            .values_list("pk", "lease_owner")[:limit]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            CLAIM,
+            {
+                "owner": owner,
+                "seconds": _duration(seconds).total_seconds(),
+                "states": sorted(lifecycle.State(s).value for s in states),
+                "node_ids": None if node_ids is None else list(node_ids),
+                "limit": limit,
+            },
         )
-        Node.objects.filter(pk__in=previous_owner).update(
-            lease_owner=owner, lease_expires_at=Now() + _duration(seconds), fencing_token=F("fencing_token") + 1
-        )
-        claimed = Node.objects.filter(pk__in=previous_owner).order_by("pk").values_list("pk", "fencing_token")
-        return [
-            Lease(node_id=pk, owner=owner, token=token, took_over=previous_owner[pk] not in ("", WAITING_ON_HARDWARE))
-            for pk, token in claimed
-        ]
+        claimed = sorted(cursor.fetchall())
+    return [
+        Lease(node_id=pk, owner=owner, token=token, took_over=previous not in ("", WAITING_ON_HARDWARE))
+        for pk, token, previous in claimed
+    ]
+
+
+_NODE = Node._meta.db_table
+# A claim in one statement, not a transaction of three: the free rows locked (skipping those
+# another claim holds), leased, and returned with their new token and whoever held them before.
+CLAIM = f"""
+WITH free AS (
+    SELECT id, lease_owner FROM {_NODE}
+    WHERE (lease_owner = '' OR lease_expires_at <= statement_timestamp()) AND state = ANY(%(states)s)
+      AND (%(node_ids)s::bigint[] IS NULL OR id = ANY(%(node_ids)s::bigint[]))
+    ORDER BY state_since, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+)
+UPDATE {_NODE} AS node
+SET lease_owner = %(owner)s, lease_expires_at = statement_timestamp() + make_interval(secs => %(seconds)s),
+    fencing_token = node.fencing_token + 1
+FROM free WHERE node.id = free.id
+RETURNING node.id, node.fencing_token, free.lease_owner
+"""
 
 
 def heartbeat(lease: Lease, *, seconds: float | None = None) -> None:
@@ -102,43 +125,97 @@ def park(lease: Lease, *, seconds: float) -> bool:
     return bool(parked)
 
 
+def park_backing_off(lease: Lease, *, most: float) -> bool:
+    """Park the node for a quarter of the time its step has taken so far, at most `most` seconds:
+    a pause at a step just begun is over at once, one that lasts is looked at less and less often.
+    False if the lease had already gone."""
+    quarter = ExpressionWrapper((Now() - F("step_since")) / 4, output_field=DurationField())
+    hold = Least(Coalesce(quarter, timedelta(0)), Value(timedelta(seconds=most)))
+    parked = fenced(Node.objects.filter(pk=lease.node_id), lease).update(
+        lease_owner=WAITING_ON_HARDWARE, lease_expires_at=Now() + hold
+    )
+    return bool(parked)
+
+
 def reclaim(lease: Lease) -> Lease | None:
     """Claim again, under a new token, the node whose work `lease` has just completed, if the
     outcome owes more work: the worker goes straight on with what it knows of the hardware.
     Call it in the transaction that completed the work, so that no other worker is sent the node
     meanwhile (and none can claim it: that transaction holds the node's row); None if the node
     owes no work."""
-    taken = Node.objects.filter(
-        pk=lease.node_id, lease_owner="", state__in=sorted(s.value for s in lifecycle.WORK_STATES)
-    ).update(lease_owner=lease.owner, lease_expires_at=Now() + _duration(None), fencing_token=F("fencing_token") + 1)
-    if not taken:
-        return None
-    token = Node.objects.values_list("fencing_token", flat=True).get(pk=lease.node_id)
-    return Lease(node_id=lease.node_id, owner=lease.owner, token=token)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            RECLAIM,
+            {
+                "node": lease.node_id,
+                "owner": lease.owner,
+                "seconds": _duration(None).total_seconds(),
+                "states": sorted(s.value for s in lifecycle.WORK_STATES),
+            },
+        )
+        taken = cursor.fetchone()
+    return None if taken is None else Lease(node_id=lease.node_id, owner=lease.owner, token=taken[0])
+
+
+RECLAIM = f"""
+UPDATE {_NODE} SET lease_owner = %(owner)s, fencing_token = fencing_token + 1,
+    lease_expires_at = statement_timestamp() + make_interval(secs => %(seconds)s)
+WHERE id = %(node)s AND lease_owner = '' AND state = ANY(%(states)s)
+RETURNING fencing_token
+"""
 
 
 def set_step(lease: Lease, *, step: str, actor: str, detail: dict | None = None) -> bool:
     """Record the workflow step the worker is on (audited, with `detail`, when it changes; a
     step resumed keeps its `step_since`); False, and an audited discard, if the lease is gone."""
-    with transaction.atomic():
-        node = Node.objects.get(pk=lease.node_id)
-        moved = (
-            fenced(Node.objects.filter(pk=lease.node_id), lease).exclude(step=step).update(step=step, step_since=Now())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            SET_STEP,
+            {
+                "node": lease.node_id,
+                "token": lease.token,
+                "owner": lease.owner,
+                "step": step,
+                "actor": actor,
+                "user": acting.user(),
+                "key": acting.key(),
+                "event": AuditOnlyEvent.STEP_CHANGED.value,
+                "detail": json.dumps({"token": lease.token, **(detail or {})}),
+            },
         )
-        if moved:
-            AuditEvent.objects.create(
-                node_id=node.pk,
-                actor=actor,
-                event=AuditOnlyEvent.STEP_CHANGED,
-                from_state=node.state,
-                to_state=node.state,
-                reason=step,
-                detail={"from_step": node.step, "token": lease.token, **(detail or {})},
-            )
-        holds = moved or fenced(Node.objects.filter(pk=lease.node_id, step=step), lease).exists()
+        (holds,) = cursor.fetchone()
     if not holds:
         record_discarded_result(lease=lease, attempted=f"step {step}", actor=actor)
     return bool(holds)
+
+
+def _held(table: str) -> str:
+    """What `fenced` says, in SQL, of the row of `table`: the lease still holds."""
+    return (
+        f"{table}.fencing_token = %(token)s AND {table}.lease_owner = %(owner)s"
+        f" AND {table}.lease_expires_at > statement_timestamp()"
+    )
+
+
+# A step change in one statement, not a transaction of three: the node moved to the step under the
+# lease and its audit row written, the step it left read from the row as it was; or, for the step
+# it is on already (resumed), whether the lease holds.
+SET_STEP = f"""
+WITH moved AS (
+    UPDATE {_NODE} AS node SET step = %(step)s, step_since = statement_timestamp()
+    FROM {_NODE} AS was
+    WHERE node.id = %(node)s AND was.id = node.id AND node.step <> %(step)s
+      AND {_held("node")}
+    RETURNING node.id, node.state, was.step
+), audited AS (
+    INSERT INTO {AuditEvent._meta.db_table} (node_id, actor, "user", "key", event, from_state, to_state, reason, detail)
+    SELECT id, %(actor)s, %(user)s, %(key)s, %(event)s, state, state, %(step)s,
+        jsonb_build_object('from_step', step) || %(detail)s::jsonb
+    FROM moved
+)
+SELECT EXISTS (SELECT FROM moved)
+    OR EXISTS (SELECT FROM {_NODE} AS node WHERE node.id = %(node)s AND node.step = %(step)s AND {_held("node")})
+"""
 
 
 def fenced(queryset, lease: Lease):

@@ -3,10 +3,13 @@
 import functools
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import DurationField, ExpressionWrapper, F
 from django.db.models.functions import Now
+from django.test.utils import CaptureQueriesContext
 
 from fleet import leases, services
 from fleet.leases import LeaseLost
@@ -216,3 +219,64 @@ def test_release_gives_the_node_back_for_the_next_claim():
     assert leases.release(lease)
     assert not leases.release(lease)
     assert leases.claim(owner="worker-b")[0].token == lease.token + 1
+
+
+def test_a_claim_and_a_step_are_one_statement_each():
+    """A worker claims its node and records each step of its workflow: one round trip each, the
+    step's audit row with it, never a transaction of several."""
+    node = wiping_fleet(1)[0]
+    with CaptureQueriesContext(connection) as claiming:
+        lease = leases.claim(owner="worker-a", node_ids=[node.pk])[0]
+    with CaptureQueriesContext(connection) as stepping:
+        assert leases.set_step(lease, step="start_gpu_wipe", actor="worker-a", detail={"why": "test"})
+    with CaptureQueriesContext(connection) as resuming:
+        assert leases.set_step(lease, step="start_gpu_wipe", actor="worker-a")
+    assert (len(claiming), len(stepping), len(resuming)) == (1, 1, 1)
+    audited = AuditEvent.objects.filter(node=node, event="step_changed").get()
+    assert (audited.reason, audited.actor, audited.from_state, audited.to_state) == (
+        "start_gpu_wipe",
+        "worker-a",
+        "wiping",
+        "wiping",
+    )
+    assert audited.detail == {"from_step": "", "token": lease.token, "why": "test"}
+    assert leases.set_step(lease, step="wait_for_gpu_wipe", actor="worker-a")
+    moved_on = AuditEvent.objects.filter(node=node, event="step_changed").latest("id")
+    assert moved_on.detail == {"from_step": "start_gpu_wipe", "token": lease.token}
+
+
+def test_a_claim_among_nodes_takes_the_longest_waiting_and_skips_those_held():
+    nodes = wiping_fleet(3)
+    held = leases.claim(owner="worker-a", node_ids=[nodes[0].pk])
+    assert [lease.node_id for lease in held] == [nodes[0].pk]
+    claimed = leases.claim(owner="worker-b", limit=5, node_ids=[n.pk for n in nodes])
+    assert [lease.node_id for lease in claimed] == [nodes[1].pk, nodes[2].pk]
+    assert leases.claim(owner="worker-c", node_ids=[]) == []
+
+
+def test_a_pause_parks_the_node_for_a_quarter_of_its_time_at_the_step_at_most_for_the_longest_recheck():
+    node = wiping_fleet(1)[0]
+    lease = leases.claim(owner="worker-a", seconds=60)[0]
+    assert leases.set_step(lease, step="wait_for_gpu_wipe", actor="worker-a")
+
+    def parked_for(step_began_ago: float) -> float:
+        Node.objects.filter(pk=node.pk).update(
+            lease_owner="worker-a",
+            lease_expires_at=Now() + timedelta(seconds=60),
+            step_since=Now() - timedelta(seconds=step_began_ago),
+        )
+        assert leases.park_backing_off(lease, most=60)
+        (hold,) = Node.objects.filter(pk=node.pk).values_list(
+            ExpressionWrapper(F("lease_expires_at") - Now(), output_field=DurationField()), flat=True
+        )
+        return hold.total_seconds()
+
+    assert parked_for(0) == pytest.approx(0, abs=0.5)  # a step just begun: due at once
+    assert parked_for(40) == pytest.approx(10, abs=0.5)
+    assert parked_for(3600) == pytest.approx(60, abs=0.5)  # never longer than `most`
+    node.refresh_from_db()
+    assert (node.lease_owner, node.fencing_token) == (leases.WAITING_ON_HARDWARE, lease.token)
+    assert leases.claim(owner="worker-b") == []  # nobody until it is due
+    Node.objects.filter(pk=node.pk).update(lease_expires_at=Now())
+    assert not leases.park_backing_off(lease, most=60)  # the lease had gone
+    assert leases.claim(owner="worker-b")[0].took_over is False  # given back, not taken over

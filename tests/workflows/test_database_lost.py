@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.leases import WAITING_ON_HARDWARE
 from fleet.models import AuditEvent, Node
 from tests.support.connections import another_connection, end_this_connection
 from tests.support.factories import drive
@@ -50,7 +51,8 @@ def test_a_step_that_loses_its_database_starts_the_workflow_over_once_it_is_back
     assert [reason for reason, _ in steps] == [*first_visit, *first_visit, "wait_for_diagnostics", "attest"]
     assert {detail["token"] for _, detail in steps} == {token + 1}, "one lease throughout"
     node.refresh_from_db()
-    assert (node.state, node.diagnostic_level, node.lease_owner) == ("inspecting", 1, "")
+    # Paused at attest: parked, held by no worker, until attestation is looked at again.
+    assert (node.state, node.diagnostic_level, node.lease_owner) == ("inspecting", 1, WAITING_ON_HARDWARE)
 
 
 class AgentWhoseRunIsTakenOverWhileTheDatabaseIsGone(AgentWhoseFirstRunLosesTheDatabase):

@@ -247,12 +247,14 @@ def _run_steps(run: Run, workflow: Workflow, in_state: float) -> str:
             raise StepFailed(f"still {run.node.state} after {in_state:.0f}s (deadline {deadline:g}s, retries included)")
         handed_on: dict | None = None  # what a step returned for the next one: audited with it, read from there
         go_on_at: StepName | None = None  # the step to go on at, past those with nothing to do
+        starting = True  # at the step this run starts at, what was handed on to it is in its audit row alone
         for name, step in _remaining_steps(workflow, run):
             if go_on_at is not None and name != go_on_at:
                 continue
             current = run.step = name
             if not leases.set_step(run.lease, step=current, actor=run.actor, detail=handed_on):
                 return "lease lost"
+            run.handed_here, starting = (None if starting else handed_on or {}), False
             returned = step(run)
             handed_on, go_on_at = (None, returned.step) if isinstance(returned, GoOnAt) else (returned, None)
     except (StepFailed, BMCPermanentError) as failure:
@@ -264,7 +266,11 @@ def _run_steps(run: Run, workflow: Workflow, in_state: float) -> str:
         return event.value
     except Waiting as wait:
         log.info("%s: %s at %s: %s", run.node.name, run.node.state, current, wait)
-        if not leases.park(run.lease, seconds=wait.recheck_in):
+        if wait.recheck_in is None:
+            parked = leases.park_backing_off(run.lease, most=settings.WORKFLOW_RECHECK_MAX_SECONDS)
+        else:
+            parked = leases.park(run.lease, seconds=wait.recheck_in)
+        if not parked:
             record_discarded_result(lease=run.lease, attempted=f"park at {current}", actor=run.actor)
             return "lease lost"
         return f"waiting at {current}"
@@ -276,7 +282,10 @@ def _run_steps(run: Run, workflow: Workflow, in_state: float) -> str:
             # or lost power under us, and what it had booted is gone. Resuming here would wait for
             # an agent that never comes back; the next run starts over.
             leases.set_step(run.lease, step=first, actor=run.actor)
-        if not leases.release(run.lease):
+        # Parked, not released: a pause at a step that has lasted (a BMC that keeps failing,
+        # attestation not configured yet) is sent again less and less often, not at every
+        # reconcile, each visit a claim and the step's calls for nothing.
+        if not leases.park_backing_off(run.lease, most=settings.WORKFLOW_RECHECK_MAX_SECONDS):
             record_discarded_result(lease=run.lease, attempted=f"pause at {current}", actor=run.actor)
             return "lease lost"
         return f"paused at {current}"

@@ -49,10 +49,12 @@ class NotYet(Exception):
 
 
 class Waiting(Exception):
-    """A wait outlasted the worker's hold: park the node and look again in `recheck_in` seconds."""
+    """A wait outlasted the worker's hold: park the node and look again in `recheck_in` seconds,
+    or (None) after a quarter of the time its step has waited so far."""
 
-    def __init__(self, what: str, recheck_in: float):
-        super().__init__(f"still waiting for {what}; again in {recheck_in:.1f}s")
+    def __init__(self, what: str, recheck_in: float | None = None):
+        again = "after a quarter of the wait so far" if recheck_in is None else f"in {recheck_in:.1f}s"
+        super().__init__(f"still waiting for {what}; again {again}")
         self.recheck_in = recheck_in
 
 
@@ -70,6 +72,9 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     database_seconds: float = 0.0
     next_lease: Lease | None = None  # kept for the work the outcome calls for next
+    # What the step before handed on to the current one, where it ran in this run (None: it ran in
+    # an earlier visit, and its audit row says).
+    handed_here: dict | None = None
 
     def __post_init__(self):
         # The clients serve every workflow of a worker's visit; figures are per workflow.
@@ -130,6 +135,8 @@ class Run:
 
 def handed_on(run: Run) -> dict:
     """What the step before handed on to the current one: kept in the current step's audit row,
-    for whichever visit resumes it."""
+    for whichever visit resumes it, and read from there unless that step ran in this run."""
+    if run.handed_here is not None:
+        return run.handed_here
     current = AuditEvent.objects.filter(node_id=run.node.pk, event=AuditOnlyEvent.STEP_CHANGED, reason=run.step)
     return current.latest("id").detail

@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
-from django.db.models.functions import Now
 
-from fleet.models import Node
 from fleet.services import network_attachments
 from workflows import fabric_sync
 from workflows.agent import AgentError
@@ -51,9 +49,7 @@ def wait_for_fabrics(run: Run, what: str, done: Callable[[], bool]) -> None:
     if done():
         return
     fabric_sync.request_sync()
-    began, now = Node.objects.values_list("step_since", Now()).get(pk=run.node.pk)
-    waited = (now - began).total_seconds() if began is not None else 0.0
-    raise Waiting(what, min(max(waited / 4, settings.WORKFLOW_POLL_SECONDS), settings.WORKFLOW_RECHECK_MAX_SECONDS))
+    raise Waiting(what)
 
 
 def start_gpu_wipe(run: Run) -> None:
