@@ -22,7 +22,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from core import validation
 from core.topology import LEAF_SWITCH, NVLINK_DOMAIN, POD, SPINE_SWITCH
@@ -110,37 +109,6 @@ def parse_switches(
     if len({switch.name for switch in parsed}) < len(parsed):
         raise validation.Invalid(where, "must name each switch once", sorted(switch.name for switch in parsed))
     return parsed
-
-
-@dataclass(frozen=True)
-class RackLoad:
-    """One rack (NVLink domain) as capacity counts it."""
-
-    pod: str
-    path: Path
-    rack: str
-    nodes: int
-    available: int
-
-
-def domain_tree(racks: Iterable[RackLoad]) -> dict[str, list[dict[str, Any]]]:
-    """Per pod, its domains as a tree, each `{"level", "name", "nodes", "available", "children"}`,
-    down to its racks (level `nvlink_domain`, no children); every list sorted by name."""
-    trees: dict[str, dict[str, dict[str, Any]]] = {}
-    for rack in racks:
-        children = trees.setdefault(rack.pod, {})
-        for level, name in (*rack.path, (NVLINK_DOMAIN, rack.rack)):
-            domain = children.setdefault(
-                name, {"level": level, "name": name, "nodes": 0, "available": 0, "children": {}}
-            )
-            domain["nodes"] += rack.nodes
-            domain["available"] += rack.available
-            children = domain["children"]
-    return {pod: _listed(children) for pod, children in trees.items()}
-
-
-def _listed(children: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**domain, "children": _listed(domain["children"])} for _, domain in sorted(children.items())]
 
 
 def check_tree(placed: Iterable[tuple[str, str, Path]]) -> None:

@@ -37,8 +37,10 @@ class Client:
 
     # -- the API, one method a route ------------------------------------------------------
 
-    def capacity(self) -> dict:
-        return self.request("GET", "/v1/capacity", auth=False)
+    def capacity(self, *, depth: int | None = None) -> dict:
+        """Free nodes per pod, its fabric domains listed `depth` levels down (None: the server's default)."""
+        params = {} if depth is None else {"depth": depth}
+        return self.request("GET", "/v1/capacity", auth=False, params=params)
 
     def reservations(self) -> dict:
         return self.every_page("/v1/reservations")

@@ -8,9 +8,11 @@ from gpufleet_client.command_support import OK, client, emit_json, is_number, is
 from gpufleet_client.config import Config
 from gpufleet_client.tables import cell_text, table
 
+RACK_LEVEL = "nvlink_domain"  # a rack's fabric level (an NVLink domain)
+
 
 def do_capacity(args, config: Config) -> int:
-    answer = client(config, token=False).capacity()
+    answer = client(config, token=False).capacity(depth=args.depth)
     if args.json:
         emit_json(answer)
         return OK
@@ -27,16 +29,16 @@ def do_capacity(args, config: Config) -> int:
 
 
 def domain_rows(domains: list[dict], *, depth: int) -> list[tuple]:
-    """The fabric's domains down to the level above the racks, each indented under its parent."""
+    """The fabric's domains down to the level above the racks (or as deep as the answer lists
+    them), each indented under its parent."""
     rows = []
     for domain in domains:
-        children = domain.get("children") or []
-        if not children:  # a rack: the pods' table counts them already
+        if domain.get("level") == RACK_LEVEL:  # the pods' table counts racks already
             continue
         rows.append(
             ("  " * depth + str(domain.get("name")), domain.get("level"), domain.get("nodes"), domain.get("available"))
         )
-        rows += domain_rows(children, depth=depth + 1)
+        rows += domain_rows(domain.get("children") or [], depth=depth + 1)
     return rows
 
 

@@ -17,6 +17,7 @@ from gpufleet_client.arguments import (
     moment,
     positive_int,
     wait_seconds,
+    whole_number,
 )
 from gpufleet_client.capacity_commands import do_capacity, do_quota, do_usage
 from gpufleet_client.command_support import INTERRUPTED, OK, USAGE, Failed, refused
@@ -77,7 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     _extend_arguments(command("extend", do_extend, "move a reservation's end (later or earlier), or change its nodes"))
     release = command("release", do_release, "release a reservation: its nodes are wiped and given back")
     release.add_argument("id", type=positive_int, metavar="ID")
-    command("capacity", do_capacity, "free nodes per pod (needs no API key)")
+    capacity = command("capacity", do_capacity, "free nodes per pod (needs no API key)")
+    capacity.add_argument(
+        "--depth",
+        type=whole_number,
+        metavar="N",
+        help="list the fabric's domains N levels below each pod, 0 for none (default: the server's, "
+        "every level of a small fleet)",
+    )
     command("quota", do_quota, "what you may hold, and hold now")
     usage = command("usage", do_usage, "node time used, per reservation and per member")
     usage.add_argument("--from", dest="start", type=moment, metavar="TIME", help="from this time (ISO 8601)")

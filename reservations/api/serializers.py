@@ -305,7 +305,9 @@ class DomainCapacitySerializer(serializers.Serializer):
     nodes = serializers.IntegerField()
     available = serializers.IntegerField(help_text="Nodes free now.")
     children = serializers.ListField(
-        child=serializers.DictField(), help_text="The domains one level down, each of this shape; none under a rack."
+        child=serializers.DictField(),
+        help_text="The domains one level down, each of this shape; none under a rack, nor a domain at the answer's "
+        "`depth`.",
     )
 
 
@@ -318,11 +320,17 @@ class PodCapacitySerializer(serializers.Serializer):
         "what a reservation without ends_at can get."
     )
     whole_free_racks = serializers.IntegerField()
-    domains = DomainCapacitySerializer(many=True, help_text="The pod's fabric domains, top down to its racks.")
+    domains = DomainCapacitySerializer(
+        many=True, help_text="The pod's fabric domains, top down to its racks or to the answer's `depth`."
+    )
 
 
 class CapacitySerializer(serializers.Serializer):
     pods = PodCapacitySerializer(many=True)
+    depth = serializers.IntegerField(
+        help_text="The fabric levels of `domains` listed below each pod (the `depth` asked for, or the default); "
+        "a domain at the cut lists no children."
+    )
 
 
 class NodeReportSerializer(StrictInputSerializer):

@@ -1,6 +1,6 @@
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, permissions, serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.error_schema import ERROR
+from core.parsing import InvalidInput, parse_int
 from fleet import services as fleet_services
 from reservations import access, selectors, services, webhooks
 from reservations.api import idempotency
@@ -166,26 +167,47 @@ class ReservationReleaseView(APIView):
         return Response(_reservation_answer(released))
 
 
-# The selector's kept capacity answer (the very list) and it as JSON: a read of an unchanged fleet
-# sends the same bytes instead of serializing thousands of domains again.
-_capacity_json: list[tuple[list[dict], bytes]] = []
+# Per depth, the selector's kept capacity answer (the very list) and it as JSON: a read of an
+# unchanged fleet sends the same bytes instead of serializing thousands of domains again.
+_capacity_json: dict[int, tuple[list[dict], bytes]] = {}
+
+
+DEPTH = OpenApiParameter(
+    "depth",
+    {"type": "integer", "minimum": 0},
+    description=(
+        "How many fabric levels of `domains` to list below each pod: 0 lists none, 1 the level under the pod "
+        "(its leaves, say), and so on down to the racks (`nvlink_domain`); a domain at the cut has its `nodes` "
+        'and `available` and `"children": []`. Default: every level while the fleet has at most 2,000 racks, '
+        "else the deepest that lists at most 1,000 domains. The answer's `depth` says which it used."
+    ),
+)
 
 
 class CapacityView(APIView):
-    """Free nodes now, and whole free racks (whole NVLink domains), per pod."""
+    """Free nodes now, and whole free racks (whole NVLink domains), per pod, with its fabric
+    domains `depth` levels down."""
 
     authentication_classes = []
     permission_classes = [permissions.AllowAny]
 
-    @extend_schema(responses=CapacitySerializer)
+    @extend_schema(parameters=[DEPTH], responses={200: CapacitySerializer, 400: ERROR})
     def get(self, request):
-        pods = selectors.capacity_by_pod()
+        depth = request.query_params.get("depth")
+        try:
+            wanted = None if depth is None else parse_int(depth, minimum=0)
+        except InvalidInput as error:
+            raise serializers.ValidationError({"depth": [str(error)]}) from error
+        answer = selectors.capacity_listing(depth=wanted)
+        # Of CapacitySerializer's shape already, as plain lists and dicts: rendered as it is, for a
+        # serializer would take milliseconds over thousands of domains.
+        data = {"pods": answer.pods, "depth": answer.depth}
         if request.accepted_media_type != JSONRenderer.media_type:  # such as "application/json; indent=2"
-            return Response(CapacitySerializer({"pods": pods}).data)
-        kept = _capacity_json[0] if _capacity_json else None
-        if kept is None or kept[0] is not pods:
-            kept = (pods, JSONRenderer().render(CapacitySerializer({"pods": pods}).data))
-            _capacity_json[:] = [kept]
+            return Response(data)
+        kept = _capacity_json.get(answer.depth)
+        if kept is None or kept[0] is not answer.pods:
+            kept = (answer.pods, JSONRenderer().render(data))
+            _capacity_json[answer.depth] = kept
         return HttpResponse(kept[1], content_type=JSONRenderer.media_type)
 
 

@@ -4,7 +4,7 @@
 reservation) and `usage_reads`. Callers import the names below from here."""
 
 from reservations.selectors.answers import quota_of, reservation_machines, reservation_nodes, reservation_ssh_keys
-from reservations.selectors.capacity_reads import capacity_by_pod, capacity_over_time
+from reservations.selectors.capacity_reads import capacity_by_pod, capacity_listing, capacity_over_time
 from reservations.selectors.holds import (
     INSTANT,
     booking_limits,
@@ -28,6 +28,7 @@ __all__ = [
     "Topology",
     "booking_limits",
     "capacity_by_pod",
+    "capacity_listing",
     "capacity_over_time",
     "free_capacity",
     "live_allocations",

@@ -1,24 +1,35 @@
-"""Free capacity as tenants see it: per pod now (GET /v1/capacity, kept per process), and over
-time (for offers).
+"""Free capacity as tenants see it: per pod now (GET /v1/capacity, counts kept per process and
+kept up to date by deltas), and over time (for offers).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 
-from core.kept import Kept
-from fleet import fabric
+from core import clock
 from fleet.lifecycle import State
 from fleet.models import Node
+from reservations.capacity_counts import CapacityCounts, RackIds
 from reservations.models import Allocation
 from reservations.offers import Busy
 from reservations.periods import START_GRACE
-from reservations.selectors.holds import IN_SERVICE_STATES, INSTANT, booking_limits, not_free_for, period
-from reservations.selectors.placement_reads import nodes_cut_off, topology
+from reservations.selectors.holds import (
+    IN_SERVICE_STATES,
+    NOT_AVAILABLE_STATES,
+    booking_limits,
+    ids_of_each,
+    period,
+)
+from reservations.selectors.placement_reads import Topology, nodes_cut_off, topology
 
 
 def capacity_over_time(*, earliest: datetime, until: datetime, pod: str | None = None):
@@ -56,62 +67,113 @@ def capacity_over_time(*, earliest: datetime, until: datetime, pod: str | None =
     return racks, busy
 
 
-_kept_capacity: Kept[list[dict]] = Kept()  # at (capacity version, topology version)
+@dataclass
+class _KeptCounts:
+    """The process's counts of free capacity, at the versions they were last read at."""
+
+    counts: CapacityCounts  # of the topology version `topology`
+    topology: int
+    versions: tuple[int, int] | None = None  # (capacity version, topology version)
+    read_at: float = 0.0  # time.monotonic() before they were read
+
+
+_kept_counts: list[_KeptCounts] = []  # none yet, or the one
+_kept_counts_lock = threading.Lock()  # one reader applies a change, the others wait for it
 
 
 # Both versions in one round trip: reservations/migrations/0013 and fleet/migrations/0004.
 _CAPACITY_VERSIONS = "SELECT s.last_value, t.version FROM reservations_capacity_version_seq s, fleet_topology_version t"
 
 
-def capacity_by_pod(*, now: datetime | None = None) -> list[dict]:
+class CapacityAnswer(NamedTuple):
+    depth: int  # the fabric levels listed below each pod
+    pods: list[dict]
+
+
+def capacity_by_pod(*, now: datetime | None = None, depth: int | None = None) -> list[dict]:
     """Per pod: nodes, nodes free now, nodes free now and for as long as a reservation without
     ends_at lasts (no later booking holds them), racks whose every node is free now, and its
-    fabric domains as a tree down to its racks, with their nodes and those free now. A node an
-    unhealthy switch cuts off is free for none of them.
+    fabric domains as a tree `depth` levels down (None: down to its racks), with their nodes and
+    those free now (a domain at the cut lists no children). A node an unhealthy switch cuts off
+    is free for none of them.
 
-    Anyone may ask (the public listener serves it), and counting walks every rack: the answer is
-    kept per process, shared by its callers (who must not change it), and computed again when the
-    capacity or topology version moves or it is CAPACITY_MAX_AGE_SECONDS old, since a hold
-    starting or ending changes "free now" with no row written. The capacity version is a
-    sequence, which moves outside transactions: a reader can see the version a writer moved
-    before the writer commits, count without the change and keep that answer under the new
-    version, where it stays at most the maximum age.
+    Anyone may ask (the public listener serves it): the counts are kept per process
+    (reservations/capacity_counts.py) and the answer shared by its callers (who must not change
+    it). When the capacity or topology version moves, or the counts are CAPACITY_MAX_AGE_SECONDS
+    old (a hold starting or ending changes "free now" with no row written), the nodes not free
+    are read again, in one round trip, and only those that changed are counted again. The
+    capacity version is a sequence, which moves outside transactions: a reader can see the
+    version a writer moved before the writer commits, count without the change and keep that
+    under the new version, where it stays at most the maximum age.
 
     Inside a transaction the answer is counted afresh, neither kept nor taken from the kept one:
     it may hold the transaction's own uncommitted changes, which a rollback takes back while the
     version they moved stays.
 
-    Counted at `now` (None: the database's clock): a kept answer stands for a later `now` as for
+    Counted at `now` (None: the database's clock): kept counts stand for a later `now` as for
     the clock moving, until the maximum age.
     """
+    return _capacity(now, lambda counts: counts.levels if depth is None else depth).pods
+
+
+def capacity_listing(*, depth: int | None = None, now: datetime | None = None) -> CapacityAnswer:
+    """capacity_by_pod's answer `depth` levels down, and the depth it went to: by default the
+    whole tree while the fleet is small, else as deep as lists about a thousand domains
+    (CapacityCounts.default_depth)."""
+    return _capacity(now, lambda counts: counts.default_depth() if depth is None else depth)
+
+
+def _capacity(now: datetime | None, depth_of: Callable[[CapacityCounts], int]) -> CapacityAnswer:
     if not connection.get_autocommit():
-        return _count_capacity(now)
+        fleet = topology()
+        counts = CapacityCounts(_racks(fleet))
+        counts.apply(*_not_free(fleet, now))
+        return _listed(counts, depth_of(counts))
     with connection.cursor() as cursor:
         cursor.execute(_CAPACITY_VERSIONS)
         versions = cursor.fetchone()
-    return _kept_capacity.get(versions, lambda: _count_capacity(now), max_age=settings.CAPACITY_MAX_AGE_SECONDS)
+    with _kept_counts_lock:
+        kept = _kept_counts[0] if _kept_counts else None
+        if (
+            kept is None
+            or kept.versions != versions
+            or time.monotonic() - kept.read_at >= settings.CAPACITY_MAX_AGE_SECONDS
+        ):
+            started = time.monotonic()
+            fleet = topology()
+            if kept is None or kept.topology != fleet.version:
+                kept = _KeptCounts(CapacityCounts(_racks(fleet)), fleet.version)
+                _kept_counts[:] = [kept]
+            kept.counts.apply(*_not_free(fleet, now))
+            kept.versions, kept.read_at = versions, started
+        return _listed(kept.counts, depth_of(kept.counts))
 
 
-def _count_capacity(now: datetime | None) -> list[dict]:
-    """capacity_by_pod's answer, from the allocations, nodes and switches as they are at `now`
-    (None: the database's Now(), in the queries themselves: a count costs no round trip for it)."""
-    fleet = topology()
-    # Counts only: no rack's free nodes are listed, as placement needs them.
-    cut_off = nodes_cut_off(fleet).keys()
-    busy_now = {*not_free_for(INSTANT, now=now), *cut_off}
-    busy_open_ended = {*not_free_for(booking_limits().max_duration, now=now), *cut_off}
-    pods: dict[str, dict] = {}
-    loads = []
-    for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True):
-        summary = pods.setdefault(
-            rack.pod,
-            {"name": rack.pod, "nodes": 0, "available": 0, "free_open_ended": 0, "whole_free_racks": 0},
-        )
-        free_now = sum(node_id not in busy_now for node_id in ids)
-        summary["nodes"] += len(ids)
-        summary["available"] += free_now
-        summary["free_open_ended"] += sum(node_id not in busy_open_ended for node_id in ids)
-        summary["whole_free_racks"] += free_now == len(ids)
-        loads.append(fabric.RackLoad(pod=rack.pod, path=rack.path, rack=rack.rack, nodes=len(ids), available=free_now))
-    trees = fabric.domain_tree(loads)
-    return [{**pods[name], "domains": trees[name]} for name in sorted(pods)]
+def _listed(counts: CapacityCounts, depth: int) -> CapacityAnswer:
+    depth = min(depth, counts.levels)
+    return CapacityAnswer(depth, counts.pods(depth))
+
+
+def _racks(fleet: Topology) -> list[RackIds]:
+    return [
+        RackIds(pod=rack.pod, path=rack.path, rack=rack.rack, ids=ids)
+        for rack, ids in zip(fleet.racks, fleet.rack_ids, strict=True)
+    ]
+
+
+def _not_free(fleet: Topology, now: datetime | None) -> tuple[set[int], set[int]]:
+    """The ids of the nodes not free at `now` (None: the database's Now(), in the query itself),
+    and of those not free from then for as long as a reservation without ends_at may last: both
+    read in one round trip, with the nodes cut off (nodes_cut_off)."""
+    start = clock.in_query(now)
+    allocations = Allocation.objects.order_by()  # unordered: no join, no sort of thousands of rows
+    held_now = allocations.filter(period__contains=start).values_list("node_id")
+    # What holds a node later within the longest reservation starts after `now`: bounds alone,
+    # cheaper to compare than ranges over every allocation.
+    longest = start + booking_limits().max_duration
+    held_later = allocations.filter(period__startswith__gt=start, period__startswith__lt=longest)
+    # As rack_capacity's for a period that has started: a node being repaired waits for its verdict.
+    unusable = Node.objects.filter(Q(state__in=NOT_AVAILABLE_STATES) | Q(under_repair=True)).order_by()
+    not_free_now, later = ids_of_each([held_now, unusable.values_list("id")], [held_later.values_list("node_id")])
+    now_ids = {*not_free_now, *nodes_cut_off(fleet)}
+    return now_ids, now_ids.union(later)

@@ -10,9 +10,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.postgres.fields import DateTimeRangeField
 from django.db import connection
-from django.db.models import Func, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 from psycopg.types.range import Range
 
@@ -76,15 +75,6 @@ def node_hours_booked(tenant: Tenant, month: usage.Span) -> float:
             [month.start, month.end, tenant.pk],
         )
         return float(cursor.fetchone()[0]) / 3600
-
-
-def not_free_for(lasting: timedelta, *, now: datetime | None = None) -> list[int]:
-    """Ids of the nodes that are not free from `now` for `lasting` (see rack_capacity), some maybe
-    twice; None: from the database's Now(), in the query itself."""
-    start = clock.in_query(now)
-    held = Func(start, start + lasting, function="tstzrange", output_field=DateTimeRangeField())
-    taken = Allocation.objects.filter(period__overlap=held).order_by()
-    return ids_of(taken.values_list("node_id"), _unusable(started=True).values_list("id"))
 
 
 def not_free_sources(

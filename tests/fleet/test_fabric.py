@@ -62,19 +62,3 @@ def test_the_nodes_must_draw_one_tree():
         fabric.check_tree([("p1", "r01", leaf1), ("p2", "r05", leaf1)])
     with pytest.raises(Invalid, match="the same levels"):
         fabric.check_tree([("p1", "r01", leaf1), ("p1", "r02", (("spine_group", "s1"),))])
-
-
-def test_the_domain_tree_sums_nodes_and_free_nodes_up_to_the_pod():
-    racks = [
-        fabric.RackLoad("p1", (("leaf", "p1-leaf1"),), "r01", nodes=8, available=8),
-        fabric.RackLoad("p1", (("leaf", "p1-leaf1"),), "r02", nodes=8, available=3),
-        fabric.RackLoad("p1", (("leaf", "p1-leaf2"),), "r03", nodes=8, available=0),
-        fabric.RackLoad("p2", (), "r05", nodes=2, available=1),
-    ]
-    trees = fabric.domain_tree(racks)
-    leaf1, leaf2 = trees["p1"]
-    assert (leaf1["level"], leaf1["name"], leaf1["nodes"], leaf1["available"]) == ("leaf", "p1-leaf1", 16, 11)
-    assert [(r["name"], r["available"], r["children"]) for r in leaf1["children"]] == [("r01", 8, []), ("r02", 3, [])]
-    assert (leaf2["name"], leaf2["available"]) == ("p1-leaf2", 0)
-    # A fleet without levels: the pod's domains are its racks.
-    assert trees["p2"] == [{"level": "nvlink_domain", "name": "r05", "nodes": 2, "available": 1, "children": []}]
