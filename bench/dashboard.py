@@ -1,29 +1,34 @@
-"""The fleet floor's server time and query count at 50, 1,000 and 10,000 nodes.
+"""The fleet floor's server time and query count at 50, 1,000, 10,000 and 100,000 nodes.
 
 Builds its own database (gpufleet_bench_dashboard) afresh for each size, enrols the default
 topology, puts the fleet in a busy mix of states (tenants on a third of it, some nodes wiping,
 inspecting, quarantined, in maintenance), then requests the floor through Django's whole stack
 (middleware, view, template) in this process, as a signed-in operator: the full page and the
-fragment htmx polls.
-Prints a table; the target is < 300 ms at 10,000 nodes and the same query count at every size.
-Run from the repository root: .venv/bin/python -m bench.dashboard [--sizes 50 1000 10000] [--requests 20]
-[--no-target]
+fragment htmx polls, on an unchanged fleet (what the process keeps kept: the floor's counts and
+capacity_by_pod's answer); then the fragment with a node's state changed before each request, as
+on a busy fleet (both counted again), and capacity_by_pod() alone after a change: its share of that.
+Prints a table; the target (issue #38) is <= 200 ms for the page at 100,000 nodes (at the largest
+size asked) and the same query count at every size.
+Run from the repository root: .venv/bin/python -m bench.dashboard [--sizes 50 1000 10000 100000]
+[--requests 20] [--no-target]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from bench._database import bench_database, database_url, drop_database, fresh_database
 
 BENCH_DB = bench_database("dashboard")
-TARGET_MS = 300
+TARGET_MS = 200
 
 os.environ["DATABASE_URL"] = database_url(BENCH_DB)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpufleet.settings")
@@ -88,35 +93,74 @@ def measure(size: int, requests: int) -> dict:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
+    from bench._fleet import move_nodes
+    from fleet.models import Node
+    from reservations.selectors import capacity_by_pod
+
     client = Client(HTTP_HOST="127.0.0.1")
     # The floor is an operator's: anyone else is sent to the login page.
     client.force_login(get_user_model().objects.create_user("bench-operator", is_staff=True))
+    # Before each request of a busy fleet's rows, a node put into maintenance, or passed back.
+    toggled = Node.objects.filter(state="available").earliest("name").pk
+    moves = itertools.cycle([("operator_maintenance", "maintenance"), ("attestation_passed", "available")])
+
+    def change_a_node() -> None:
+        move_nodes(Node.objects.filter(pk=toggled), *next(moves))
+
+    def floor(headers: dict[str, str]) -> Callable[[], bytes | None]:
+        def get() -> bytes:
+            response = client.get("/", headers=headers)
+            if response.status_code != 200:
+                raise SystemExit(f"GET / answered {response.status_code}: are the pages in gpufleet/urls.py?")
+            return response.content
+
+        return get
+
+    def capacity() -> None:
+        capacity_by_pod()  # as the floor calls it
+
     figures: dict[str, object] = {"size": size}
-    for kind, headers in (("page", {}), ("fragment", {"HX-Request": "true"})):
-        response = client.get("/", headers=headers)  # warm: placement reads the topology once per process
-        if response.status_code != 200:
-            raise SystemExit(f"GET / answered {response.status_code}: are the pages in gpufleet/urls.py?")
+    for kind, call, before in (
+        ("page", floor({}), None),
+        ("fragment", floor({"HX-Request": "true"}), None),
+        ("changed", floor({"HX-Request": "true"}), change_a_node),
+        ("capacity", capacity, change_a_node),
+    ):
+        content = call()  # warm: placement reads the topology once per process
+        if before:
+            before()
         with CaptureQueriesContext(connection) as captured:
-            client.get("/", headers=headers)
+            call()
         queries = len(captured)  # now: the next request empties the connection's query log
         times = []
         for _ in range(requests):
+            if before:
+                before()
             began = time.perf_counter()
-            response = client.get("/", headers=headers)
+            content = call()
             times.append((time.perf_counter() - began) * 1000)
         figures[kind] = {
             "median": statistics.median(times),
             "p95": sorted(times)[int(0.95 * (len(times) - 1))],
             "queries": queries,
-            "kib": len(response.content) / 1024,
-            "collapsed": b'class="racks collapsed"' in response.content,
+            "kib": len(content or b"") / 1024,
+            "layout": "" if content is None else "collapsed" if b'class="racks collapsed"' in content else "tiles",
         }
     return figures
 
 
+# The table's rows for each size: (figures' key, what the row says).
+ROWS = (
+    ("page", "page"),
+    ("fragment", "fragment"),
+    ("changed", "fragment, a node changed"),
+    ("capacity", "  its capacity_by_pod()"),
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 1000, 10000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[50, 1000, 10000, 100000])
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--no-target", action="store_true", help="exit 0 though the time target is missed")
     args = parser.parse_args()
@@ -139,20 +183,21 @@ def main() -> int:
         drop_database(BENCH_DB)
 
     print(f"\nGET / (the fleet floor), {args.requests} requests each, in-process through Django's whole stack")
-    print(f"{'nodes':>7} {'view':<9} {'racks':<10} {'median ms':>10} {'p95 ms':>8} {'queries':>8} {'KiB':>7}")
+    print(f"{'nodes':>7} {'view':<33} {'racks':<10} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8} {'KiB':>7}")
     for row in rows:
-        for kind in ("page", "fragment"):
+        for kind, label in ROWS:
             f = row[kind]
-            layout = "collapsed" if f["collapsed"] else "tiles"
             print(
-                f"{row['size']:>7} {kind:<9} {layout:<10} {f['median']:>10.1f} {f['p95']:>8.1f} "
+                f"{row['size']:>7} {label:<33} {f['layout']:<10} {f['median']:>8.1f} {f['p95']:>8.1f} "
                 f"{f['queries']:>8} {f['kib']:>7.0f}"
             )
     largest = rows[-1]
-    same_queries = len({row[kind]["queries"] for row in rows for kind in ("page", "fragment")}) == 1
-    fast = largest["page"]["median"] < TARGET_MS
+    # Per kind: what is counted again differs between them, never between sizes.
+    same_queries = all(len({row[kind]["queries"] for row in rows}) == 1 for kind, _ in ROWS)
+    fast = largest["page"]["median"] <= TARGET_MS
     print(
-        f"\ntarget < {TARGET_MS} ms at {largest['size']} nodes: {'met' if fast else 'MISSED'}; "
+        f"\ntarget <= {TARGET_MS} ms for the page at 100000 nodes, here {largest['size']}: "
+        f"{'met' if fast else 'MISSED'} ({largest['page']['median']:.1f} ms); "
         f"same query count at every size: {'yes' if same_queries else 'NO'}"
     )
     return 0 if same_queries and (fast or args.no_target) else 1
