@@ -52,6 +52,15 @@ LIVE_STATES = [
 ]
 
 
+# Reservations not settled yet: what the reconciler starts, provisions, heals, settles or releases.
+UNSETTLED_STATES = [
+    ReservationState.PENDING,
+    ReservationState.PROVISIONING,
+    ReservationState.DEGRADED,
+    ReservationState.RELEASING,
+]
+
+
 class Tenant(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     # The organisation's own account, which its organisation keys and pre-organisation tokens act as;
@@ -324,6 +333,13 @@ class Reservation(models.Model):
         indexes = [
             # The reconciler's sweep: reservations that are not over yet.
             models.Index(fields=["starts_at"], name="reservation_live_idx", condition=Q(state__in=LIVE_STATES)),
+            # Its sweeps of what may owe work, by state then id (its batches' order): the few on their
+            # way (provisioning, degraded, releasing) and the pending, never the active nor history.
+            models.Index(
+                fields=["state", "id"], name="reservation_unsettled_idx", condition=Q(state__in=UNSETTLED_STATES)
+            ),
+            # What ends by now, or within the ending notice.
+            models.Index(fields=["ends_at"], name="reservation_live_end_idx", condition=Q(state__in=LIVE_STATES)),
         ]
 
     def __str__(self):

@@ -51,7 +51,10 @@ TINY = {
     "placement_quality": Tiny(
         ("--arrivals", "100", "--fabric-arrivals", "100", "--place-calls", "10", "--no-target"), "all accepted"
     ),
-    "reconcile": Tiny(("--sizes", "20", "--passes", "1"), "degraded reservation healed by it"),
+    "reconcile": Tiny(
+        ("--nodes", "40", "--reservations", "20", "--passes", "1", "--no-target"),
+        "degraded reservation healed by the first pass",
+    ),
 }
 
 

@@ -14,7 +14,7 @@ from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import RangeOperators
 from django.contrib.postgres.indexes import OpClass
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Cast, Now
 
 from core.topology import ETHERNET, INFINIBAND, NVLINK
@@ -203,7 +203,18 @@ class NetworkAttachment(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["fabric", "id"], name="network_attachment_unsure_idx", condition=Q(confirmed=False))
+            models.Index(fields=["fabric", "id"], name="network_attachment_unsure_idx", condition=Q(confirmed=False)),
+            # What may owe a sync (services.network_attachments.syncs_owed, hold_reasons): wanted on a
+            # network, or maybe left on one. A fleet no fabric manager reads never confirms any
+            # attachment, and the reconciler asks every pass: the few such rows, not every one.
+            models.Index(
+                fields=["id"],
+                name="network_attachment_owed_idx",
+                condition=Q(confirmed=False)
+                & (
+                    Q(wanted__isnull=False) | ~Q(found="") | Q(checked_at__isnull=False, checked_at__lt=F("changed_at"))
+                ),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -240,7 +240,9 @@ def _removal_pending() -> Q:
     """Attachments that may still hold a node on a tenant's network: on none by `wanted`, not
     confirmed so, and either read back on one last time, or taken off one since that read."""
     # An Ethernet port going from isolated back to the provisioning VLAN leaves no tenant's network.
-    taken_off_since = Q(checked_at__lt=F("changed_at")) & ~Q(fabric=ETHERNET, isolated=False)
+    # Never read (checked_at null) compares as nothing; said outright, it lets the planner see that
+    # few rows match, and use network_attachment_owed_idx.
+    taken_off_since = Q(checked_at__isnull=False, checked_at__lt=F("changed_at")) & ~Q(fabric=ETHERNET, isolated=False)
     return Q(wanted__isnull=True, confirmed=False) & (~_idle_found() | taken_off_since)
 
 
