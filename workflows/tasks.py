@@ -168,8 +168,8 @@ def advance_firmware_rollouts() -> dict:
     """Settle what the firmware rollouts' nodes did, pause at a failure, send the next batches to
     inspection. A node a booking holds from now until an inspection could have ended is left for its tenant."""
     soon = Now() + timedelta(seconds=settings.INSPECTION_DEADLINE)  # the database's clock, in the query
-    held = live_allocations().filter(period__startswith__lt=soon).values_list("node_id", flat=True)
-    return firmware_rollouts.advance_all(held=set(held))
+    held = live_allocations().filter(period__startswith__lt=soon).order_by().values_list("node_id", flat=True)
+    return firmware_rollouts.advance_all(held=held)
 
 
 # -- the fabric ------------------------------------------------------------------------------
