@@ -53,12 +53,7 @@ LIVE_STATES = [
 
 
 # Reservations not settled yet: what the reconciler starts, provisions, heals, settles or releases.
-UNSETTLED_STATES = [
-    ReservationState.PENDING,
-    ReservationState.PROVISIONING,
-    ReservationState.DEGRADED,
-    ReservationState.RELEASING,
-]
+UNSETTLED_STATES = [s for s in (*LIVE_STATES, ReservationState.RELEASING) if s != ReservationState.ACTIVE]
 
 
 class Tenant(models.Model):
@@ -333,8 +328,7 @@ class Reservation(models.Model):
         indexes = [
             # The reconciler's sweep: reservations that are not over yet.
             models.Index(fields=["starts_at"], name="reservation_live_idx", condition=Q(state__in=LIVE_STATES)),
-            # Its sweeps of what may owe work, by state then id (its batches' order): the few on their
-            # way (provisioning, degraded, releasing) and the pending, never the active nor history.
+            # Its sweeps of what may owe work, in its batches' order: never the active nor history.
             models.Index(
                 fields=["state", "id"], name="reservation_unsettled_idx", condition=Q(state__in=UNSETTLED_STATES)
             ),
