@@ -40,7 +40,7 @@ TINY = {
     ),
     # Each round faults five nodes, two of them the tenant's, which replacements take over.
     "incident": Tiny(("--runs", "1", "--restarts", "0", "--intervals", "1s", "--nodes", "8"), "runs per cell"),
-    "lifecycle": Tiny(("--nodes", "4", "--workers", "2", "--timeout", "120"), "nodes/minute (target >= 600)"),
+    "lifecycle": Tiny(("--nodes", "4", "--workers", "2", "--timeout", "120"), "nodes/minute (target >= 900)"),
     "placement": Tiny(
         (
             *("--in-process-nodes", "1000", "--placements", "20", "--pods", "1", "--nodes", "32"),
