@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Q
 
 from core import clock
 from fleet.lifecycle import State
@@ -24,12 +23,11 @@ from reservations.offers import Busy
 from reservations.periods import START_GRACE
 from reservations.selectors.holds import (
     IN_SERVICE_STATES,
-    NOT_AVAILABLE_STATES,
     booking_limits,
-    ids_of_each,
     period,
+    unusable,
 )
-from reservations.selectors.placement_reads import Topology, nodes_cut_off, topology
+from reservations.selectors.placement_reads import Topology, nodes_cut_off, not_free_ids, topology
 
 
 def capacity_over_time(*, earliest: datetime, until: datetime, pod: str | None = None):
@@ -173,7 +171,6 @@ def _not_free(fleet: Topology, now: datetime | None) -> tuple[set[int], set[int]
     longest = start + booking_limits().max_duration
     held_later = allocations.filter(period__startswith__gt=start, period__startswith__lt=longest)
     # As rack_capacity's for a period that has started: a node being repaired waits for its verdict.
-    unusable = Node.objects.filter(Q(state__in=NOT_AVAILABLE_STATES) | Q(under_repair=True)).order_by()
-    not_free_now, later = ids_of_each([held_now, unusable.values_list("id")], [held_later.values_list("node_id")])
-    now_ids = {*not_free_now, *nodes_cut_off(fleet)}
+    unusable_now = unusable(started=True).values_list("id")
+    now_ids, (later,) = not_free_ids(fleet, [held_now, unusable_now], [held_later.values_list("node_id")])
     return now_ids, now_ids.union(later)

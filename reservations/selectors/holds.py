@@ -84,11 +84,11 @@ def not_free_sources(
     (None: core.clock's) needs nodes available then."""
     # Unordered: the models' default orderings would join and sort thousands of rows for nothing.
     taken = Allocation.objects.filter(period__overlap=period(starts_at, ends_at)).order_by()
-    unusable = _unusable(started=starts_at <= (now or clock.now()))
-    return taken.values_list("node_id"), unusable.values_list("id")
+    out_of_use = unusable(started=starts_at <= (now or clock.now()))
+    return taken.values_list("node_id"), out_of_use.values_list("id")
 
 
-def _unusable(*, started: bool) -> QuerySet:
+def unusable(*, started: bool) -> QuerySet:
     """The nodes that cannot serve a period that has started (not available) or a later one (out
     of service)."""
     # The states named, not excluded, so that node_state_idx finds the few such nodes.

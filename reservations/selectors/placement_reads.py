@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db import connection
+from django.db.models import QuerySet
 
 from core import clock
 from core.kept import Kept
@@ -217,7 +218,16 @@ def _not_free_and_tested(
     """The ids of the nodes not free for the period (not_free's, and those a switch cuts off), and
     of those with a recent long diagnostics pass: what placement's free capacity is read from."""
     sources = not_free_sources(starts_at=starts_at, ends_at=ends_at, now=now)
-    not_free, tested, troubled = ids_of_each([*sources, held_source()], [tested_source()], [troubled_switch_source()])
-    # Most of the time no switch is in trouble: then no more round trips for the switches.
+    not_free, (tested,) = not_free_ids(fleet, sources, [tested_source()])
+    return not_free, set(tested)
+
+
+def not_free_ids(
+    fleet: Topology, not_free: Sequence[QuerySet], *others: Sequence[QuerySet]
+) -> tuple[set[int], list[list[int]]]:
+    """The ids `not_free`'s one-column queries select, with the nodes a tenant's network still
+    holds and those a switch in trouble cuts off (nodes_cut_off); and the ids of each group of
+    `others`: all in one round trip while no switch is in trouble, as most of the time."""
+    first, *rest, troubled = ids_of_each([*not_free, held_source()], *others, [troubled_switch_source()])
     cut_off = _switch_cut_off(fleet) if troubled else {}
-    return {*not_free, *cut_off}, set(tested)
+    return {*first, *cut_off}, rest
