@@ -4,7 +4,12 @@
 reservation) and `usage_reads`. Callers import the names below from here."""
 
 from reservations.selectors.answers import quota_of, reservation_machines, reservation_nodes, reservation_ssh_keys
-from reservations.selectors.capacity_reads import capacity_by_pod, capacity_listing, capacity_over_time
+from reservations.selectors.capacity_reads import (
+    capacity_by_pod,
+    capacity_listing,
+    capacity_over_time,
+    capacity_versions,
+)
 from reservations.selectors.holds import (
     INSTANT,
     booking_limits,
@@ -30,6 +35,7 @@ __all__ = [
     "capacity_by_pod",
     "capacity_listing",
     "capacity_over_time",
+    "capacity_versions",
     "free_capacity",
     "live_allocations",
     "node_hours_booked",

@@ -79,8 +79,16 @@ _kept_counts: list[_KeptCounts] = []  # none yet, or the one
 _kept_counts_lock = threading.Lock()  # one reader applies a change, the others wait for it
 
 
-# Both versions in one round trip: reservations/migrations/0013 and fleet/migrations/0004.
-_CAPACITY_VERSIONS = "SELECT s.last_value, t.version FROM reservations_capacity_version_seq s, fleet_topology_version t"
+def capacity_versions() -> tuple[int, int]:
+    """The capacity version (moved by every statement that changes what is free) and the
+    topology's, in one round trip: reservations/migrations/0013 and fleet/migrations/0004. What is
+    kept of the fleet's free capacity, here and on the floor, stands while they do."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s.last_value, t.version FROM reservations_capacity_version_seq s, fleet_topology_version t"
+        )
+        capacity, topology_version = cursor.fetchone()
+    return capacity, topology_version
 
 
 class CapacityAnswer(NamedTuple):
@@ -127,9 +135,7 @@ def _capacity(now: datetime | None, depth_of: Callable[[CapacityCounts], int]) -
         counts = CapacityCounts(_racks(fleet))
         counts.apply(*_not_free(fleet, now))
         return _listed(counts, depth_of(counts))
-    with connection.cursor() as cursor:
-        cursor.execute(_CAPACITY_VERSIONS)
-        versions = cursor.fetchone()
+    versions = capacity_versions()
     with _kept_counts_lock:
         kept = _kept_counts[0] if _kept_counts else None
         if (

@@ -16,7 +16,7 @@ from console.pages.disclosure import Disclosure
 from core.kept import Kept
 from fleet.lifecycle import State
 from fleet.models import Node, Rack
-from reservations.selectors import capacity_by_pod
+from reservations.selectors import capacity_by_pod, capacity_versions
 
 # Above this many nodes on screen a rack collapses into a bar of per-state counts: 10,000
 # tiles would be megabytes of HTML every poll, and no operator reads them one by one.
@@ -125,9 +125,7 @@ class _Fleet:
 
 
 # Kept per process: the racks' names, at the topology's version, and the whole fleet's counts at
-# that and the capacity's, which moves with every statement that changes a node's state
-# (reservations/migrations/0013). Both in one round trip, as capacity_by_pod reads them.
-_VERSIONS = "SELECT s.last_value, t.version FROM reservations_capacity_version_seq s, fleet_topology_version t"
+# that and the capacity's, which moves with every statement that changes a node's state.
 _kept_racks: Kept[dict[int, tuple[str, str]]] = Kept()
 _kept_fleet: Kept[_Fleet] = Kept()
 
@@ -139,9 +137,7 @@ def fleet_floor(nodes: QuerySet[Node], *, disclosure: Disclosure) -> FloorView:
 
     The counts are one scan of the nodes grouped by rack id, the racks' names kept per process;
     the whole floor is kept too while no node changes (see _whole_fleet)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_VERSIONS)
-        capacity_version, topology_version = cursor.fetchone()
+    capacity_version, topology_version = capacity_versions()
     names = _kept_racks.get(topology_version, _rack_names)
     fleet = _whole_fleet((capacity_version, topology_version), names)
     # A filter on the nodes counts its own racks; the legend still counts the whole fleet.
