@@ -39,7 +39,7 @@ import requests
 
 from attestation.ear import generate_signing_key
 from bench._database import bench_database, database_url, drop_database, fresh_database, psql, run
-from bench.placement import run_clients
+from bench.placement import run_clients, tenant_session, turns
 from tests.support.bmcsim import Bmcsim, start_bmcsim
 from tests.support.processes import Process, RedisServer, start_beat, start_gunicorn, start_worker
 from tests.support.table import print_table
@@ -146,17 +146,13 @@ def place_and_release(base: str, tokens: list[str], count: int, largest: int, se
     placed: list[tuple[str, int]] = []
     statuses: dict[int, int] = {}
     lock = threading.Lock()
-    remaining = iter(range(count))
+    take_turn = turns(count)
     window_start = datetime.now(UTC) + timedelta(days=1)
 
     def place(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
-        session = requests.Session()
-        session.headers["Authorization"] = f"Token {tokens[index]}"
-        while True:
-            with lock:
-                if next(remaining, None) is None:
-                    return
+        session = tenant_session(tokens[index])
+        while take_turn():
             starts = window_start + timedelta(hours=rng.randrange(48))
             body = {
                 "node_count": rng.randint(1, largest),

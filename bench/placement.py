@@ -119,22 +119,37 @@ def booking(rng: random.Random, window_start: datetime) -> dict:
     }
 
 
+def tenant_session(token: str) -> requests.Session:
+    """One client's connection, every request of it with the tenant's API key."""
+    session = requests.Session()
+    session.headers["Authorization"] = f"Token {token}"
+    return session
+
+
+def turns(count: int) -> Callable[[], bool]:
+    """`count` turns the clients' threads share: each call takes one, False once all are taken."""
+    lock = threading.Lock()
+    remaining = iter(range(count))
+
+    def take() -> bool:
+        with lock:
+            return next(remaining, None) is not None
+
+    return take
+
+
 def drive(base: str, tokens: list[str], total: int, seed: int) -> dict:
     latencies, capacity_latencies = [], []
     by_kind: dict[str, list[float]] = {"created": [], "refused": [], "extended": [], "extension refused": []}
     outcome = {"created": 0, "refused": 0, "offered": 0, "released": 0, "extended": 0, "errors": 0}
     lock = threading.Lock()
-    remaining = iter(range(total))
+    take_turn = turns(total)
     window_start = datetime.now(UTC) + timedelta(days=1)
 
     def client(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
-        session = requests.Session()
-        session.headers["Authorization"] = f"Token {tokens[index]}"
-        while True:
-            with lock:
-                if next(remaining, None) is None:
-                    return
+        session = tenant_session(tokens[index])
+        while take_turn():
             body = booking(rng, window_start)
             started = time.perf_counter()
             answer = session.post(f"{base}/v1/reservations", json=body, timeout=30)
@@ -210,8 +225,7 @@ def request_rate(base: str, tokens: list[str], path: str, per_client: int = 40) 
     """Requests/s of GET `path` by the same clients and server, each with its API key."""
 
     def client(token: str) -> None:
-        session = requests.Session()
-        session.headers["Authorization"] = f"Token {token}"
+        session = tenant_session(token)
         for _ in range(per_client):
             session.get(f"{base}{path}", timeout=30).raise_for_status()
 
@@ -226,8 +240,7 @@ def creates_alone(base: str, tokens: list[str], seed: int, per_client: int = 20)
 
     def client(index: int) -> None:
         rng = random.Random(seed * 7919 + index)
-        session = requests.Session()
-        session.headers["Authorization"] = f"Token {tokens[index]}"
+        session = tenant_session(tokens[index])
         for _ in range(per_client):
             session.post(f"{base}/v1/reservations", json=booking(rng, window_start), timeout=30).raise_for_status()
 
