@@ -9,12 +9,10 @@ import enum
 
 
 class StepName(enum.StrEnum):
-    # booting, shared by inspection and wiping
+    # booting, shared by inspection and wiping (a wipe no longer ends with eject_media,
+    # clear_boot_override and power_off: a node stored at one of those starts its wipe over)
     BOOT_SERVICE_IMAGE = "boot_service_image"
     WAIT_FOR_AGENT = "wait_for_agent"
-    EJECT_MEDIA = "eject_media"
-    CLEAR_BOOT_OVERRIDE = "clear_boot_override"
-    POWER_OFF = "power_off"
     # inspection
     CHECK_FIRMWARE = "check_firmware"
     FINISH_FIRMWARE_UPDATE = "finish_firmware_update"

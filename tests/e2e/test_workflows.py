@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from fleet import leases
-from fleet.models import AuditEvent, Node
+from fleet.models import AuditEvent, CredentialHolder, Node, NodeCredential
 from fleet.services import transition
 from tests.support.processes import wait_for
 from workflows import node_workflows as workflows
@@ -74,6 +74,11 @@ def test_twenty_four_nodes_are_inspected_then_wiped_by_two_workers(bmcsim, contr
             .values_list("actor", flat=True)[:2]
         )[::-1]
         assert wipe == inspection, (node.name, wipe, inspection)
+        # ... in the wipe's boot of the service image: its credential, minted before the wipe
+        # ended, is the live one, and no second boot revoked it.
+        wiped_at = AuditEvent.objects.filter(node=node, event="wipe_succeeded").latest("id").at
+        live_boot = NodeCredential.objects.get(node=node, holder=CredentialHolder.BOOT, revoked_at=None)
+        assert live_boot.created_at < wiped_at, node.name
 
     node = nodes[0]
     drives = bmcsim.get(f"/agent/{node.name}/inventory").json()["drives"]
@@ -93,9 +98,6 @@ def test_twenty_four_nodes_are_inspected_then_wiped_by_two_workers(bmcsim, contr
         "start_drive_erase",
         "wait_for_drive_erase",
         "clear_console_log",
-        "eject_media",
-        "clear_boot_override",
-        "power_off",
     ]
 
 

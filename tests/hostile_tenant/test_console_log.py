@@ -89,6 +89,4 @@ def test_the_wipe_clears_the_console_log_on_bmcsim(bmcsim, transactional_db, liv
         lease_runs_out(node, after=timedelta(hours=1))
     assert Node.objects.get(pk=node.pk).state != "wiping"
     assert EARLIER_TENANTS_LINE not in entries(bmcsim, node)
-    assert (
-        node.audit_events.filter(event="step_changed", reason="eject_media", detail__console_log="cleared").count() == 1
-    )
+    assert node.audit_events.filter(event="wipe_succeeded", detail__console_log="cleared").count() == 1

@@ -46,12 +46,6 @@ class FakeBMC:
     def last_reset_time(self) -> str | None:
         _not_modelled("last_reset_time")
 
-    def eject_media(self) -> None:
-        _not_modelled("eject_media")
-
-    def clear_boot_override(self) -> None:
-        _not_modelled("clear_boot_override")
-
     def drives(self) -> list[str]:
         _not_modelled("drives")
 

@@ -67,13 +67,14 @@ def test_the_bios_and_secure_boot_in_one_call_are_what_reading_each_gives(sim):
     assert found[0] and found[1]["SecureBootEnable"] in (True, False)
 
 
-def test_the_media_a_node_holds_are_ejected_from_one_read_of_their_collection(sim):
-    expanding = client_for(sim)
-    expanding.insert_media("http://192.0.2.1/image.iso")
+def test_the_media_devices_are_what_reading_each_gives(sim):
+    expanding, one_by_one = client_for(sim), client_for(sim, expand=False)
     assert expanding.expand_levels == 3
-    _, calls = calls_of(expanding, expanding.eject_media)
-    assert calls == 2  # the collection with each device inline, the one eject
-    assert not any(media.get("Inserted") for _, media in expanding._read_media())
+    devices, calls = calls_of(expanding, expanding.virtual_media)
+    manager = f"/redfish/v1/Managers/{NODE}/VirtualMedia"
+    assert devices == one_by_one.virtual_media() == [f"{manager}/Cd", f"{manager}/Floppy"]
+    assert calls == 3  # the System (its Manager), the Manager, its VirtualMedia with each device inline
+    assert one_by_one.calls == 5  # the same, then each of the two devices
 
 
 def test_the_drives_are_what_reading_each_storage_gives(sim):

@@ -1,5 +1,4 @@
-"""Steps that boot a node from virtual media, wait for its agent, and leave it powered off and
-without media.
+"""Steps that boot a node from virtual media, wait for its agent, and power it off.
 
 Every boot has a config drive beside its image, with the agent credentials of that boot (the
 service image's, minted here) or of the tenancy (the tenant's image): a boot of the service image
@@ -10,7 +9,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from fleet import services
+from fleet import lifecycle, services
 from workflows.agent import AgentUnavailable
 from workflows.clients import AgentRefusedCredentials
 from workflows.config_drive import service_documents
@@ -35,6 +34,16 @@ def boot_service_image(run: Run) -> None:
     boot_image(run, settings.SERVICE_IMAGE_URL, config_drive=drive)
 
 
+def boot_service_image_unless_wiped(run: Run) -> None:
+    """Inspection's boot. Straight after a wipe in the same visit, the node still runs the service
+    image that the wipe booted, and its agent answered moments ago: the reset into that image ended
+    the last tenant's OS, and only the control plane's image has run since, so inspection goes on
+    in that boot, with its credentials, and no second boot follows the first. Any other way in
+    (enrolment, an operator's return, a takeover, a visit that resumes) boots the image afresh."""
+    if run.follows != lifecycle.State.WIPING:
+        boot_service_image(run)
+
+
 def wait_for_agent(run: Run) -> None:
     """Until the agent of this boot answers. One that still refuses this boot's credentials when
     the wait is over did not boot with them (its BMC could not fetch the drive): the workflow
@@ -56,14 +65,6 @@ def wait_for_agent(run: Run) -> None:
         if refused:
             raise AgentRefusedCredentials(f"{run.node.name}: its agent refuses this boot's credentials") from None
         raise
-
-
-def eject_media(run: Run) -> None:
-    run.bmc.eject_media()
-
-
-def clear_boot_override(run: Run) -> None:
-    run.bmc.clear_boot_override()
 
 
 def power_off(run: Run) -> None:

@@ -23,13 +23,7 @@ from fleet.models import AuditEvent, AuditOnlyEvent, Node
 from fleet.workflow_steps import StepName
 from workflows.agent import AgentError, AgentUnavailable
 from workflows.clients import HARDWARE, Clients
-from workflows.node_workflows.booting import (
-    boot_service_image,
-    clear_boot_override,
-    eject_media,
-    power_off,
-    wait_for_agent,
-)
+from workflows.node_workflows.booting import boot_service_image, boot_service_image_unless_wiped, wait_for_agent
 from workflows.node_workflows.handoff import sign_handoff
 from workflows.node_workflows.inspection import (
     attest,
@@ -83,7 +77,7 @@ class Workflow:
 WORKFLOWS: dict[lifecycle.State, Workflow] = {
     State.INSPECTING: Workflow(
         steps=(
-            (StepName.BOOT_SERVICE_IMAGE, boot_service_image),
+            (StepName.BOOT_SERVICE_IMAGE, boot_service_image_unless_wiped),
             (StepName.WAIT_FOR_AGENT, wait_for_agent),
             (StepName.CHECK_FIRMWARE, check_firmware),
             (StepName.FINISH_FIRMWARE_UPDATE, finish_firmware_update),
@@ -127,9 +121,6 @@ WORKFLOWS: dict[lifecycle.State, Workflow] = {
             (StepName.START_DRIVE_ERASE, start_drive_erase),
             (StepName.WAIT_FOR_DRIVE_ERASE, wait_for_drive_erase),
             (StepName.CLEAR_CONSOLE_LOG, clear_console_log),
-            (StepName.EJECT_MEDIA, eject_media),
-            (StepName.CLEAR_BOOT_OVERRIDE, clear_boot_override),
-            (StepName.POWER_OFF, power_off),
         ),
         succeeded=Event.WIPE_SUCCEEDED,
         failed=Event.WIPE_FAILED,
@@ -160,9 +151,10 @@ def run_workflow(*, node_id: int, worker: str, clients: Clients = HARDWARE) -> s
     bmc = clients.bmc(node)
     agent = clients.agent(node)
     outcomes = []
+    follows: lifecycle.State | None = None  # the state whose workflow this visit has just completed
     try:
         while lease is not None:
-            run = Run(node=node, lease=lease, actor=f"worker:{worker}", bmc=bmc, agent=agent)
+            run = Run(node=node, lease=lease, actor=f"worker:{worker}", bmc=bmc, agent=agent, follows=follows)
             try:
                 with connection.execute_wrapper(run.time_queries):
                     outcomes.append(_run_steps(run, WORKFLOWS[lifecycle.State(node.state)], in_state))
@@ -180,6 +172,7 @@ def run_workflow(*, node_id: int, worker: str, clients: Clients = HARDWARE) -> s
                     record_discarded_result(lease=lease, attempted=f"step {run.step or 'start'}", actor=run.actor)
             lease = run.next_lease
             if lease is not None:
+                follows = None if lease.took_over else lifecycle.State(node.state)
                 node, in_state = _node_and_time_in_state(node_id)
     finally:
         bmc.close()
@@ -290,15 +283,19 @@ def _run_steps(run: Run, workflow: Workflow, in_state: float) -> str:
             return "lease lost"
         return f"paused at {current}"
     if workflow.succeeded is not None:
-        run.next_lease = _complete_and_go_on(run, event=workflow.succeeded)
+        # What the last step found (the console log's clear) goes with the outcome, in its audit row.
+        run.next_lease = _complete_and_go_on(run, event=workflow.succeeded, found=handed_on)
         return workflow.succeeded.value
     return "done"
 
 
-def _complete_and_go_on(run: Run, *, event: lifecycle.Event, reason: str = "") -> Lease | None:
+def _complete_and_go_on(
+    run: Run, *, event: lifecycle.Event, reason: str = "", found: dict | None = None
+) -> Lease | None:
     """Apply the outcome and, if it owes more work (a wipe is followed by inspection), claim the
     node again in the same transaction: no other worker is sent it, and this one keeps its BMC
     connection and what it learnt of the BMC."""
     with transaction.atomic():
-        node = services.complete(run.lease, event=event, actor=run.actor, reason=reason, detail=run.figures())
+        detail = {**(found or {}), **run.figures()}
+        node = services.complete(run.lease, event=event, actor=run.actor, reason=reason, detail=detail)
         return leases.reclaim(run.lease) if node is not None else None

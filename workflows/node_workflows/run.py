@@ -75,6 +75,9 @@ class Run:
     # What the step before handed on to the current one, where it ran in this run (None: it ran in
     # an earlier visit, and its audit row says).
     handed_here: dict | None = None
+    # The state whose workflow this worker completed just before this one, in the same visit and
+    # under the same lease (a wipe, before inspection); None when this run began the visit.
+    follows: lifecycle.State | None = None
 
     def __post_init__(self):
         # The clients serve every workflow of a worker's visit; figures are per workflow.

@@ -185,14 +185,6 @@ class RedfishClient(RedfishTransport):
         boot = {"BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": enabled}
         self.request("PATCH", self.system_path, json={"Boot": boot}, call=f"set boot {target} {enabled}")
 
-    def clear_boot_override(self) -> None:
-        self.request(
-            "PATCH",
-            self.system_path,
-            json={"Boot": {"BootSourceOverrideEnabled": "Disabled"}},
-            call="clear boot override",
-        )
-
     @functools.cached_property
     def _media_collections(self) -> list[str]:
         """The VirtualMedia collection of each of the System's Managers."""
@@ -201,17 +193,11 @@ class RedfishClient(RedfishTransport):
     @functools.cached_property
     def _media_devices(self) -> list[tuple[str, frozenset[str]]]:
         """Each virtual media device with the media it takes: what devices there are does not change."""
-        self._read_media()
-        return self.__dict__["_media_devices"]
-
-    def _read_media(self) -> list[tuple[str, dict]]:
-        """Each virtual media device as it is now; what it takes kept for _media_devices (which
-        functools.cached_property keeps in __dict__), so that an eject and a boot after it read once."""
-        found = [
-            (path, media) for collection in self._media_collections for path, media in self.read_members(collection)
+        return [
+            (path, frozenset(media.get("MediaTypes", [])))
+            for collection in self._media_collections
+            for path, media in self.read_members(collection)
         ]
-        self.__dict__["_media_devices"] = [(path, frozenset(media.get("MediaTypes", []))) for path, media in found]
-        return found
 
     def virtual_media(self) -> list[str]:
         """URIs of the node's virtual media devices, those that take CDs or DVDs first. Found once
@@ -238,13 +224,6 @@ class RedfishClient(RedfishTransport):
             call="InsertMedia (config drive)" if removable else f"InsertMedia {image_url}",
         )
         return device
-
-    def eject_media(self) -> None:
-        """Eject what each device holds, as read now: one read of each collection where the BMC
-        expands, not one of each device."""
-        for device, media in self._read_media():
-            if media.get("Inserted"):
-                self.request("POST", f"{device}/Actions/VirtualMedia.EjectMedia", json={}, call="EjectMedia")
 
     @functools.cached_property
     def _drives(self) -> list[str]:
