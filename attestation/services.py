@@ -142,11 +142,6 @@ def policy_for(gpu_models: Collection[str]) -> Policy:
     return load_policy_file(settings.ATTESTATION_POLICY_FILE)
 
 
-def gpu_evidence_sources(gpu_models: Collection[str]) -> tuple[str, ...]:
-    """Where the policy of the node's class wants its GPUs' SPDM evidence from: in_band, out_of_band."""
-    return policy_for(gpu_models).gpu_evidence
-
-
 def imported_rims(component: str, version: str) -> list[CandidateRim]:
     """The imported RIMs of a driver or VBIOS release (verifier.gpu_evidence.RimLookup)."""
     rows = GpuRim.objects.filter(component=component, version=version.lower())
@@ -183,9 +178,32 @@ def gpu_references(policy: Policy, *, at: datetime) -> GpuReferences:
 # -- appraisal -----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Verifying:
+    """What a node's evidence is appraised against, read before any evidence is asked for."""
+
+    policy: Policy  # of the node's class; its gpu_evidence says where its GPUs' evidence comes from
+    reference: reference.ReferenceValues
+    roots: verifier.TrustedRoots
+    signing_key: tuple[str, Ed25519PrivateKey]  # (kid, key): the newest
+
+
+def ready_to_appraise(node: NodeToAppraise) -> Verifying:
+    """The policy, reference values, trust anchors and signing key an appraisal of `node` needs, or
+    NotConfigured: raised before the evidence is asked for, so a fleet whose attestation is not set
+    up yet spends no TPM quote and no GPU's SPDM signature at each of its nodes' rechecks."""
+    return Verifying(
+        policy=policy_for(node.gpu_models),
+        reference=reference_values(pinned=node.boot_releases),
+        roots=trusted_roots(),
+        signing_key=signing_keys()[0],
+    )
+
+
 def appraise(
     *,
     node: NodeToAppraise,
+    verifying: Verifying,
     evidence: object,
     nonce: bytes,
     now: datetime | None = None,
@@ -195,19 +213,19 @@ def appraise(
     asks for it) and sign the verdict as of `now` (None: core.clock's). Raises NotConfigured; never
     passes what it cannot check. May ask OCSP responders (gpu_references): a worker's call only."""
     now = now or clock.now()
-    policy = policy_for(node.gpu_models)
+    policy = verifying.policy
     verdict = verifier.verify(
         evidence=evidence,
         nonce=nonce,
         node=node.identity,
-        reference=reference_values(pinned=node.boot_releases),
+        reference=verifying.reference,
         policy=policy,
-        roots=trusted_roots(),
+        roots=verifying.roots,
         now=now,
         gpu_references=gpu_references(policy, at=now),
         bmc_evidence=bmc_evidence,
     )
-    kid, key = signing_keys()[0]
+    kid, key = verifying.signing_key
     token = ear.sign_result(
         verdict=verdict,
         node=node.identity.name,

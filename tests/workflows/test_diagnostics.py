@@ -69,6 +69,10 @@ class DiagnosingAgent(FakeAgent):
             r["detail"] = "" if r["passed"] else f"{r['test']} failed on GPU {r['gpu']}"
         self.run = {**self.run, "state": "succeeded", "results": results}
 
+    def evidence(self, nonce: bytes) -> dict:
+        self.log.append("evidence")
+        return {}
+
     def cancel_diagnostics(self) -> dict:
         self.log.append("cancel_diagnostics")
         if self.run["state"] == "running":
@@ -112,6 +116,7 @@ def test_every_inspection_runs_the_short_level_before_attestation_and_records_th
     agent = hardware(node)
     drive(node, "inspection_started")
     assert run_workflow(node, hardware) == "paused at attest"  # attestation is not configured here
+    assert "evidence" not in hardware.log  # ... which is known before any evidence is asked for
     node.refresh_from_db()
     assert agent.started == [1]
     assert (node.diagnostic_level, node.diagnostic_passed_at is not None) == (1, True)

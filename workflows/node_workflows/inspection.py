@@ -229,24 +229,22 @@ def to_appraise(node: Node) -> attestation_services.NodeToAppraise:
 
 def attest(run: Run) -> None:
     """Evidence bound to a fresh nonce, verified, signed, stored, and acted on in one transaction."""
-    issued_at, issued = clock.now(), time.monotonic()
-    nonce = verifier.new_nonce(issued_at)
-    try:
-        evidence = run.agent.evidence(nonce)
-    except AgentError as error:  # an agent that refuses to attest fails attestation: fail closed
-        evidence = {"refused": str(error)}
     node = to_appraise(run.node)
     try:
-        bmc_evidence = (
-            run.bmc.gpu_spdm_evidence(nonce)
-            if "out_of_band" in attestation_services.gpu_evidence_sources(node.gpu_models)
-            else None
-        )
+        verifying = attestation_services.ready_to_appraise(node)
+        issued_at, issued = clock.now(), time.monotonic()
+        nonce = verifier.new_nonce(issued_at)
+        try:
+            evidence = run.agent.evidence(nonce)
+        except AgentError as error:  # an agent that refuses to attest fails attestation: fail closed
+            evidence = {"refused": str(error)}
+        out_of_band = "out_of_band" in verifying.policy.gpu_evidence
+        bmc_evidence = run.bmc.gpu_spdm_evidence(nonce) if out_of_band else None
         # One clock read for the step: the appraisal's now is the nonce's issue plus the time the
         # agent and the BMC took, timed here.
         now = issued_at + timedelta(seconds=time.monotonic() - issued)
         appraisal = attestation_services.appraise(
-            node=node, evidence=evidence, nonce=nonce, now=now, bmc_evidence=bmc_evidence
+            node=node, verifying=verifying, evidence=evidence, nonce=nonce, now=now, bmc_evidence=bmc_evidence
         )
     except attestation_services.NotConfigured as missing:
         raise NotYet(f"attestation: {missing}") from missing
