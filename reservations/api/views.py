@@ -107,14 +107,15 @@ class ReservationListView(generics.GenericAPIView):
     )
     def post(self, request):
         key = idempotency.key_of(request)
-        tenant = _tenant(request)
+        caller = caller_of(request)
+        tenant = caller.tenant
         wanted = ReservationRequestSerializer(data=request.data, context={"tenant": tenant})
         wanted.is_valid(raise_exception=True)
 
         def create() -> Response:
             try:
                 reservation = services.create_reservation(
-                    tenant=tenant, actor=f"tenant:{tenant.name}", **wanted.validated_data
+                    tenant=tenant, actor=f"tenant:{tenant.name}", now=caller.read_at, **wanted.validated_data
                 )
             except PlacementRefused as refused:  # an answer here, not an error: a retry may replay it
                 refusal = {"detail": refused.reason, "offer": refused.offer}

@@ -17,6 +17,7 @@ from reservations.selectors.holds import (
     node_hours_booked,
     nodes_held,
     period,
+    tenant_quota,
 )
 from reservations.selectors.placement_reads import (
     Topology,
@@ -47,6 +48,7 @@ __all__ = [
     "reservation_machines",
     "reservation_nodes",
     "reservation_ssh_keys",
+    "tenant_quota",
     "topology",
     "usage_of",
     "warm_placement",

@@ -14,8 +14,15 @@ from core import clock
 from fleet.models import Node
 from fleet.network_selectors import NO_NETWORKS, networks_by_reservation, private_address_of_node
 from reservations import usage
-from reservations.models import Quota, Reservation, ReservationState, Tenant
-from reservations.selectors.holds import INSTANT, booking_limits, live_allocations, node_hours_booked, nodes_held
+from reservations.models import Reservation, ReservationState, Tenant
+from reservations.selectors.holds import (
+    INSTANT,
+    booking_limits,
+    live_allocations,
+    node_hours_booked,
+    nodes_held,
+    tenant_quota,
+)
 
 
 def reservation_machines(reservations: list[Reservation]) -> dict[int, list[dict]]:
@@ -98,7 +105,7 @@ def _placed_or_read(
 
 def quota_of(tenant: Tenant, *, now: datetime | None = None) -> dict:
     """The tenant's limits and what it holds at `now` (None: core.clock's): GET /v1/quota."""
-    quota = Quota.objects.filter(tenant=tenant).first()
+    quota = tenant_quota(tenant)
     limits = booking_limits(quota)
     now = now or clock.now()
     held = nodes_held(tenant, now, now + INSTANT)

@@ -48,6 +48,15 @@ def live_allocations():
     )
 
 
+def tenant_quota(tenant: Tenant) -> Quota | None:
+    """The tenant's quota, None where the operators set none: read with the tenant where it was
+    (an API key's caller comes with it), else in a query of its own."""
+    try:
+        return tenant.quota
+    except Quota.DoesNotExist:
+        return None
+
+
 def booking_limits(quota: Quota | None = None) -> BookingLimits:
     """How far ahead a tenant of `quota` may book and for how long; None: the limits every tenant has.
 

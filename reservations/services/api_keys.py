@@ -40,6 +40,9 @@ class Caller:
     user: User
     role: access.Role
     api_key: ApiKey
+    # The database's clock, read with the key: the request's now, where a service takes one (a
+    # create decides its period and placement at it) without a round trip of its own.
+    read_at: datetime
 
 
 class KeyNotAccepted(Exception):
@@ -140,7 +143,8 @@ def accept_key(presented: str) -> Caller:
     """The caller a presented key acts for, or KeyNotAccepted. A key of today's shape is found by its
     prefix and compared in constant time; a token from before organisations, by its digest."""
     # The database's time with the key, in the same query (core.clock would cost one more per request).
-    keys = ApiKey.objects.select_related("tenant__user", "created_by").annotate(db_now=Now())
+    # Its organisation's quota with it, for a create (reservations.selectors.tenant_quota).
+    keys = ApiKey.objects.select_related("tenant__user", "tenant__quota", "created_by").annotate(db_now=Now())
     if prefix := access.prefix_of(presented):
         api_key = keys.filter(prefix=prefix).first()
         if api_key is not None and not access.matches(presented, api_key.digest):
@@ -156,7 +160,7 @@ def accept_key(presented: str) -> Caller:
     now = api_key.db_now
     if api_key.expires_at is not None and api_key.expires_at <= now:
         raise KeyNotAccepted("this key has expired")
-    caller = _caller(api_key)
+    caller = _caller(api_key, now)
     if caller is None:
         raise KeyNotAccepted("this key's maker is no longer a member of its organisation")
     if api_key.last_used_at is None or api_key.last_used_at < now - LAST_USED_EVERY:
@@ -166,7 +170,7 @@ def accept_key(presented: str) -> Caller:
     return caller
 
 
-def _caller(api_key: ApiKey) -> Caller | None:
+def _caller(api_key: ApiKey, read_at: datetime) -> Caller | None:
     tenant = api_key.tenant
     maker_role = None
     if not api_key.organisation_key and api_key.created_by is not None:
@@ -180,4 +184,4 @@ def _caller(api_key: ApiKey) -> Caller | None:
     user = tenant.user if api_key.organisation_key else api_key.created_by
     if user is None or not user.is_active:
         return None
-    return Caller(tenant=tenant, user=user, role=role, api_key=api_key)
+    return Caller(tenant=tenant, user=user, role=role, api_key=api_key, read_at=read_at)

@@ -15,7 +15,7 @@ from reservations.models import Quota, Reservation, ReservationEventKind, Reserv
 from reservations.offers import Offer, earliest_offer
 from reservations.periods import BookingLimits, booking_period
 from reservations.placement import PlacementRefused, PlacementRequest
-from reservations.selectors import booking_limits, capacity_over_time
+from reservations.selectors import booking_limits, capacity_over_time, tenant_quota
 from reservations.services.placing import PLACEMENT_ATTEMPTS, check_quota, choose, hold, record_event, with_retries
 
 QUEUED = "queued"  # how a reservation booked at an offer ("wait": true) says so
@@ -52,7 +52,7 @@ def create_reservation(
     whether it has started are all decided at one `now` (None: core.clock's, read once).
     """
     now = now or clock.now()
-    quota = Quota.objects.filter(tenant=tenant).first()
+    quota = tenant_quota(tenant)
     limits = booking_limits(quota)
     starts_at, ends_at = booking_period(starts_at=starts_at, ends_at=ends_at, now=now, limits=limits)
     booking = _Booking(

@@ -10,7 +10,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from fleet import services as fleet_services
@@ -150,6 +152,17 @@ def test_a_page_of_reservations_is_read_in_as_many_queries_however_long(
             page = acme.get(f"/v1/reservations?limit={limit}").json()["results"]
         assert [r["image"] for r in page] == ["ubuntu-24-04", "rocky-9", "rocky-9"][:limit]
         assert all(r["ssh_keys"] == [key["id"]] and len(r["machines"]) == 1 for r in page)
+
+
+def test_a_create_reads_the_clock_and_the_quota_with_the_key(acme, catalogue, available_fleet):
+    with CaptureQueriesContext(connection) as captured:
+        assert post(acme, "/v1/reservations", {"node_count": 1}).status_code == 201
+    statements = [query["sql"].lower() for query in captured]
+    key = statements[0]
+    assert 'from "reservations_apikey"' in key and '"reservations_quota"' in key and "statement_timestamp()" in key
+    # ... and in no statement of their own.
+    assert "select statement_timestamp()" not in statements
+    assert not any(sql.startswith('select "reservations_quota"') for sql in statements)
 
 
 @pytest.mark.parametrize(
