@@ -36,9 +36,10 @@ def pytest_sessionstart(session):
     gc.set_threshold(50_000, 20, 100)
 
 
-# The longest kinds first, so that pytest-xdist's work stealing ends the run on short tests: a
-# soak or an end-to-end test left last runs alone while the other process has nothing to take.
-LONGEST_FIRST = ("soak", "e2e", "scale", "validators", "fuzzing", "browser")
+# The longest kinds first, the few longest of all (the soak, the benches, the validators, the
+# fuzzers) before the many end-to-end tests, so that pytest-xdist's work stealing ends the run on
+# short tests: a soak or a bench left last runs alone while the other process has nothing to take.
+LONGEST_FIRST = ("soak", "scale", "validators", "fuzzing", "e2e", "browser")
 
 
 @pytest.hookimpl(trylast=True)  # after tests/e2e/conftest.py has marked its tests

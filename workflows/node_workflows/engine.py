@@ -283,7 +283,6 @@ def _run_steps(run: Run, workflow: Workflow, in_state: float) -> str:
             return "lease lost"
         return f"paused at {current}"
     if workflow.succeeded is not None:
-        # What the last step found (the console log's clear) goes with the outcome, in its audit row.
         run.next_lease = _complete_and_go_on(run, event=workflow.succeeded, found=handed_on)
         return workflow.succeeded.value
     return "done"
@@ -292,9 +291,10 @@ def _run_steps(run: Run, workflow: Workflow, in_state: float) -> str:
 def _complete_and_go_on(
     run: Run, *, event: lifecycle.Event, reason: str = "", found: dict | None = None
 ) -> Lease | None:
-    """Apply the outcome and, if it owes more work (a wipe is followed by inspection), claim the
-    node again in the same transaction: no other worker is sent it, and this one keeps its BMC
-    connection and what it learnt of the BMC."""
+    """Apply the outcome, with what the last step `found` (the console log's clear) in its audit
+    row, and, if it owes more work (a wipe is followed by inspection), claim the node again in the
+    same transaction: no other worker is sent it, and this one keeps its BMC connection and what
+    it learnt of the BMC."""
     with transaction.atomic():
         detail = {**(found or {}), **run.figures()}
         node = services.complete(run.lease, event=event, actor=run.actor, reason=reason, detail=detail)
