@@ -8,16 +8,17 @@ from django.core.management.base import CommandError
 from core import outbound
 
 
-def read_url(url: str) -> Any:
+def read_url(url: str, *, max_body_bytes: int | None = None) -> Any:
     """The JSON document at an operator's http(s) URL, read through core/outbound.py (within the
-    deadline and the body cap, no redirect followed). Any address: the operator chose it.
-    Raises OutboundError (also for an answer other than 200), or ValueError if it is not JSON."""
+    deadline and the body cap, GPUFLEET_OUTBOUND_MAX_BODY_BYTES unless `max_body_bytes` says, no
+    redirect followed). Any address: the operator chose it. Raises OutboundError (also for an
+    answer other than 200), or ValueError if it is not JSON."""
     answer = outbound.request(
         "GET",
         url,
         check=outbound.any_address,
         deadline=settings.OUTBOUND_DEADLINE_SECONDS,
-        max_body_bytes=settings.OUTBOUND_MAX_BODY_BYTES,
+        max_body_bytes=max_body_bytes or settings.OUTBOUND_MAX_BODY_BYTES,
         headers={"Accept": "application/json"},
     )
     if answer.status_code != 200:

@@ -110,6 +110,15 @@ def test_enrols_from_an_inventory_and_refreshes_bmc_access(db, inventory_server)
     assert set(Node.objects.values_list("bmc_password", flat=True)) == {"rotated"}
 
 
+def test_an_inventory_over_the_cap_of_other_answers_is_read(db, inventory_server, settings):
+    # A whole fleet's inventory is larger than an answer from elsewhere may be: 10,000 of bmcsim's
+    # nodes are 18 MB, over GPUFLEET_OUTBOUND_MAX_BODY_BYTES's default of 8 MiB.
+    url, answer = inventory_server
+    answer["body"] = json.dumps(inventory()).encode()
+    settings.OUTBOUND_MAX_BODY_BYTES = len(answer["body"]) // 4
+    assert "3 enrolled" in seed("--bmcsim-url", url)
+
+
 @pytest.mark.parametrize(
     ("status", "body", "message"),
     [

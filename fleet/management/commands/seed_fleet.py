@@ -14,6 +14,10 @@ from fleet.inventory import InventoryError, parse_csv_inventory, parse_inventory
 from fleet.services import FabricEndTaken, FabricLevelsChanged, enrol_nodes
 
 PROGRESS_FROM_NODES = 500
+# An inventory lists a whole fleet: bmcsim's is about 1.8 KiB a node (18 MB for 10,000 nodes),
+# over the cap of an answer from elsewhere (GPUFLEET_OUTBOUND_MAX_BODY_BYTES); the operator named
+# the URL, and 100,000 nodes fit in this.
+INVENTORY_MAX_BYTES = 512 * 1024 * 1024
 
 
 class Command(BaseCommand):
@@ -82,7 +86,7 @@ class Command(BaseCommand):
 
     def read_inventory(self, url: str):
         try:
-            return parse_inventory(read_url(url))
+            return parse_inventory(read_url(url, max_body_bytes=INVENTORY_MAX_BYTES))
         except (ValueError, InventoryError) as exc:
             raise CommandError(f"the inventory at {url} is not usable: {exc}") from exc
         except OutboundError as exc:
