@@ -36,21 +36,6 @@ def pytest_sessionstart(session):
     gc.set_threshold(50_000, 20, 100)
 
 
-# The longest kinds first, the few longest of all (the soak, the benches, the validators, the
-# fuzzers) before the many end-to-end tests, so that pytest-xdist's work stealing ends the run on
-# short tests: a soak or a bench left last runs alone while the other process has nothing to take.
-LONGEST_FIRST = ("soak", "scale", "validators", "fuzzing", "e2e", "browser")
-
-
-@pytest.hookimpl(trylast=True)  # after tests/e2e/conftest.py has marked its tests
-def pytest_collection_modifyitems(items):
-    def rank(item) -> int:
-        marked = {mark.name for mark in item.iter_markers()}
-        return next((i for i, kind in enumerate(LONGEST_FIRST) if kind in marked), len(LONGEST_FIRST))
-
-    items.sort(key=rank)  # stable: the order within a kind is pytest's
-
-
 @pytest.fixture(scope="session")
 def django_db_setup(django_test_environment, django_db_blocker, django_db_modify_db_settings):
     """pytest-django's, but each process's database is a copy of one migrated template."""
